@@ -1,0 +1,177 @@
+# deltad — one plain Makefile, out-of-tree objects under build/<flavour>/.
+#
+#   make              build deltad, the tools and the tests (CPU)
+#   make run          build, then run the default model
+#   make test         dependency check, build, run every CPU test (unit, golden, fuzz smoke)
+#   make bench        benchmark suite (never part of test)
+#   make asan         tests under AddressSanitizer + UBSan (build/cpu-asan)
+#   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
+#   make cuda-check   compile every .cu with nvcc -c, no GPU needed
+#   make fuzz         libFuzzer targets (clang)
+
+CC       ?= cc
+NVCC     ?= /usr/local/cuda/bin/nvcc
+CUDA     ?= 0
+NCCL     ?= 0
+SANITIZE ?=
+
+ifeq ($(NCCL),1)
+ifneq ($(CUDA),1)
+$(error NCCL=1 needs CUDA=1)
+endif
+endif
+ifneq ($(SANITIZE),)
+ifeq ($(filter $(SANITIZE),address undefined thread address+undefined),)
+$(error SANITIZE must be address, undefined, thread or address+undefined)
+endif
+endif
+
+FLAVOUR := cpu
+ifeq ($(CUDA),1)
+FLAVOUR := cuda
+ifeq ($(NCCL),1)
+FLAVOUR := cuda-nccl
+endif
+endif
+ifneq ($(SANITIZE),)
+FLAVOUR := $(FLAVOUR)-$(subst +,-,$(SANITIZE))
+endif
+B := build/$(FLAVOUR)
+comma := ,
+
+PKGS     := libmicrohttpd libcjson hwloc
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter -pthread -MMD -MP \
+            -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lm -pthread
+
+ifneq ($(SANITIZE),)
+
+
+CFLAGS  += -fsanitize=$(subst +,$(comma),$(SANITIZE)) -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(subst +,$(comma),$(SANITIZE))
+endif
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+
+LIB_SRC    := $(sort $(wildcard engine/*.c kernels/cpu/*.c))
+SERVER_SRC := $(sort $(wildcard server/*.c))
+TOOL_SRC   := $(sort $(wildcard tools/*.c))
+TEST_SRC   := $(sort $(wildcard tests/unit/test_*.c tests/golden/test_*.c))
+CU_SRC     := $(sort $(wildcard kernels/cuda/*.cu))
+
+LIB_OBJ    := $(LIB_SRC:%.c=$(B)/obj/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(B)/obj/%.o)
+CU_OBJ     :=
+ifeq ($(CUDA),1)
+CU_OBJ     := $(CU_SRC:%.cu=$(B)/obj/%.o)
+CFLAGS     += -I/usr/local/cuda/include -DDELTAD_CUDA=1
+LDLIBS     += -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++
+ifeq ($(NCCL),1)
+CFLAGS     += -DDELTAD_NCCL=1
+LDLIBS     += -lnccl
+endif
+endif
+NVCCFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+              -Ikernels/cuda -Xcompiler -Wall
+
+LIB        := $(B)/libdeltad.a
+DELTAD     := $(B)/deltad
+TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
+TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
+
+.PHONY: all run test bench asan ubsan tsan check cuda-check fuzz deps clean format format-check
+
+all: $(DELTAD) $(TOOLS) $(TESTS)
+
+deps:
+	@tools/deps.sh
+
+$(B)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+
+$(B)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(DELTAD): $(SERVER_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) $(SERVER_OBJ) $(LIB) $(LDLIBS) -o $@
+
+$(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+$(B)/tests/%: $(B)/obj/tests/golden/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@tools/run-default.sh $(B)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run.sh $(B)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@tools/bench.sh $(B)
+
+asan:
+	@$(MAKE) --no-print-directory SANITIZE=address+undefined all
+	@tests/run.sh build/$(FLAVOUR)-address-undefined
+
+ubsan:
+	@$(MAKE) --no-print-directory SANITIZE=undefined all
+	@tests/run.sh build/$(FLAVOUR)-undefined
+
+tsan:
+	@$(MAKE) --no-print-directory SANITIZE=thread all
+	@tests/run.sh build/$(FLAVOUR)-thread
+
+check: asan
+
+cuda-check:
+	@if [ -x $(NVCC) ]; then echo "✓ nvcc $(NVCC)"; else echo "✗ nvcc not found at $(NVCC)"; exit 1; fi
+	@$(MAKE) --no-print-directory CUDA=1 all
+
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+fuzz:
+	@mkdir -p build/fuzz
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  echo "clang $$f"; \
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -fsanitize=fuzzer,address,undefined \
+	    $$f engine/gguf.c engine/util.c -o build/fuzz/$$n -lm -pthread || exit 1; done
+
+
+format:
+	clang-format -i $(LIB_SRC) $(SERVER_SRC) $(TOOL_SRC) $(wildcard engine/*.h kernels/cpu/*.h server/*.h)
+
+format-check:
+	clang-format --dry-run --Werror $(LIB_SRC) $(SERVER_SRC) $(TOOL_SRC)
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,73 @@
+/*
+ * cache — per-sequence model state: the KV cache of every attention layer (the MTP block's
+ * layer included, as its own KV layer) and the GDN conv + SSM state of every recurrent layer,
+ * kept in 1 + draft_max snapshot groups (docs/parallelism-and-speculation.md section 2).
+ *
+ * KV: f32 rows [n_ctx][Hkv * D] per (layer, sequence); a token at position p lives in row p.
+ * Truncating a sequence needs no data movement: the next write at position p overwrites row p
+ * and attention at position p reads rows 0..p only.
+ *
+ * GDN: for each recurrent layer, group g, sequence s:
+ *   conv [(K-1) x C] f32 — the last K-1 conv inputs, oldest first;
+ *   ssm  [Hv][S][S]  f32 — M_h[key i][value j].
+ * Group 0 holds the state after the last token of the sequence's last batch; group g the state
+ * g tokens before that (written only for the last min(T, n_groups) tokens of that batch).
+ * rs_idx[s] names the group that holds the logical current state; the next forward step reads
+ * from it, writes group 0 and resets rs_idx to 0. Rolling back r tokens is rs_idx = r, valid
+ * only for 1 <= r <= valid[s] = min(T_last, n_groups) - 1 (asserted).
+ *
+ * Memory: everything is allocated once by cache_create (STYLE rule 12).
+ * Thread safety: owned by the engine thread; the forward pass writes disjoint slices from the
+ * device's worker threads.
+ */
+#ifndef DELTAD_CACHE_H
+#define DELTAD_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h" // defines: struct model
+
+struct cache {
+    int64_t n_seq, n_ctx, n_groups;
+    int64_t kv_dim;       /* Hkv * D */
+    int64_t n_kv_layers;  /* trunk attention layers + MTP layers */
+    int64_t *kv_of_layer; /* [n_layer_all] index into the KV arrays, -1 for GDN layers */
+    float *k, *v;         /* [n_kv_layers][n_seq][n_ctx][kv_dim] */
+    int64_t n_gdn_layers;
+    int64_t *gdn_of_layer; /* [n_layer_all] index into the GDN arrays, -1 otherwise */
+    int64_t conv_elems;    /* (K-1) * C */
+    int64_t ssm_elems;     /* Hv * S * S */
+    float *conv;           /* [n_gdn][n_groups][n_seq][conv_elems] */
+    float *ssm;            /* [n_gdn][n_groups][n_seq][ssm_elems] */
+    int32_t *rs_idx;       /* [n_seq] group holding the current state */
+    int32_t *valid;        /* [n_seq] snapshots usable for rollback */
+    size_t bytes;          /* total allocated */
+};
+
+/* Allocate for n_seq sequences of up to n_ctx tokens with draft_max rollback depth. Returns 0
+ * or DD_EFULL with the numbers in err when the allocation is refused. */
+int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t n_ctx,
+                 int64_t draft_max, char *err, size_t errlen);
+void cache_destroy(struct cache *c);
+
+/* Bytes the cache would need, without allocating. */
+size_t cache_bytes_needed(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max);
+
+/* K and V rows of (layer il, seq s) starting at position 0. */
+float *cache_k(const struct cache *c, int64_t il, int64_t s);
+float *cache_v(const struct cache *c, int64_t il, int64_t s);
+/* GDN state of (layer il, group g, seq s). */
+float *cache_conv(const struct cache *c, int64_t il, int64_t g, int64_t s);
+float *cache_ssm(const struct cache *c, int64_t il, int64_t g, int64_t s);
+
+/* Start a sequence from scratch: zero its current state and reset rs_idx. */
+void cache_seq_clear(struct cache *c, int64_t s);
+/* Roll the recurrent state back r tokens (1 <= r <= valid[s], at most once between forward
+ * steps). Returns false when the snapshots cannot serve it (caller restores a checkpoint). */
+bool cache_seq_rollback(struct cache *c, int64_t s, int64_t r);
+/* Called by the forward pass after it wrote a batch of T tokens of sequence s. */
+void cache_seq_advanced(struct cache *c, int64_t s, int64_t T);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * device — the compute device interface: a const operations table plus an opaque context
+ * (STYLE rule 7, after ggml-backend). The forward pass calls only the static inline wrappers
+ * below; implementations live in dev_cpu.c (a thread pool bound to a core set) and, later,
+ * the CUDA device.
+ *
+ * Optional operations may be NULL; each wrapper documents its fallback.
+ *
+ * Thread safety: a device is driven by one thread (the engine thread) at a time.
+ */
+#ifndef DELTAD_DEVICE_H
+#define DELTAD_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h" // defines: enum kq_type
+#include "tpool.h" // defines: tpool_split, topo_coreset
+
+#define DEV_API_VERSION 1
+
+/* A weight matrix as the device sees it: n_out rows of n_in elements, row_bytes apart. */
+struct dev_mat {
+    const void *data;
+    enum kq_type type;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+};
+
+typedef void (*dev_task_fn)(void *ctx, int ith, int nth);
+
+struct dev;
+
+struct dev_ops {
+    int api_version;
+    const char *name;
+    void (*destroy)(struct dev *d);
+    /* Reserve scratch for matmuls of up to max_tokens rows of up to max_in inputs. */
+    int (*reserve)(struct dev *d, int64_t max_tokens, int64_t max_in);
+    /* y [T][n_out] = x [T][n_in] * W^T (f32 in, f32 out). */
+    void (*matmul)(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y);
+    /* Run fn(ctx, ith, nth) on all of the device's threads; returns when all are done.
+     * NULL on devices without host threads (the wrapper then runs fn(ctx, 0, 1)). */
+    void (*parallel)(struct dev *d, dev_task_fn fn, void *ctx);
+    /* Barrier among the threads of the current parallel call (NULL: no-op, 1 thread). */
+    void (*barrier)(struct dev *d);
+    int (*n_threads)(const struct dev *d);
+};
+
+struct dev {
+    const struct dev_ops *ops;
+    void *ctx;
+};
+
+static inline int dev_reserve(struct dev *d, int64_t max_tokens, int64_t max_in)
+{
+    return d->ops->reserve ? d->ops->reserve(d, max_tokens, max_in) : 0;
+}
+
+static inline void dev_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T,
+                              float *y)
+{
+    d->ops->matmul(d, w, x, T, y);
+}
+
+static inline void dev_parallel(struct dev *d, dev_task_fn fn, void *ctx)
+{
+    if (d->ops->parallel)
+        d->ops->parallel(d, fn, ctx);
+    else
+        fn(ctx, 0, 1);
+}
+
+static inline void dev_barrier(struct dev *d)
+{
+    if (d->ops->barrier)
+        d->ops->barrier(d);
+}
+
+static inline int dev_n_threads(const struct dev *d)
+{
+    return d->ops->n_threads ? d->ops->n_threads(d) : 1;
+}
+
+static inline void dev_destroy(struct dev *d)
+{
+    if (d)
+        d->ops->destroy(d);
+}
+
+/* Even split of [0, n) for thread ith of nth inside a parallel call (see tpool_split). */
+static inline void dev_split(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi)
+{
+    tpool_split(n, ith, nth, align, lo, hi);
+}
+
+/* The CPU device: a pool of n_threads threads (0 = one per unit of cores, or 1 without cores)
+ * whose workers bind to the units of cores (borrowed for the call; NULL = unbound). The
+ * calling thread becomes thread 0 of every parallel call. Transferred: dev_destroy. */
+int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,
+                   size_t errlen);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * util — the small things every module uses: checked allocation, assertions that stay on in
+ * release builds, error codes, and the one logging entry point.
+ *
+ * Thread safety: everything here may be called from any thread. The log callback and level are
+ * set once at start-up, before threads start.
+ */
+#ifndef DELTAD_UTIL_H
+#define DELTAD_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- errors: one table, negative codes ---------------------------------------------------- */
+#define DD_ERRNO_MAP(X)                                                                           \
+    X(OK, 0, "success")                                                                          \
+    X(EINVAL, -1, "invalid argument")                                                            \
+    X(ENOMEM, -2, "out of memory")                                                               \
+    X(EIO, -3, "input/output error")                                                             \
+    X(EFORMAT, -4, "malformed file")                                                             \
+    X(ENOTFOUND, -5, "not found")                                                                \
+    X(ETYPE, -6, "wrong type")                                                                   \
+    X(EUNSUPPORTED, -7, "unsupported")                                                           \
+    X(ERANGE, -8, "out of range")                                                                \
+    X(EFULL, -9, "capacity exceeded")
+
+enum dd_err {
+#define DD_ERR_ENUM(name, code, msg) DD_##name = code,
+    DD_ERRNO_MAP(DD_ERR_ENUM)
+#undef DD_ERR_ENUM
+};
+
+/* Static string for an error code; never NULL. */
+const char *dd_strerror(int err);
+
+/* ---- allocation: small internal allocations abort on OOM (STYLE rule 16) ------------------ */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+/* 64-byte aligned allocation for SIMD buffers; release with free(). Aborts on OOM. */
+void *xaligned_alloc(size_t n);
+
+/* Format into a caller buffer; always NUL-terminates (no-op when cap == 0). */
+void dd_errf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- assertions (STYLE rule 19) ----------------------------------------------------------- */
+_Noreturn void dd_abort(const char *file, int line, const char *expr);
+#define ASSERT(x) ((x) ? (void)0 : dd_abort(__FILE__, __LINE__, #x))
+#ifdef NDEBUG
+#define DASSERT(x) ((void)0)
+#else
+#define DASSERT(x) ASSERT(x)
+#endif
+/* ALWAYS/NEVER: "cannot happen" branches that must degrade gracefully in release. */
+#define ALWAYS(x) (x)
+#define NEVER(x) (x)
+
+/* ---- logging (STYLE rule 21) -------------------------------------------------------------- */
+enum dd_log_level { DD_LOG_ERROR = 0, DD_LOG_WARN, DD_LOG_INFO, DD_LOG_DEBUG };
+typedef void (*dd_log_fn)(enum dd_log_level lvl, const char *func, const char *msg, void *ud);
+
+extern int dd_log_level; /* the one documented global besides the config; set at start-up */
+void dd_log_set(dd_log_fn fn, void *ud);
+void dd_log(enum dd_log_level lvl, const char *func, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define LOG_AT(lvl, ...)                                                                          \
+    do {                                                                                          \
+        if ((int)(lvl) <= dd_log_level)                                                           \
+            dd_log((lvl), __func__, __VA_ARGS__);                                                 \
+    } while (0)
+#define LOG_E(...) LOG_AT(DD_LOG_ERROR, __VA_ARGS__)
+#define LOG_W(...) LOG_AT(DD_LOG_WARN, __VA_ARGS__)
+#define LOG_I(...) LOG_AT(DD_LOG_INFO, __VA_ARGS__)
+#define LOG_D(...) LOG_AT(DD_LOG_DEBUG, __VA_ARGS__)
+
+/* Monotonic time in seconds. */
+double dd_now(void);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * ops — the f32 leaf operations of the forward pass other than matmul (see quant.h): norms,
+ * RoPE, activations, attention over a KV run, causal conv1d with state, and the gated delta
+ * rule. Scalar reference code written for clarity first; the compiler vectorises the inner
+ * loops (contiguous, restrict-qualified).
+ *
+ * Layer: kernels. Raw pointers and sizes only. All functions are pure and thread-safe on
+ * disjoint outputs; callers split work (rows, heads) across threads.
+ */
+#ifndef DELTAD_OPS_H
+#define DELTAD_OPS_H
+
+#include <stdint.h>
+
+/* y[0..n) = x / sqrt(mean(x^2) + eps) * w   (w may be NULL: no weight). y may alias x. */
+void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+/* x[0..n) /= max(||x||_2, eps), in place. */
+void kop_l2norm(float *x, int64_t n, float eps);
+
+/* NEOX RoPE on the first n_rot dims of one head of dim head_dim, in place: pairs (i, i+n_rot/2).
+ * theta_i = pos * base^(-2i/n_rot). */
+void kop_rope_neox(float *x, int64_t n_rot, int64_t pos, float base);
+
+static inline float kop_sigmoid(float x)
+{
+    return 1.0f / (1.0f + __builtin_expf(-x));
+}
+static inline float kop_silu(float x)
+{
+    return x / (1.0f + __builtin_expf(-x));
+}
+static inline float kop_softplus(float x)
+{
+    return x > 20.0f ? x : __builtin_log1pf(__builtin_expf(x));
+}
+
+/* g[i] = silu(g[i]) * u[i] for i < n (SwiGLU), in place in g. */
+void kop_swiglu(float *g, const float *u, int64_t n);
+/* y[i] += a * x[i]. */
+void kop_axpy(float *y, float a, const float *x, int64_t n);
+
+/*
+ * One query head against a run of n_kv cached positions (causal masking is the caller's: pass
+ * only visible positions). q [D]; k, v rows [n_kv] with row stride kv_stride floats; out [D];
+ * scratch [n_kv]. out = sum_s softmax_s(q.k_s * scale) v_s.
+ */
+void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride,
+                   int64_t n_kv, int64_t d, float scale, float *scratch, float *out);
+
+/*
+ * Depthwise causal conv over T tokens for channels [c0, c1) of C, with SiLU.
+ * state [(K-1) x C] holds the previous K-1 inputs (oldest first, row-major by time); u [T x C]
+ * inputs; w [C x K] taps (channel-major as in GGUF ne [K, C]: w[c*K + j], tap K-1 = current);
+ * y [T x C] outputs. The state is NOT updated here (see kop_conv_state_update).
+ */
+void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t T, int64_t C,
+                     int64_t K, int64_t c0, int64_t c1, float *y);
+/* dst [(K-1) x C] = the K-1 inputs that end `back` tokens before the end of [state ; u]
+ * (back = 0: the newest window). dst may alias state (the copy runs front to back). */
+void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
+                           int64_t back, float *dst);
+
+/*
+ * One step of the gated delta rule for one value head.
+ * M_in, M [S x S] indexed M[key i][value j]: the state is read from M_in and the new state
+ * written to M (M_in == M for an in-place step; a different M_in lets the first token of a
+ * batch start from a snapshot group without a copy). q, k already L2-normalised; v [S];
+ * decay = exp(g); out [S] = M^T q * scale after the update:
+ *   M <- decay * M_in;  delta = beta * (v - M^T k);  M <- M + k delta^T;  out = M^T q * scale
+ * S <= 256.
+ */
+void kop_gdn_step(float *M, const float *M_in, const float *q, const float *k, const float *v,
+                  float decay, float beta, float scale, int64_t S, float *out);
+
+#endif

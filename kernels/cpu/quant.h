@@ -1,0 +1,85 @@
+/*
+ * quant — tensor types of GGUF (exact block layouts), their dequantisation, reference
+ * quantisers, and the dot-product / matmul kernels the CPU device runs.
+ *
+ * Layer: kernels. Raw pointers and sizes only; no engine struct crosses this boundary.
+ *
+ * Activations: every weight type has an activation type that its dot product consumes
+ * (kq_act_type): F32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks (f32 scale,
+ * 256 int8, 16 int16 block sums) for the K-quants. Callers quantise an activation row once with
+ * kq_quantize_act and reuse it against every weight row.
+ *
+ * Implementations: a scalar reference for everything, plus AVX2 and AVX-512 versions selected
+ * at run time from cpuid (kq_isa_active); tests force each ISA with kq_isa_force and compare
+ * against the scalar reference.
+ *
+ * Thread safety: all functions are pure except kq_isa_force (call before threads start).
+ */
+#ifndef DELTAD_QUANT_H
+#define DELTAD_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml type ids. */
+enum kq_type {
+    KQ_F32 = 0,
+    KQ_F16 = 1,
+    KQ_Q4_0 = 2,
+    KQ_Q8_0 = 8,
+    KQ_Q4_K = 12,
+    KQ_Q5_K = 13,
+    KQ_Q6_K = 14,
+    KQ_Q8_K = 15, /* activation-only type */
+    KQ_BF16 = 30,
+};
+
+enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
+
+/* ---- type facts --------------------------------------------------------------------------- */
+bool kq_type_supported(uint32_t type);  /* weight types the kernels compute with */
+const char *kq_type_name(uint32_t type); /* "q8_0", ...; "?" if unknown */
+int kq_block_elems(enum kq_type t);      /* 1 for F32/F16/BF16, 32 for Q4_0/Q8_0, 256 for K */
+size_t kq_block_bytes(enum kq_type t);
+size_t kq_row_bytes(enum kq_type t, int64_t n); /* n must be a multiple of kq_block_elems */
+
+/* ---- conversion --------------------------------------------------------------------------- */
+float kq_f16_to_f32(uint16_t h);
+uint16_t kq_f32_to_f16(float f);
+float kq_bf16_to_f32(uint16_t h);
+uint16_t kq_f32_to_bf16(float f); /* round to nearest even */
+
+/* dst[0..n) = dequantised src row. */
+void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n);
+/* Reference quantiser (deterministic) for every weight type and for Q8_K. */
+void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
+
+/* ---- activations -------------------------------------------------------------------------- */
+enum kq_type kq_act_type(enum kq_type w);
+size_t kq_act_row_bytes(enum kq_type w, int64_t n);
+/* Quantise one activation row x[0..n) into the activation type of weight type w. */
+void kq_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
+
+/* ---- compute ------------------------------------------------------------------------------ */
+/* Dot product of one weight row (type w, n elements) with one activation row of kq_act_type(w). */
+float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
+
+/*
+ * Blocked matmul: for rows r in [r0, r1) and tokens t in [0, nt):
+ *   y[t * y_stride + r] = dot(W row r, activation row t)
+ * W rows are w_stride bytes apart (normally kq_row_bytes(w, n)); activation rows act_stride
+ * bytes apart (normally kq_act_row_bytes(w, n)). nt == 1 is the decode (matrix-vector) path.
+ * The caller (the CPU device) splits [0, rows) across threads.
+ */
+void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
+               const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
+
+/* ---- ISA selection ------------------------------------------------------------------------ */
+enum kq_isa kq_isa_best(void);   /* what this CPU supports */
+enum kq_isa kq_isa_active(void); /* what is in use */
+/* Force an ISA (clamped to kq_isa_best). Returns the ISA now active. */
+enum kq_isa kq_isa_force(enum kq_isa isa);
+const char *kq_isa_name(enum kq_isa isa);
+
+#endif

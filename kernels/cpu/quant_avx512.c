@@ -1,0 +1,442 @@
+/*
+ * quant_avx512 — AVX-512 (F, BW, VL, DQ, VNNI) matmul and activation quantisers; quant.c calls
+ * these only when kq_isa_active() is KQ_ISA_AVX512. Built with the Makefile's AVX512_FLAGS.
+ *
+ * Every kernel is a register tile of R weight rows x T tokens (kq__tile_drive walks the matrix):
+ * the rows' blocks are loaded and unpacked once per step and met with T activation rows, so a
+ * weight byte comes from memory once per token chunk. A step covers 64 elements (two Q8_0/Q4_0
+ * blocks, one 64-element group of a K-quant super-block) or 16 floats.
+ *
+ * Integer products are exact and summed per block / super-block as in the scalar reference:
+ *   Q8_0 x Q8_0  |w| (u8) . sign(a, w) (s8) with vpdpbusd (activations are within +-127)
+ *   Q4_0 x Q8_0  q (u8 0..15) . a with vpdpbusd, minus 8 * sum(a)
+ *   Q4_K/Q5_K    q . a with vpmaddubsw, times the sub-block scale with vpdpwssd; the min term
+ *                from the activation's 16-element sums: sum_j m_j * (bsum_2j + bsum_2j+1)
+ *   Q6_K         q (u8 0..63) . a likewise, minus 32 * sum_j scale_j * bsum_j
+ * Only the float accumulation order differs from the reference.
+ *
+ * Threads: pure functions.
+ */
+#include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx512_*
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+#define RMAX 4
+#define TMAX 4
+
+/* ================================ helpers =================================================== */
+
+INLINE float h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* [a x8 | b x8] */
+INLINE __m512 bcast2(float a, float b)
+{
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)), _mm256_set1_ps(b), 1);
+}
+
+/* 32 bytes at lo then 32 at hi; with hi NULL the upper half is zero (a lone tail block). */
+INLINE __m512i load_2x32(const void *lo, const void *hi)
+{
+    const __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256(lo));
+    return hi ? _mm512_inserti64x4(v, _mm256_loadu_si256(hi), 1) : v;
+}
+
+/* Two 16-bit copies of each unsigned byte of v in a dword each: dword j = (v_j, v_j) as i16. */
+INLINE __m256i pairdup_u8(uint64_t v)
+{
+    const __m256i d = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v));
+    return _mm256_or_si256(d, _mm256_slli_epi32(d, 16));
+}
+
+/* int16 lanes: lo in the first 256 bits, hi in the rest. */
+INLINE __m512i split16(short lo, short hi)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+
+INLINE void zero_tile(__m512 acc[RMAX][TMAX])
+{
+    UNROLL for (int r = 0; r < RMAX; r++)
+        UNROLL for (int t = 0; t < TMAX; t++)
+            acc[r][t] = _mm512_setzero_ps();
+}
+
+/* y[t * ys + r] = sum of the lanes of acc[r][t]. */
+INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t ys)
+{
+    UNROLL for (int t = 0; t < T; t++)
+        UNROLL for (int r = 0; r < R; r++)
+            y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/*
+ * The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset.
+ */
+#define TILESET(NAME, RM, TM)                                                                     \
+    static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, TM, n, W, ws, A, as, y, ys);                                              \
+    }                                                                                             \
+    static void NAME##_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, 1, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(1, TM, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,          \
+                              size_t as, float *y, int64_t ys)                                    \
+    {                                                                                             \
+        NAME##_tile(1, 1, n, W, ws, A, as, y, ys);                                                \
+    }                                                                                             \
+    static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
+                                                    NAME##_toks, NAME##_single}
+
+/* ================================ F32 / F16 / BF16 weights ================================== */
+
+/* 16 weights from element i of a float-type row as f32 (lanes outside m read as zero). */
+INLINE __m512 load_wf(enum kq_type wt, const uint8_t *row, int64_t i, __mmask16 m)
+{
+    if (wt == KQ_F32)
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (wt == KQ_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+INLINE void float_step(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws,
+                       const uint8_t *A, size_t as, int64_t i, __mmask16 m,
+                       __m512 acc[RMAX][TMAX])
+{
+    __m512 w[RMAX];
+    UNROLL for (int r = 0; r < R; r++)
+        w[r] = load_wf(wt, W + r * ws, i, m);
+    UNROLL for (int t = 0; t < T; t++) {
+        const __m512 a = _mm512_maskz_loadu_ps(m, (const float *)(A + t * as) + i);
+        UNROLL for (int r = 0; r < R; r++)
+            acc[r][t] = _mm512_fmadd_ps(w[r], a, acc[r][t]);
+    }
+}
+
+INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *W, size_t ws,
+                       const uint8_t *A, size_t as, float *y, int64_t ys)
+{
+    __m512 acc[RMAX][TMAX];
+    zero_tile(acc);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        float_step(wt, R, T, W, ws, A, as, i, 0xffff, acc);
+    if (i < n)
+        float_step(wt, R, T, W, ws, A, as, i, (__mmask16)((1u << (n - i)) - 1), acc);
+    store_tile(R, T, acc, y, ys);
+}
+
+#define f32_tile(R, T, ...) float_tile(KQ_F32, R, T, __VA_ARGS__)
+#define f16_tile(R, T, ...) float_tile(KQ_F16, R, T, __VA_ARGS__)
+#define bf16_tile(R, T, ...) float_tile(KQ_BF16, R, T, __VA_ARGS__)
+TILESET(f32, 4, 4);
+TILESET(f16, 4, 4);
+TILESET(bf16, 4, 4);
+
+/* ================================ Q8_0 / Q4_0 weights ======================================= */
+
+/* One step over blocks ib, ib + 1 (two == false: block ib only) of Q8_0 weights. */
+INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX])
+{
+    __m512i wabs[RMAX];
+    __mmask64 wneg[RMAX];
+    __m512 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q8_0 *b = (const struct kq__q8_0 *)(W + r * ws) + ib;
+        const __m512i v = load_2x32(b[0].qs, two ? b[1].qs : NULL);
+        wabs[r] = _mm512_abs_epi8(v);
+        wneg[r] = _mm512_movepi8_mask(v);
+        wd[r] = bcast2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
+        const __m512 ad = bcast2(h2f(c[0].d), two ? h2f(c[1].d) : 0.0f);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i sa = _mm512_mask_sub_epi8(a, wneg[r], _mm512_setzero_si512(), a);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs[r], sa);
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wd[r], ad), acc[r][t]);
+        }
+    }
+}
+
+/* Blocks ib, ib + 1 of Q4_0 weights as bytes 0..15 in activation order: [lo0 hi0 lo1 hi1]. */
+INLINE __m512i q4_0_unpack(const struct kq__q4_0 *b, bool two)
+{
+    __m256i v = _mm256_zextsi128_si256(_mm_loadu_si128((const void *)b[0].qs));
+    if (two)
+        v = _mm256_inserti128_si256(v, _mm_loadu_si128((const void *)b[1].qs), 1);
+    const __m512i dup = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                 _mm512_zextsi256_si512(v));
+    const __m512i sh = _mm512_srlv_epi64(dup, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    return _mm512_and_si512(sh, _mm512_set1_epi8(15));
+}
+
+INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX])
+{
+    __m512i wq[RMAX];
+    __m512 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q4_0 *b = (const struct kq__q4_0 *)(W + r * ws) + ib;
+        wq[r] = q4_0_unpack(b, two);
+        wd[r] = bcast2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
+        const __m512 ad = bcast2(h2f(c[0].d), two ? h2f(c[1].d) : 0.0f);
+        /* 8 * sum(a) per lane: the "- 8" of every weight level. */
+        const __m512i a8 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), a);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], a);
+            const __m512 pf = _mm512_cvtepi32_ps(_mm512_sub_epi32(p, a8));
+            acc[r][t] = _mm512_fmadd_ps(pf, _mm512_mul_ps(wd[r], ad), acc[r][t]);
+        }
+    }
+}
+
+#define BLOCK32_TILE(NAME)                                                                        \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m512 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        const int64_t nb = n / KQ__QK;                                                            \
+        int64_t ib = 0;                                                                           \
+        for (; ib + 2 <= nb; ib += 2)                                                             \
+            NAME##_step(R, T, W, ws, A, as, ib, true, acc);                                       \
+        if (ib < nb)                                                                              \
+            NAME##_step(R, T, W, ws, A, as, ib, false, acc);                                      \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+BLOCK32_TILE(q8_0)
+BLOCK32_TILE(q4_0)
+TILESET(q8_0, 4, 4);
+TILESET(q4_0, 4, 4);
+
+/* ================================ K-quant weights =========================================== */
+
+/*
+ * A K-quant super-block meets the activations in 4 steps of 64 elements. Per step and row the
+ * levels q (64 bytes, activation order) and the per-lane int16 scales; the super-block's integer
+ * sum builds up in iacc[r][t] and becomes float once, with the row's d and the token's d.
+ */
+struct krow {
+    const uint8_t *qs, *qh; /* qh: Q5_K high bits or Q6_K qh; NULL for Q4_K */
+    const uint8_t *ql;      /* Q6_K low bits */
+    __m512i sc;             /* dword j = (scale_j, scale_j) as i16; 8 (Q4/5_K) or 16 (Q6_K) */
+    __m256i mins;           /* Q4/5_K: dword j = (m_j, m_j); Q6_K: 16 x i16 scales */
+    float d, dmin;
+};
+
+INLINE struct krow krow_load(enum kq_type wt, const uint8_t *row, int64_t ib)
+{
+    struct krow k = {0};
+    if (wt == KQ_Q6_K) {
+        const struct kq__q6_k *b = (const struct kq__q6_k *)row + ib;
+        const __m128i s8 = _mm_loadu_si128((const void *)b->scales);
+        const __m512i s32 = _mm512_cvtepi8_epi32(s8);
+        k.sc = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xffff)),
+                               _mm512_slli_epi32(s32, 16));
+        k.mins = _mm256_cvtepi8_epi16(s8);
+        k.ql = b->ql, k.qh = b->qh, k.d = h2f(b->d);
+        return k;
+    }
+    uint64_t sc, m;
+    if (wt == KQ_Q4_K) {
+        const struct kq__q4_k *b = (const struct kq__q4_k *)row + ib;
+        kq__unpack_scales(b->scales, &sc, &m);
+        k.qs = b->qs, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+    } else {
+        const struct kq__q5_k *b = (const struct kq__q5_k *)row + ib;
+        kq__unpack_scales(b->scales, &sc, &m);
+        k.qs = b->qs, k.qh = b->qh, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+    }
+    k.sc = _mm512_zextsi256_si512(pairdup_u8(sc));
+    k.mins = pairdup_u8(m);
+    return k;
+}
+
+/* Levels of step s (elements 64s .. 64s+63) as unsigned bytes. */
+INLINE __m512i krow_levels(enum kq_type wt, const struct krow *k, int s)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    if (wt == KQ_Q6_K) { /* half s / 2; low nibbles for even s, high for odd */
+        const __m512i ql = _mm512_loadu_si512(k->ql + 64 * (s / 2));
+        const __m512i qh = load_2x32(k->qh + 32 * (s / 2), k->qh + 32 * (s / 2));
+        const __m512i lo = s % 2 ? _mm512_srli_epi16(ql, 4) : ql;
+        /* high 2 bits of the first 32 bytes: qh bits 0-1 (even s) / 4-5 (odd s); then 2-3 / 6-7 */
+        const __m512i hi = s % 2 ? _mm512_srlv_epi16(qh, split16(0, 2))
+                                 : _mm512_sllv_epi16(qh, split16(4, 2));
+        return _mm512_or_si512(_mm512_and_si512(lo, m4),
+                               _mm512_and_si512(hi, _mm512_set1_epi8(0x30)));
+    }
+    const __m256i v = _mm256_loadu_si256((const void *)(k->qs + 32 * s));
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    q = _mm512_and_si512(q, m4);
+    if (wt == KQ_Q5_K) { /* bit 2s of qh[l] for the first 32, bit 2s + 1 for the next */
+        const __m512i qh = load_2x32(k->qh, k->qh);
+        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * s))),
+                                               _mm256_set1_epi8((char)(2 << (2 * s))), 1);
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+    }
+    return q;
+}
+
+/* Per-lane int16 scales of step s for the vpmaddubsw output (32 lanes, 2 per 4 bytes). */
+INLINE __m512i krow_scales(enum kq_type wt, const struct krow *k, int s)
+{
+    __m512i idx; /* dword j of the result takes dword idx_j of k->sc */
+    if (wt == KQ_Q6_K) /* 4 sub-blocks of 16 per step: 4 dwords each */
+        idx = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_setr_m128i(_mm_set1_epi32(4 * s), _mm_set1_epi32(4 * s + 1))),
+            _mm256_setr_m128i(_mm_set1_epi32(4 * s + 2), _mm_set1_epi32(4 * s + 3)), 1);
+    else /* 2 sub-blocks of 32 per step: 8 dwords each */
+        idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * s), _mm256_set1_epi32(2 * s + 1), 1);
+    return _mm512_permutexvar_epi32(idx, k->sc);
+}
+
+/* Super-block ib of R rows x T tokens (kept whole: the steps share iacc, see the comment above). */
+INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, const uint8_t *A,
+                size_t as, int64_t ib, __m512 acc[RMAX][TMAX])
+{
+    struct krow k[RMAX];
+    __m512i iacc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        k[r] = krow_load(wt, W + r * ws, ib);
+        UNROLL for (int t = 0; t < T; t++)
+            iacc[r][t] = _mm512_setzero_si512();
+    }
+    UNROLL for (int s = 0; s < 4; s++) {
+        __m512i q[RMAX], sc[RMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            q[r] = krow_levels(wt, &k[r], s);
+            sc[r] = krow_scales(wt, &k[r], s);
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+            const __m512i a = _mm512_loadu_si512(c->qs + 64 * s);
+            UNROLL for (int r = 0; r < R; r++)
+                iacc[r][t] = _mm512_dpwssd_epi32(iacc[r][t], _mm512_maddubs_epi16(q[r], a), sc[r]);
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+        const __m256i bs = _mm256_loadu_si256((const void *)c->bsums);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i mt = _mm256_madd_epi16(bs, k[r].mins);
+            if (wt == KQ_Q6_K) { /* same scale as the main sum: fold in as integers */
+                const __m512i m32 = _mm512_slli_epi32(_mm512_zextsi256_si512(mt), 5);
+                iacc[r][t] = _mm512_sub_epi32(iacc[r][t], m32);
+            } else {
+                const __m512 mf = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(mt));
+                acc[r][t] = _mm512_fnmadd_ps(mf, _mm512_set1_ps(k[r].dmin * c->d), acc[r][t]);
+            }
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][t]),
+                                        _mm512_set1_ps(k[r].d * c->d), acc[r][t]);
+        }
+    }
+}
+
+#define KQUANT_TILE(NAME, WT)                                                                     \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m512 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        for (int64_t ib = 0; ib < n / KQ__QK_K; ib++)                                             \
+            ksb(WT, R, T, W, ws, A, as, ib, acc);                                                 \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+KQUANT_TILE(q4_k, KQ_Q4_K)
+KQUANT_TILE(q5_k, KQ_Q5_K)
+KQUANT_TILE(q6_k, KQ_Q6_K)
+TILESET(q4_k, 4, 4);
+TILESET(q5_k, 4, 4);
+TILESET(q6_k, 4, 4);
+
+/* ================================ activation quantisers ===================================== */
+
+/* Q8_0 blocks from 32 floats each; same arithmetic as the scalar reference. */
+static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK) {
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128((void *)b[i].qs, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid))));
+        _mm_storeu_si128((void *)(b[i].qs + 16),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid))));
+    }
+}
+
+/* Q8_K blocks from 256 floats each, with the 16-element sums. */
+static void act_q8_k(const float *x, struct kq__q8_k *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++)
+            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)));
+        const float d = _mm512_reduce_max_ps(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        for (int j = 0; j < 16; j++) {
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j),
+                                                               _mm512_set1_ps(id)));
+            _mm_storeu_si128((void *)(b[i].qs + 16 * j), _mm512_cvtepi32_epi8(q));
+            b[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+    }
+}
+
+/* ================================ entry points ============================================== */
+
+bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
+{
+    switch (kq_act_type(w)) {
+    case KQ_Q8_0: act_q8_0(x, dst, n / KQ__QK); return true;
+    case KQ_Q8_K: act_q8_k(x, dst, n / KQ__QK_K); return true;
+    default: return false; /* f32 activations are a copy */
+    }
+}
+
+bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                       int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                       int64_t y_stride)
+{
+    const struct kq__tileset *ts;
+    switch (w) {
+    case KQ_F32: ts = &f32_tiles; break;
+    case KQ_F16: ts = &f16_tiles; break;
+    case KQ_BF16: ts = &bf16_tiles; break;
+    case KQ_Q8_0: ts = &q8_0_tiles; break;
+    case KQ_Q4_0: ts = &q4_0_tiles; break;
+    case KQ_Q4_K: ts = &q4_k_tiles; break;
+    case KQ_Q5_K: ts = &q5_k_tiles; break;
+    case KQ_Q6_K: ts = &q6_k_tiles; break;
+    default: return false;
+    }
+    kq__tile_drive(ts, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    return true;
+}

@@ -1,0 +1,52 @@
+/*
+ * main — the deltad binary: dispatch to a subcommand (DESIGN.md section 5).
+ *
+ * Until the daemon lands (issue "The daemon"), `serve` is not available; generate, logits,
+ * bench and info are.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h" // defines: cmd_parse, cmd_generate, ...
+
+static void usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s COMMAND [options]\n"
+            "commands:\n"
+            "  generate -m MODEL -p TEXT [-n N] [--temp T] [--seed S]   one completion to stdout\n"
+            "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32 [--mtp]       all-position logits\n"
+            "  bench    -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t N]      tokens/s vs roofline\n"
+            "  info     [-m MODEL]                                       topology, model, memory\n"
+            "run '%s COMMAND --help' for its options\n",
+            prog, prog);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int which;
+        int (*fn)(const struct cmd_opts *o);
+    } cmds[] = {
+        {"generate", CMD_GENERATE, cmd_generate},
+        {"logits", CMD_LOGITS, cmd_logits},
+        {"bench", CMD_BENCH, cmd_bench},
+        {"info", CMD_INFO, cmd_info},
+    };
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argv[0]);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        if (strcmp(argv[1], cmds[i].name) != 0)
+            continue;
+        struct cmd_opts o;
+        if (cmd_parse(argc, argv, 2, cmds[i].which, &o))
+            return 2;
+        return cmds[i].fn(&o);
+    }
+    fprintf(stderr, "error: unknown command '%s'\n", argv[1]);
+    usage(argv[0]);
+    return 2;
+}

@@ -1,0 +1,349 @@
+/*
+ * test_tpool — engine/tpool.c: range sums and index coverage across many dispatches, ordered
+ * barrier phases, 10^5 back-to-back dispatches, the futex (no spin) path, bound pools, destroy
+ * while idle; then a micro-benchmark of dispatch and barrier latency (printed, never asserted).
+ *
+ * The data races this test would expose are plain (non-atomic) accesses on purpose, so that
+ * `make tsan` checks the pool's happens-before edges.
+ */
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "test.h"
+#include "topo.h"  // defines: topo_create, topo_split
+#include "tpool.h" // defines: tpool_*
+
+#if defined(__SANITIZE_THREAD__)
+#define SLOW 10 /* ThreadSanitizer: fewer iterations */
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLOW 10
+#endif
+#endif
+#ifndef SLOW
+#define SLOW 1
+#endif
+
+#define MAX_THREADS 8
+
+static int n_cpus(void)
+{
+    cpu_set_t m;
+    sched_getaffinity(0, sizeof m, &m);
+    return CPU_COUNT(&m);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- tpool_split ------------------------------------------------------------------------------ */
+
+TEST(split_properties)
+{
+    for (int64_t n = 0; n < 300; n += 7) {
+        for (int nth = 1; nth <= 9; nth++) {
+            for (int64_t align = 1; align <= 64; align *= 4) {
+                int64_t prev = 0, blocks = (n + align - 1) / align;
+                for (int ith = 0; ith < nth; ith++) {
+                    int64_t lo, hi;
+                    tpool_split(n, ith, nth, align, &lo, &hi);
+                    CHECK_EQ(lo, prev);
+                    CHECK(hi >= lo && hi <= n);
+                    CHECK(lo % align == 0 || lo == n);
+                    CHECK(hi % align == 0 || hi == n);
+                    int64_t nb = (hi - lo + align - 1) / align; /* near-equal shares */
+                    CHECK(nb == blocks / nth || nb == blocks / nth + 1);
+                    prev = hi;
+                }
+                CHECK_EQ(prev, n);
+            }
+        }
+    }
+}
+
+/* ---- range sums and index coverage ---------------------------------------------------------- */
+
+typedef struct sum_ctx {
+    const int64_t *data;
+    int64_t n;
+    int64_t align;
+    int64_t partial[MAX_THREADS]; /* one per thread, plain writes */
+    unsigned char *visits;        /* [n] each index bumped by its owner only */
+} sum_ctx;
+
+static void sum_fn(void *arg, int ith, int nth)
+{
+    sum_ctx *c = arg;
+    int64_t lo, hi, s = 0;
+    tpool_split(c->n, ith, nth, c->align, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        s += c->data[i];
+        c->visits[i]++;
+    }
+    c->partial[ith] = s;
+}
+
+static void check_sums(int nth, int dispatches)
+{
+    enum { N = 10007 };
+    static int64_t data[N];
+    static unsigned char visits[N];
+    for (int64_t i = 0; i < N; i++)
+        data[i] = i * 3 - 7;
+    tpool_t *p = tpool_create(nth, NULL, "sum");
+    sum_ctx c = {.data = data, .visits = visits};
+    int bad = 0;
+    for (int d = 0; d < dispatches; d++) {
+        c.n = d % N;
+        c.align = 1 + d % 33;
+        memset(visits, 0, sizeof visits);
+        tpool_run(p, sum_fn, &c);
+        int64_t got = 0, want = 0;
+        for (int t = 0; t < nth; t++)
+            got += c.partial[t];
+        for (int64_t i = 0; i < c.n; i++) {
+            want += data[i];
+            bad += visits[i] != 1;
+        }
+        bad += got != want;
+    }
+    CHECK_EQ(bad, 0);
+    tpool_destroy(p);
+}
+
+TEST(sums_and_visits)
+{
+    check_sums(1, 200);
+    check_sums(2, 2000 / SLOW);
+    check_sums(3, 1000 / SLOW);
+    check_sums(MAX_THREADS, 300 / SLOW); /* oversubscribed on small machines */
+}
+
+/* ---- barrier phases -------------------------------------------------------------------------- */
+
+enum { PHASES = 50 };
+
+typedef struct phase_ctx {
+    int stamp[PHASES][MAX_THREADS]; /* plain: written in phase k, read after the barrier */
+    int errors[MAX_THREADS];
+    int round;
+    tpool_t *pool;
+} phase_ctx;
+
+/* Phase k: every thread stamps its slot, then (after the barrier) checks everyone's stamp of
+ * phase k and that nobody has stamped phase k+1 yet. */
+static void phase_fn(void *arg, int ith, int nth)
+{
+    phase_ctx *c = arg;
+    tpool_t *pool = c->pool;
+    int err = 0;
+    for (int k = 0; k < PHASES; k++) {
+        c->stamp[k][ith] = c->round * 1000 + k;
+        tpool_barrier(pool);
+        for (int j = 0; j < nth; j++)
+            err += c->stamp[k][j] != c->round * 1000 + k;
+        if (k + 1 < PHASES)
+            for (int j = 0; j < nth; j++)
+                err += c->stamp[k + 1][j] == c->round * 1000 + k + 1;
+        tpool_barrier(pool); /* nobody overwrites phase k+1 until all have checked it */
+    }
+    c->errors[ith] += err;
+}
+
+static void check_phases(int nth, int rounds, int spin_us)
+{
+    static phase_ctx c;
+    memset(&c, 0, sizeof c);
+    c.pool = tpool_create(nth, NULL, "phase");
+    tpool_set_spin_us(c.pool, spin_us);
+    for (int r = 1; r <= rounds; r++) {
+        c.round = r;
+        tpool_run(c.pool, phase_fn, &c);
+    }
+    int err = 0;
+    for (int t = 0; t < nth; t++)
+        err += c.errors[t];
+    CHECK_EQ(err, 0);
+    tpool_destroy(c.pool);
+}
+
+TEST(barrier_phases)
+{
+    check_phases(1, 10, TPOOL_SPIN_US);
+    check_phases(2, 200 / SLOW, TPOOL_SPIN_US);
+    check_phases(4, 50 / SLOW, TPOOL_SPIN_US);
+    check_phases(2, 20, 0); /* every wait goes through the futex */
+    check_phases(3, 10, 0);
+}
+
+/* ---- back-to-back dispatches ------------------------------------------------------------------ */
+
+typedef struct count_ctx {
+    int64_t count[MAX_THREADS][8]; /* [thread][padding]: one cache line each */
+} count_ctx;
+
+static void count_fn(void *arg, int ith, int nth)
+{
+    count_ctx *c = arg;
+    c->count[ith][0]++;
+}
+
+TEST(many_dispatches)
+{
+    int nth = n_cpus() < 4 ? n_cpus() : 4;
+    if (nth < 2)
+        nth = 2;
+    const int n = 100000 / SLOW;
+    static count_ctx c;
+    memset(&c, 0, sizeof c);
+    tpool_t *p = tpool_create(nth, NULL, "b2b");
+    double t0 = now_s();
+    for (int i = 0; i < n; i++)
+        tpool_run(p, count_fn, &c);
+    double dt = now_s() - t0;
+    for (int t = 0; t < nth; t++)
+        CHECK_EQ(c.count[t][0], n);
+    printf("  %d dispatches on %d threads in %.3f s (%.2f us each)\n", n, nth, dt, dt / n * 1e6);
+    tpool_destroy(p);
+}
+
+TEST(sleeping_pool_wakes)
+{
+    static count_ctx c;
+    memset(&c, 0, sizeof c);
+    tpool_t *p = tpool_create(3, NULL, "sleepy");
+    struct timespec ms = {0, 2000000};
+    for (int i = 0; i < 20; i++) {
+        nanosleep(&ms, NULL); /* well past the spin window: workers are in FUTEX_WAIT */
+        tpool_run(p, count_fn, &c);
+    }
+    tpool_set_spin_us(p, 0);
+    for (int i = 0; i < 2000 / SLOW; i++)
+        tpool_run(p, count_fn, &c);
+    for (int t = 0; t < 3; t++)
+        CHECK_EQ(c.count[t][0], 20 + 2000 / SLOW);
+    tpool_destroy(p);
+}
+
+TEST(destroy_idle)
+{
+    static count_ctx c;
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 20; i++) {
+        tpool_t *p = tpool_create(1 + i % 4, NULL, "idle");
+        CHECK_EQ(tpool_size(p), 1 + i % 4);
+        if (i % 2)
+            tpool_run(p, count_fn, &c);
+        if (i % 3 == 0)
+            nanosleep(&ms, NULL); /* sometimes destroyed asleep, sometimes while spinning */
+        tpool_destroy(p);
+    }
+    tpool_destroy(NULL);
+}
+
+/* ---- bound pool -------------------------------------------------------------------------------- */
+
+typedef struct where_ctx {
+    int cpu[MAX_THREADS];
+    int pinned[MAX_THREADS]; /* the thread's affinity is exactly one CPU */
+} where_ctx;
+
+static void where_fn(void *arg, int ith, int nth)
+{
+    where_ctx *c = arg;
+    cpu_set_t m;
+    sched_getaffinity(0, sizeof m, &m);
+    c->pinned[ith] = CPU_COUNT(&m) == 1;
+    c->cpu[ith] = sched_getcpu();
+}
+
+TEST(bound_pool)
+{
+    char err[256];
+    topo_t *t = topo_create(err, sizeof err);
+    topo_plan *plan = NULL;
+    CHECK_EQ(topo_split(t, 1, 0, &plan, err, sizeof err), 0);
+    const topo_coreset *cs = &plan->sets[0];
+    tpool_t *p = tpool_create(0, cs, "bound");
+    CHECK_EQ(tpool_size(p), cs->n);
+    where_ctx c;
+    memset(&c, 0, sizeof c);
+    tpool_run(p, where_fn, &c);
+    for (int i = 1; i < cs->n && i < MAX_THREADS; i++) {
+        if (!c.pinned[i]) {
+            printf("  note: worker %d not pinned (binding refused here); not an error\n", i);
+            continue;
+        }
+        CHECK_EQ(c.cpu[i], cs->pu[i]);
+    }
+    tpool_destroy(p);
+    topo_plan_destroy(plan);
+    topo_destroy(t);
+}
+
+/* ---- micro-benchmark --------------------------------------------------------------------------- */
+
+static void empty_fn(void *arg, int ith, int nth)
+{
+}
+
+static void barrier_fn(void *arg, int ith, int nth)
+{
+    tpool_t *p = arg;
+    for (int i = 0; i < 100; i++)
+        tpool_barrier(p);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over `runs` of the mean time (us) of `per_run` calls of fn through the pool. */
+static double median_us(tpool_t *p, tpool_fn fn, void *ctx, int runs, int per_run)
+{
+    double t[32];
+    for (int r = 0; r < runs; r++) {
+        double t0 = now_s();
+        for (int i = 0; i < per_run; i++)
+            tpool_run(p, fn, ctx);
+        t[r] = (now_s() - t0) / per_run * 1e6;
+    }
+    qsort(t, (size_t)runs, sizeof *t, cmp_double);
+    return t[runs / 2];
+}
+
+TEST(bench_dispatch)
+{
+    int nth = n_cpus() < MAX_THREADS ? n_cpus() : MAX_THREADS;
+    if (nth < 2)
+        nth = 2;
+    tpool_t *p = tpool_create(nth, NULL, "bench");
+    tpool_run(p, empty_fn, NULL); /* warm up */
+    double spin = median_us(p, empty_fn, NULL, 11, 20000 / SLOW);
+    double bar = median_us(p, barrier_fn, p, 11, 200 / SLOW) / 100;
+    tpool_set_spin_us(p, 0);
+    double futex = median_us(p, empty_fn, NULL, 11, 2000 / SLOW);
+    printf("  bench: nth=%d dispatch %.2f us (spinning), %.2f us (futex only), barrier %.2f us\n",
+           nth, spin, futex, bar);
+    tpool_destroy(p);
+}
+
+int main(void)
+{
+    RUN(split_properties);
+    RUN(sums_and_visits);
+    RUN(barrier_phases);
+    RUN(many_dispatches);
+    RUN(sleeping_pool_wakes);
+    RUN(destroy_idle);
+    RUN(bound_pool);
+    RUN(bench_dispatch);
+    TEST_MAIN_END("test_tpool");
+}

@@ -1,0 +1,651 @@
+/*
+ * mkmodel — deterministic generator of synthetic GGUF models for tests and benchmarks.
+ *
+ *   mkmodel --tiny-all DIR
+ *       the standard test set (docs/models.md §9): tiny-{qwen3,qwen35,qwen35moe,qwen3next}.gguf
+ *       in F32, tiny-qwen35-{q8_0,q4_0}.gguf, tiny-qwen35moe-q8_0.gguf, and
+ *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256).
+ *   mkmodel --arch A [--type T] [--preset tiny|small|1g|moe-1g] [--vocab N] [--seed S] -o FILE
+ *
+ * Determinism: every tensor row draws from its own splitmix64 stream seeded from
+ * hash(tensor name) ^ seed and the row index, and normals come from Marsaglia's polar form of
+ * Box–Muller with a logarithm built from IEEE +, *, / only (no libm), so a file is bit-identical
+ * across runs, thread counts, generation order and machines. The same tensor name gets the same
+ * values in every arch and type, so quantised models can be compared with their F32 twins.
+ *
+ * Not a converter: the weights are noise with the scales of docs §9.3, and the 272-token vocab
+ * of §9.2 (optionally padded with [PAD<i>] tokens) is the only tokenizer.
+ *
+ * Threads: generation of one tensor is split by rows across the online CPUs.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf.h"  // defines: gguf_writer_*
+#include "quant.h" // defines: kq_quantize_row, kq_row_bytes, kq_type_name
+#include "util.h"  // defines: xmalloc, dd_now
+
+/* ---- deterministic RNG -------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double unif(uint64_t *s)
+{
+    return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Natural logarithm of q > 0 from frexp and an atanh series: only exactly rounded IEEE
+ * operations, so the result is the same on every machine (libm's log need not be). */
+static double det_log(double q)
+{
+    int e;
+    double m = frexp(q, &e); /* q = m * 2^e, m in [0.5, 1) */
+    if (m < 0.70710678118654752) {
+        m *= 2.0;
+        e -= 1;
+    }
+    double t = (m - 1.0) / (m + 1.0), t2 = t * t, sum = 0.0; /* |t| <= 0.172 */
+    for (int k = 12; k >= 0; k--)
+        sum = sum * t2 + 1.0 / (2 * k + 1);
+    return 2.0 * t * sum + e * 0.69314718055994530942;
+}
+
+/* Two independent N(0, 1) samples (polar Box–Muller). */
+static void normal_pair(uint64_t *s, double *z0, double *z1)
+{
+    double u, v, q;
+    do {
+        u = 2.0 * unif(s) - 1.0;
+        v = 2.0 * unif(s) - 1.0;
+        q = u * u + v * v;
+    } while (q >= 1.0 || q == 0.0);
+    double f = sqrt(-2.0 * det_log(q) / q);
+    *z0 = u * f;
+    *z1 = v * f;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+enum arch { A_QWEN3, A_QWEN35, A_QWEN35MOE, A_QWEN3NEXT };
+static const char *const arch_names[] = {"qwen3", "qwen35", "qwen35moe", "qwen3next"};
+
+struct cfg {
+    enum arch arch;
+    int64_t E, n_trunk, n_mtp;       /* width, trunk layers, MTP blocks */
+    int64_t H, Hkv, D, R;            /* attention heads, head dim, rotary dims */
+    int64_t Hk, Hv, S, K;            /* GDN key/value heads, head dim, conv width */
+    int64_t n_ff;                    /* dense FFN width */
+    int64_t n_exp, n_used, ff_exp, ff_shexp; /* MoE */
+    int64_t vocab, ctx;
+    float rope_base, eps;
+    enum kq_type type; /* type of every quantisable matrix */
+    uint64_t seed;
+    const char *name; /* general.name */
+};
+
+static bool is_moe(const struct cfg *c)
+{
+    return c->arch == A_QWEN35MOE || c->arch == A_QWEN3NEXT;
+}
+
+/* Dims of a preset (tiny, small, 1g) for an arch; false for an unknown preset. */
+static bool preset_dims(struct cfg *c, const char *preset)
+{
+    bool q3 = c->arch == A_QWEN3;
+    *c = (struct cfg){.arch = c->arch, .type = c->type, .seed = c->seed, .vocab = c->vocab,
+                      .name = c->name, .K = 4, .eps = 1e-6f, .rope_base = q3 ? 1e6f : 1e7f,
+                      .n_mtp = q3 ? 0 : 1, .ctx = 2048, .Hkv = 2};
+    if (strcmp(preset, "tiny") == 0) {
+        c->E = 128, c->n_trunk = q3 ? 2 : 4, c->H = 4, c->D = q3 ? 32 : 64;
+        c->Hk = 2, c->Hv = 4, c->S = 32, c->n_ff = 256;
+        c->n_exp = 8, c->n_used = 2, c->ff_exp = 64, c->ff_shexp = 128;
+    } else if (strcmp(preset, "small") == 0) {
+        c->E = 256, c->n_trunk = q3 ? 2 : 4, c->H = 4, c->D = 64;
+        c->Hk = 2, c->Hv = 4, c->S = 64, c->n_ff = 512;
+        c->n_exp = 8, c->n_used = 2, c->ff_exp = 256, c->ff_shexp = 512;
+    } else if (strcmp(preset, "1g") == 0 || strcmp(preset, "moe-1g") == 0) {
+        c->E = 2048, c->n_trunk = 12, c->H = 16, c->D = q3 ? 128 : 256, c->ctx = 262144;
+        c->Hk = 16, c->Hv = 32, c->S = 128, c->n_ff = 6144;
+        c->n_exp = 64, c->n_used = 8, c->ff_exp = 512, c->ff_shexp = 512;
+    } else {
+        return false;
+    }
+    c->R = q3 ? c->D : c->D / 4;
+    if (c->vocab == 0)
+        c->vocab = strcmp(preset, "1g") == 0 || strcmp(preset, "moe-1g") == 0 ? 32768 : 272;
+    return true;
+}
+
+/* ---- tokenizer (docs §9.2) ---------------------------------------------------------------- */
+
+#define N_REAL_TOKENS 269 /* 256 bytes + 8 merges + 5 specials; pads follow */
+
+static const char *const merges[8] = {"Ġ t", "h e", "Ġt he", "i n", "e r", "Ġ a", "o n", "Ġ s"};
+static const char *const merged[8] = {"Ġt", "he", "Ġthe", "in", "er", "Ġa", "on", "Ġs"};
+static const char *const specials[5] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>",
+                                        "</think>"};
+static const char chatml_template[] =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+/* GPT-2 byte-to-unicode: the UTF-8 text (<= 2 bytes + NUL) of the character standing for byte b. */
+static void byte_token(int b, char out[3])
+{
+    int cp = b, n = 0;
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    if (!printable) {
+        for (int x = 0; x < b; x++)
+            n += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = '\0';
+    } else {
+        out[0] = (char)(0xc0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3f)), out[2] = '\0';
+    }
+}
+
+static void set_tokenizer(gguf_writer_t *w, const struct cfg *c)
+{
+    int64_t V = c->vocab;
+    char **tok = xmalloc((size_t)V * sizeof(char *));
+    int32_t *type = xmalloc((size_t)V * sizeof(int32_t));
+    for (int64_t i = 0; i < V; i++) {
+        tok[i] = xmalloc(32);
+        type[i] = i < 264 ? 1 : i < N_REAL_TOKENS ? 3 : 5;
+        if (i < 256)
+            byte_token((int)i, tok[i]);
+        else if (i < 264)
+            snprintf(tok[i], 32, "%s", merged[i - 256]);
+        else if (i < N_REAL_TOKENS)
+            snprintf(tok[i], 32, "%s", specials[i - 264]);
+        else
+            snprintf(tok[i], 32, "[PAD%lld]", (long long)i);
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre",
+                        c->arch == A_QWEN35 || c->arch == A_QWEN35MOE ? "qwen35" : "qwen2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL, (uint64_t)V);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)V);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 8);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 264);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 266);
+    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 264);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_writer_set_str(w, "tokenizer.chat_template", chatml_template);
+    for (int64_t i = 0; i < V; i++)
+        free(tok[i]);
+    free(tok);
+    free(type);
+}
+
+/* ---- hyper-parameter keys (docs §2.2, §2.5) ----------------------------------------------- */
+
+/* llama_ftype of a file whose matrices are all of type t. */
+static uint32_t file_type(enum kq_type t)
+{
+    switch (t) {
+    case KQ_F16: return 1;
+    case KQ_Q4_0: return 2;
+    case KQ_Q8_0: return 7;
+    case KQ_Q4_K: return 14; /* Q4_K_S */
+    case KQ_Q5_K: return 16; /* Q5_K_S */
+    case KQ_Q6_K: return 18;
+    case KQ_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static void set_u32(gguf_writer_t *w, const struct cfg *c, const char *key, int64_t v)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch_names[c->arch], key);
+    gguf_writer_set_u32(w, full, (uint32_t)v);
+}
+
+static void set_f32(gguf_writer_t *w, const struct cfg *c, const char *key, float v)
+{
+    char full[128];
+    snprintf(full, sizeof(full), "%s.%s", arch_names[c->arch], key);
+    gguf_writer_set_f32(w, full, v);
+}
+
+/* Keys of the GDN hybrids: M-RoPE sections, SSM dims, MTP, experts. */
+static void set_hybrid_keys(gguf_writer_t *w, const struct cfg *c)
+{
+    set_u32(w, c, "nextn_predict_layers", c->n_mtp);
+    set_u32(w, c, "full_attention_interval", 4);
+    set_u32(w, c, "ssm.conv_kernel", c->K);
+    set_u32(w, c, "ssm.state_size", c->S);
+    set_u32(w, c, "ssm.group_count", c->Hk);
+    set_u32(w, c, "ssm.time_step_rank", c->Hv);
+    set_u32(w, c, "ssm.inner_size", c->Hv * c->S);
+    if (c->arch != A_QWEN3NEXT) {
+        int32_t half = (int32_t)(c->R / 2), a = (half + 2) / 3;
+        const int32_t sections[4] = {a, a, half - 2 * a, 0}; /* [11,11,10,0] for R = 64 */
+        char key[128];
+        snprintf(key, sizeof(key), "%s.rope.dimension_sections", arch_names[c->arch]);
+        gguf_writer_set_arr_i32(w, key, sections, 4);
+    }
+    if (is_moe(c)) {
+        set_u32(w, c, "expert_count", c->n_exp);
+        set_u32(w, c, "expert_used_count", c->n_used);
+        set_u32(w, c, "expert_feed_forward_length", c->ff_exp);
+        set_u32(w, c, "expert_shared_feed_forward_length", c->ff_shexp);
+    }
+}
+
+static void set_keys(gguf_writer_t *w, const struct cfg *c)
+{
+    gguf_writer_set_str(w, "general.architecture", arch_names[c->arch]);
+    gguf_writer_set_str(w, "general.name", c->name);
+    gguf_writer_set_u32(w, "general.file_type", file_type(c->type));
+    if (c->type != KQ_F32 && c->type != KQ_F16 && c->type != KQ_BF16)
+        gguf_writer_set_u32(w, "general.quantization_version", 2);
+    set_u32(w, c, "context_length", c->ctx);
+    set_u32(w, c, "embedding_length", c->E);
+    set_u32(w, c, "block_count", c->n_trunk + c->n_mtp);
+    set_u32(w, c, "feed_forward_length", c->n_ff);
+    set_u32(w, c, "attention.head_count", c->H);
+    set_u32(w, c, "attention.head_count_kv", c->Hkv);
+    set_u32(w, c, "attention.key_length", c->D);
+    set_u32(w, c, "attention.value_length", c->D);
+    set_u32(w, c, "rope.dimension_count", c->R);
+    set_f32(w, c, "rope.freq_base", c->rope_base);
+    set_f32(w, c, "attention.layer_norm_rms_epsilon", c->eps);
+    if (c->arch != A_QWEN3)
+        set_hybrid_keys(w, c);
+    set_tokenizer(w, c);
+}
+
+/* ---- tensor list (docs §4, §9.3) ---------------------------------------------------------- */
+
+enum init {
+    I_EMBED,  /* N(0, 1) */
+    I_MATRIX, /* N(0, 1/ne0): ne0 is the number of input features */
+    I_NORM,   /* 1 + 0.1 N(0, 1) */
+    I_CONV,   /* 0.5 N(0, 1) */
+    I_DT,     /* 0.5 N(0, 1) */
+    I_SSM_A,  /* -U(1, 16) */
+};
+
+struct tspec {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[GGUF_MAX_DIMS]; /* unused dims are 1 */
+    enum init init;
+    bool keep_f32; /* norms, conv, routers, ssm_a, dt bias and 1-D tensors (docs §4.9) */
+};
+
+struct tlist {
+    struct tspec *v; /* [n] in file order */
+    int n, cap;
+};
+
+/* Appends a tensor of shape [ne0, ne1, ne2] (trailing zeros = absent dims). */
+static void add(struct tlist *l, enum init init, int64_t ne0, int64_t ne1, int64_t ne2,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void add(struct tlist *l, enum init init, int64_t ne0, int64_t ne1, int64_t ne2,
+                const char *fmt, ...)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof(*l->v));
+    }
+    struct tspec *t = &l->v[l->n++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof(t->name), fmt, ap);
+    va_end(ap);
+    t->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
+    t->ne[0] = ne0, t->ne[1] = ne1 ? ne1 : 1, t->ne[2] = ne2 ? ne2 : 1, t->ne[3] = 1;
+    t->init = init;
+    t->keep_f32 = t->n_dims == 1 || (init != I_MATRIX && init != I_EMBED) ||
+                  strstr(t->name, "ffn_gate_inp") != NULL;
+}
+
+/* Gated full attention (hybrids: attn_q packs query and gate) or plain qwen3 attention. */
+static void add_attn(struct tlist *l, const struct cfg *c, int il)
+{
+    int64_t qout = c->arch == A_QWEN3 ? c->H * c->D : 2 * c->H * c->D;
+    add(l, I_MATRIX, c->E, qout, 0, "blk.%d.attn_q.weight", il);
+    add(l, I_MATRIX, c->E, c->Hkv * c->D, 0, "blk.%d.attn_k.weight", il);
+    add(l, I_MATRIX, c->E, c->Hkv * c->D, 0, "blk.%d.attn_v.weight", il);
+    add(l, I_MATRIX, c->H * c->D, c->E, 0, "blk.%d.attn_output.weight", il);
+    add(l, I_NORM, c->D, 0, 0, "blk.%d.attn_q_norm.weight", il);
+    add(l, I_NORM, c->D, 0, 0, "blk.%d.attn_k_norm.weight", il);
+}
+
+/* Gated DeltaNet mixer (docs §4.2). */
+static void add_gdn(struct tlist *l, const struct cfg *c, int il)
+{
+    int64_t C = 2 * c->Hk * c->S + c->Hv * c->S;
+    add(l, I_MATRIX, c->E, C, 0, "blk.%d.attn_qkv.weight", il);
+    add(l, I_MATRIX, c->E, c->Hv * c->S, 0, "blk.%d.attn_gate.weight", il);
+    add(l, I_CONV, c->K, C, 0, "blk.%d.ssm_conv1d.weight", il);
+    add(l, I_DT, c->Hv, 0, 0, "blk.%d.ssm_dt.bias", il);
+    add(l, I_SSM_A, c->Hv, 0, 0, "blk.%d.ssm_a", il);
+    if (c->arch == A_QWEN3NEXT) {
+        add(l, I_MATRIX, c->E, 2 * c->Hv, 0, "blk.%d.ssm_ba.weight", il);
+    } else {
+        add(l, I_MATRIX, c->E, c->Hv, 0, "blk.%d.ssm_beta.weight", il);
+        add(l, I_MATRIX, c->E, c->Hv, 0, "blk.%d.ssm_alpha.weight", il);
+    }
+    add(l, I_NORM, c->S, 0, 0, "blk.%d.ssm_norm.weight", il);
+    add(l, I_MATRIX, c->Hv * c->S, c->E, 0, "blk.%d.ssm_out.weight", il);
+}
+
+/* Dense SwiGLU FFN or MoE with a shared expert (docs §4.5, §4.6). */
+static void add_ffn(struct tlist *l, const struct cfg *c, int il)
+{
+    if (!is_moe(c)) {
+        add(l, I_MATRIX, c->E, c->n_ff, 0, "blk.%d.ffn_gate.weight", il);
+        add(l, I_MATRIX, c->E, c->n_ff, 0, "blk.%d.ffn_up.weight", il);
+        add(l, I_MATRIX, c->n_ff, c->E, 0, "blk.%d.ffn_down.weight", il);
+        return;
+    }
+    add(l, I_MATRIX, c->E, c->n_exp, 0, "blk.%d.ffn_gate_inp.weight", il);
+    add(l, I_MATRIX, c->E, c->ff_exp, c->n_exp, "blk.%d.ffn_gate_exps.weight", il);
+    add(l, I_MATRIX, c->E, c->ff_exp, c->n_exp, "blk.%d.ffn_up_exps.weight", il);
+    add(l, I_MATRIX, c->ff_exp, c->E, c->n_exp, "blk.%d.ffn_down_exps.weight", il);
+    add(l, I_MATRIX, c->E, 0, 0, "blk.%d.ffn_gate_inp_shexp.weight", il);
+    add(l, I_MATRIX, c->E, c->ff_shexp, 0, "blk.%d.ffn_gate_shexp.weight", il);
+    add(l, I_MATRIX, c->E, c->ff_shexp, 0, "blk.%d.ffn_up_shexp.weight", il);
+    add(l, I_MATRIX, c->ff_shexp, c->E, 0, "blk.%d.ffn_down_shexp.weight", il);
+}
+
+static void add_layer(struct tlist *l, const struct cfg *c, int il)
+{
+    bool mtp = il >= c->n_trunk;
+    bool attn = c->arch == A_QWEN3 || mtp || (il + 1) % 4 == 0;
+    add(l, I_NORM, c->E, 0, 0, "blk.%d.attn_norm.weight", il);
+    if (attn)
+        add_attn(l, c, il);
+    else
+        add_gdn(l, c, il);
+    add(l, I_NORM, c->E, 0, 0, c->arch == A_QWEN3 ? "blk.%d.ffn_norm.weight"
+                                                  : "blk.%d.post_attention_norm.weight", il);
+    add_ffn(l, c, il);
+    if (mtp) {
+        add(l, I_MATRIX, 2 * c->E, c->E, 0, "blk.%d.nextn.eh_proj.weight", il);
+        add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.enorm.weight", il);
+        add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.hnorm.weight", il);
+        add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.shared_head_norm.weight", il);
+    }
+}
+
+static void build_list(struct tlist *l, const struct cfg *c)
+{
+    add(l, I_EMBED, c->E, c->vocab, 0, "token_embd.weight");
+    add(l, I_NORM, c->E, 0, 0, "output_norm.weight");
+    if (c->arch != A_QWEN3)
+        add(l, I_MATRIX, c->E, c->vocab, 0, "output.weight");
+    for (int il = 0; il < c->n_trunk + c->n_mtp; il++)
+        add_layer(l, c, il);
+}
+
+/* ---- tensor generation -------------------------------------------------------------------- */
+
+/* One row of ne0 values: the row's own stream, scaled for the tensor's role. */
+static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x)
+{
+    uint64_t s = tseed ^ ((uint64_t)row * 0xd1342543de82ef95ull);
+    splitmix64(&s);
+    int64_t n = t->ne[0];
+    double scale = t->init == I_MATRIX ? 1.0 / sqrt((double)n) : 1.0;
+    for (int64_t i = 0; i < n; i += 2) {
+        double z0, z1;
+        if (t->init == I_SSM_A) {
+            z0 = -(1.0 + 15.0 * unif(&s));
+            z1 = -(1.0 + 15.0 * unif(&s));
+        } else {
+            normal_pair(&s, &z0, &z1);
+        }
+        if (t->init == I_NORM) {
+            z0 = 1.0 + 0.1 * z0, z1 = 1.0 + 0.1 * z1;
+        } else if (t->init == I_CONV || t->init == I_DT) {
+            z0 *= 0.5, z1 *= 0.5;
+        }
+        x[i] = (float)(z0 * scale);
+        if (i + 1 < n)
+            x[i + 1] = (float)(z1 * scale);
+    }
+}
+
+struct gen_job {
+    const struct tspec *t;
+    enum kq_type type;
+    uint64_t tseed;
+    int64_t r0, r1;   /* rows [r0, r1) */
+    size_t row_bytes; /* encoded row size */
+    uint8_t *out;     /* [rows * row_bytes] */
+};
+
+static void *gen_rows(void *arg)
+{
+    struct gen_job *j = arg;
+    float *x = xmalloc((size_t)j->t->ne[0] * sizeof(float));
+    for (int64_t r = j->r0; r < j->r1; r++) {
+        gen_row(j->t, j->tseed, r, x);
+        kq_quantize_row(j->type, x, j->out + (size_t)r * j->row_bytes, j->t->ne[0]);
+    }
+    free(x);
+    return NULL;
+}
+
+static int n_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+/* Generates tensor t encoded as `type` into a new buffer of *size bytes (caller frees). */
+static uint8_t *gen_tensor(const struct tspec *t, enum kq_type type, uint64_t seed, size_t *size)
+{
+    int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    struct gen_job base = {.t = t, .type = type, .row_bytes = kq_row_bytes(type, t->ne[0])};
+    base.tseed = hash_str(t->name) ^ seed;
+    *size = base.row_bytes * (size_t)rows;
+    base.out = xmalloc(*size ? *size : 1);
+    int nt = rows * t->ne[0] >= (1 << 16) ? n_threads() : 1;
+    pthread_t tid[16];
+    struct gen_job jobs[16];
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = base;
+        jobs[k].r0 = rows * k / nt;
+        jobs[k].r1 = rows * (k + 1) / nt;
+        if (k > 0 && pthread_create(&tid[k], NULL, gen_rows, &jobs[k]) != 0)
+            gen_rows(&jobs[k]), tid[k] = 0;
+    }
+    gen_rows(&jobs[0]);
+    for (int k = 1; k < nt; k++) {
+        if (tid[k])
+            pthread_join(tid[k], NULL);
+    }
+    return base.out;
+}
+
+/* ---- model files -------------------------------------------------------------------------- */
+
+/* Writes the model of c to path; prints one summary line. */
+static int write_model(const struct cfg *c, const char *path)
+{
+    double t0 = dd_now();
+    struct tlist l = {0};
+    build_list(&l, c);
+    gguf_writer_t *w = gguf_writer_create(0);
+    set_keys(w, c);
+    int rc = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < l.n && rc == 0; i++) {
+        const struct tspec *t = &l.v[i];
+        enum kq_type type = t->keep_f32 ? KQ_F32 : c->type;
+        if (t->ne[0] % kq_block_elems(type) != 0) {
+            fprintf(stderr, "mkmodel: %s: ne0 = %lld is not a multiple of %d, the block of %s\n",
+                    t->name, (long long)t->ne[0], kq_block_elems(type), kq_type_name(type));
+            rc = 1;
+            break;
+        }
+        size_t size;
+        uint8_t *data = gen_tensor(t, type, c->seed, &size);
+        rc = gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, type, data, size) ? 1 : 0;
+        total += size;
+        free(data);
+    }
+    char err[512];
+    if (rc == 0 && gguf_writer_write_file(w, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        rc = 1;
+    }
+    if (rc == 0)
+        printf("%s: %s %s, %d tensors, %llu weight bytes, %.2f s\n", path, arch_names[c->arch],
+               kq_type_name(c->type), l.n, (unsigned long long)total, dd_now() - t0);
+    gguf_writer_destroy(w);
+    free(l.v);
+    return rc;
+}
+
+static bool parse_arch(const char *s, enum arch *a)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, arch_names[i]) == 0) {
+            *a = (enum arch)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_type(const char *s, enum kq_type *t)
+{
+    static const enum kq_type types[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,
+                                         KQ_Q4_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (strcasecmp(s, kq_type_name(types[i])) == 0) {
+            *t = types[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One model of the standard set: DIR/<prefix>-<arch><suffix>.gguf. */
+static int tiny_one(const char *dir, const char *preset, enum arch a, enum kq_type type,
+                    const char *prefix, const char *suffix)
+{
+    char path[4096], name[128];
+    snprintf(name, sizeof(name), "%s-%s%s", prefix, arch_names[a], suffix);
+    snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
+    struct cfg c = {.arch = a, .type = type, .name = name};
+    preset_dims(&c, preset);
+    return write_model(&c, path);
+}
+
+/* The standard test set (see the file comment). */
+static int tiny_all(const char *dir)
+{
+    static const enum kq_type small_types[] = {KQ_F32, KQ_F16, KQ_BF16,
+                                               KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+    mkdir(dir, 0755);
+    int rc = 0;
+    for (int a = 0; a < 4; a++)
+        rc |= tiny_one(dir, "tiny", (enum arch)a, KQ_F32, "tiny", "");
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0");
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0");
+    rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0");
+    for (size_t i = 0; i < sizeof(small_types) / sizeof(small_types[0]); i++) {
+        char suffix[16];
+        snprintf(suffix, sizeof(suffix), "-%s", kq_type_name(small_types[i]));
+        for (char *p = suffix; *p; p++)
+            *p = (char)(*p == 'K' ? 'k' : *p); /* "q4_K" → "q4_k" in file names */
+        rc |= tiny_one(dir, "small", A_QWEN35, small_types[i], "small", suffix);
+    }
+    return rc;
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: mkmodel --tiny-all DIR\n"
+            "       mkmodel --arch qwen3|qwen35|qwen35moe|qwen3next [--type T] "
+            "[--preset tiny|small|1g|moe-1g]\n"
+            "               [--vocab N] [--seed S] -o FILE\n"
+            "  T: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f32; q8_0 for 1g presets)\n"
+            "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n");
+    return 2;
+}
+
+/* Options of the general form; returns 0, or 2 after printing usage. */
+static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset, const char **out)
+{
+    bool have_arch = false, have_type = false;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return usage();
+        if (strcmp(argv[i], "--arch") == 0 && parse_arch(v, &c->arch))
+            have_arch = true;
+        else if (strcmp(argv[i], "--type") == 0 && parse_type(v, &c->type))
+            have_type = true;
+        else if (strcmp(argv[i], "--preset") == 0)
+            *preset = v;
+        else if (strcmp(argv[i], "--vocab") == 0 && atoll(v) >= N_REAL_TOKENS)
+            c->vocab = atoll(v);
+        else if (strcmp(argv[i], "--seed") == 0)
+            c->seed = strtoull(v, NULL, 0);
+        else if (strcmp(argv[i], "-o") == 0)
+            *out = v;
+        else
+            return usage();
+        i++;
+    }
+    bool big = strcmp(*preset, "1g") == 0 || strcmp(*preset, "moe-1g") == 0;
+    if (!have_arch && big)
+        c->arch = strcmp(*preset, "1g") == 0 ? A_QWEN35 : A_QWEN35MOE;
+    else if (!have_arch)
+        return usage();
+    if (!have_type)
+        c->type = big ? KQ_Q8_0 : KQ_F32;
+    return *out ? 0 : usage();
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--tiny-all") == 0)
+        return tiny_all(argv[2]) ? 1 : 0;
+    struct cfg c = {.name = "synthetic"};
+    const char *preset = "tiny", *out = NULL;
+    if (parse_opts(argc, argv, &c, &preset, &out))
+        return 2;
+    if (!preset_dims(&c, preset)) {
+        fprintf(stderr, "mkmodel: unknown preset '%s'\n", preset);
+        return 2;
+    }
+    double t0 = dd_now();
+    int rc = write_model(&c, out);
+    if (rc == 0)
+        printf("total %.2f s\n", dd_now() - t0);
+    return rc;
+}
