@@ -20,9 +20,9 @@
 
 /* Class masks of one pre-tokenizer flavour. */
 struct flavour {
-    unsigned letter;  /* what a letter run consumes: L, or L|M for qwen35 */
-    unsigned symbol;  /* a symbol-run character has none of these flags */
-    int max_digits;   /* \p{N} (1) or \p{N}{1,3} (3) */
+    unsigned letter; /* what a letter run consumes: L, or L|M for qwen35 */
+    unsigned symbol; /* a symbol-run character has none of these flags */
+    int max_digits;  /* \p{N} (1) or \p{N}{1,3} (3) */
 };
 
 static const struct flavour flavours[] = {
@@ -38,9 +38,8 @@ int pretok_from_name(const char *s, size_t len, enum pretok_kind *out)
         const char *name;
         enum pretok_kind kind;
     } names[] = {
-        {"qwen2", PRETOK_QWEN2},      {"deepseek-r1-qwen", PRETOK_QWEN2},
-        {"default", PRETOK_QWEN2},    {"qwen35", PRETOK_QWEN35},
-        {"llama-bpe", PRETOK_LLAMA3}, {"llama3", PRETOK_LLAMA3},
+        {"qwen2", PRETOK_QWEN2},     {"deepseek-r1-qwen", PRETOK_QWEN2}, {"default", PRETOK_QWEN2},
+        {"qwen35", PRETOK_QWEN35},   {"llama-bpe", PRETOK_LLAMA3},       {"llama3", PRETOK_LLAMA3},
         {"llama-v3", PRETOK_LLAMA3},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

@@ -54,18 +54,18 @@ struct special {
 struct tok {
     int32_t n_vocab;
     enum pretok_kind pre;
-    char *text;          /* token strings back to back, GPT-2 byte-encoded form */
-    uint32_t *text_off;  /* [n_vocab + 1] token i is text[text_off[i] .. text_off[i+1]) */
-    char *piece;         /* the raw bytes of each token, back to back */
-    uint32_t *piece_off; /* [n_vocab + 1] */
-    uint8_t *type;       /* [n_vocab] enum tok_type */
-    uint8_t *eog;        /* [n_vocab] 1 = ends generation */
+    char *text;               /* token strings back to back, GPT-2 byte-encoded form */
+    uint32_t *text_off;       /* [n_vocab + 1] token i is text[text_off[i] .. text_off[i+1]) */
+    char *piece;              /* the raw bytes of each token, back to back */
+    uint32_t *piece_off;      /* [n_vocab + 1] */
+    uint8_t *type;            /* [n_vocab] enum tok_type */
+    uint8_t *eog;             /* [n_vocab] 1 = ends generation */
     struct index_slot *index; /* [index_mask + 1] string hash of the token ids */
     uint64_t index_mask;
     struct merge_slot *merges; /* [merge_mask + 1] */
     uint64_t merge_mask;
-    int32_t byte_tok[256]; /* token of each single byte */
-    struct special *specials;   /* [n_specials] by first byte, then longest first */
+    int32_t byte_tok[256];    /* token of each single byte */
+    struct special *specials; /* [n_specials] by first byte, then longest first */
     int32_t n_specials;
     int32_t special_start[257]; /* specials starting with byte b: [start[b], start[b+1]) */
     int32_t bos, eos, eot, eom, pad;
@@ -117,6 +117,8 @@ static bool gpt2_decode(const int16_t *cp_to_byte, const char *s, size_t n, char
 
 /* ---- hash tables -------------------------------------------------------------------------- */
 
+/* FNV-1a, fed in pieces so a merge's "left" + "right" hashes like the merged token without
+ * building the string. Tokens are short (a few bytes on average), where FNV is hard to beat. */
 static uint64_t fnv_step(uint64_t h, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -124,6 +126,7 @@ static uint64_t fnv_step(uint64_t h, const char *s, size_t n)
     return h;
 }
 
+/* Table sizes are powers of two (>= 16) so probing wraps with a mask. */
 static uint64_t pow2_at_least(uint64_t n)
 {
     uint64_t cap = 16;
@@ -132,6 +135,7 @@ static uint64_t pow2_at_least(uint64_t n)
     return cap;
 }
 
+/* The vocabulary string of a valid id (GPT-2 form, not NUL-terminated). */
 static const char *tok_text(const tok_t *t, int32_t id, size_t *len)
 {
     *len = t->text_off[id + 1] - t->text_off[id];
@@ -173,6 +177,8 @@ static int32_t index_insert(tok_t *t, int32_t id)
     return -1;
 }
 
+/* Fibonacci hashing: the product's high bits mix both ids; shifting by 29 keeps 35 of them,
+ * more than any table here needs. */
 static uint64_t merge_hash(uint64_t key, uint64_t mask)
 {
     return ((key * 0x9E3779B97F4A7C15ull) >> 29) & mask;
@@ -237,24 +243,12 @@ static int load_kind(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     return 0;
 }
 
-/* Copy the token strings into one blob and index them, rejecting duplicates. */
-static int load_tokens(tok_t *t, const gguf_t *g, char *err, size_t errlen)
+/* Copy the token strings into one blob (text, text_off). Offsets are 32-bit, so the blob is
+ * capped at 4 GiB; real vocabularies use a few MiB. */
+static int copy_tokens(tok_t *t, const gguf_t *g, char *err, size_t errlen)
 {
-    enum gguf_vtype et;
-    uint64_t n;
-    const void *data;
-    int rc = gguf_get_arr(g, KEY_TOKENS, &et, &n, &data);
-    if (rc == DD_ENOTFOUND) {
-        dd_errf(err, errlen, "%s: missing (the vocabulary is required)", KEY_TOKENS);
-        return rc;
-    }
-    if (rc || et != GGUF_T_STRING || n == 0 || n > INT32_MAX / 4) {
-        dd_errf(err, errlen, "%s: expected a non-empty array of strings", KEY_TOKENS);
-        return rc ? rc : DD_ETYPE;
-    }
-    t->n_vocab = (int32_t)n;
+    uint64_t n = (uint64_t)t->n_vocab, total = 0;
     t->text_off = xmalloc((n + 1) * sizeof(uint32_t));
-    uint64_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
@@ -274,7 +268,13 @@ static int load_tokens(tok_t *t, const gguf_t *g, char *err, size_t errlen)
         gguf_arr_str(g, KEY_TOKENS, i, &s, &len);
         memcpy(t->text + t->text_off[i], s, len);
     }
-    t->index_mask = pow2_at_least(2 * n) - 1;
+    return 0;
+}
+
+/* Build the string hash; a repeated string is an error (ids would be ambiguous). */
+static int index_tokens(tok_t *t, char *err, size_t errlen)
+{
+    t->index_mask = pow2_at_least(2 * (uint64_t)t->n_vocab) - 1;
     t->index = xmalloc((t->index_mask + 1) * sizeof(struct index_slot));
     memset(t->index, 0xff, (t->index_mask + 1) * sizeof(struct index_slot));
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -288,6 +288,27 @@ static int load_tokens(tok_t *t, const gguf_t *g, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+/* The vocabulary: a non-empty string array, copied and indexed. */
+static int load_tokens(tok_t *t, const gguf_t *g, char *err, size_t errlen)
+{
+    enum gguf_vtype et;
+    uint64_t n;
+    const void *data;
+    int rc = gguf_get_arr(g, KEY_TOKENS, &et, &n, &data);
+    if (rc == DD_ENOTFOUND) {
+        dd_errf(err, errlen, "%s: missing (the vocabulary is required)", KEY_TOKENS);
+        return rc;
+    }
+    if (rc || et != GGUF_T_STRING || n == 0 || n > INT32_MAX / 4) {
+        dd_errf(err, errlen, "%s: expected a non-empty array of strings", KEY_TOKENS);
+        return rc ? rc : DD_ETYPE;
+    }
+    t->n_vocab = (int32_t)n;
+    if ((rc = copy_tokens(t, g, err, errlen)))
+        return rc;
+    return index_tokens(t, err, errlen);
 }
 
 /* Token types, optional (all normal when absent). 0 (llama.cpp's "undefined") reads as normal. */
@@ -351,7 +372,9 @@ static int load_merge(tok_t *t, const char *s, size_t len, uint64_t i, char *err
     if (left < 0 || right < 0 || id < 0) {
         dd_errf(err, errlen, "%s: entry %llu '%.*s': %s is not in the vocabulary", KEY_MERGES,
                 (unsigned long long)i, shown, s,
-                left < 0 ? "the left token" : right < 0 ? "the right token" : "the merged token");
+                left < 0    ? "the left token"
+                : right < 0 ? "the right token"
+                            : "the merged token");
         return DD_EFORMAT;
     }
     merge_insert(t, left, right, (int32_t)i, id);
@@ -366,7 +389,8 @@ static int load_merges(tok_t *t, const gguf_t *g, char *err, size_t errlen)
     int rc = gguf_get_arr(g, KEY_MERGES, &et, &n, &data);
     if (rc || et != GGUF_T_STRING || n > INT32_MAX / 4) {
         dd_errf(err, errlen, "%s: %s", KEY_MERGES,
-                rc == DD_ENOTFOUND ? "missing (required for gpt2)" : "expected an array of strings");
+                rc == DD_ENOTFOUND ? "missing (required for gpt2)"
+                                   : "expected an array of strings");
         return rc ? rc : DD_ETYPE;
     }
     t->merge_mask = pow2_at_least(n + n / 2) - 1; /* load factor <= 2/3 */
@@ -393,8 +417,8 @@ static int load_id(const tok_t *t, const gguf_t *g, const char *key, int32_t *ou
     if (rc == DD_ENOTFOUND)
         return 0;
     if (rc || v < 0 || v >= t->n_vocab) {
-        dd_errf(err, errlen, "%s: %s %lld is not a token id (n_vocab %d)", key,
-                rc ? "value" : "id", rc ? -1LL : (long long)v, t->n_vocab);
+        dd_errf(err, errlen, "%s: %s %lld is not a token id (n_vocab %d)", key, rc ? "value" : "id",
+                rc ? -1LL : (long long)v, t->n_vocab);
         return rc ? rc : DD_ERANGE;
     }
     *out = (int32_t)v;
@@ -480,8 +504,8 @@ static void build_specials(tok_t *t)
 static void mark_eog(tok_t *t)
 {
     static const char *const names[] = {
-        "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
-        "<|end_of_text|>", "<EOT>", "<|return|>", "<|call|>",
+        "<|im_end|>",    "<|endoftext|>",   "<|eot_id|>", "<|eom_id|>", "<|end|>",
+        "<end_of_turn>", "<|end_of_text|>", "<EOT>",      "<|return|>", "<|call|>",
     };
     t->eog = xcalloc((size_t)t->n_vocab, 1);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -496,6 +520,7 @@ static void mark_eog(tok_t *t)
     }
 }
 
+/* Each loader names the key in its error message; the build_* steps cannot fail. */
 int tok_create(const gguf_t *g, tok_t **out, char *err, size_t errlen)
 {
     tok_t *t = xcalloc(1, sizeof(*t));
@@ -604,6 +629,7 @@ struct enc {
     size_t cap, n_heap;
 };
 
+/* Store an id if it fits; count it either way so the caller learns the size needed. */
 static void emit(struct enc *e, int32_t id)
 {
     if (e->count < e->max_ids)
@@ -621,8 +647,8 @@ static int reserve(struct enc *e, size_t n)
     struct sym *s = realloc(e->sym, cap * sizeof(*s));
     if (s)
         e->sym = s;
-    struct cand *h = s && cap <= SIZE_MAX / 3 / sizeof(*h) ? realloc(e->heap, 3 * cap * sizeof(*h))
-                                                           : NULL;
+    struct cand *h =
+        s && cap <= SIZE_MAX / 3 / sizeof(*h) ? realloc(e->heap, 3 * cap * sizeof(*h)) : NULL;
     if (!h)
         return DD_ENOMEM;
     e->heap = h;
@@ -630,6 +656,7 @@ static int reserve(struct enc *e, size_t n)
     return 0;
 }
 
+/* Heap order: lowest rank first, then leftmost (HF's tie rule). */
 static bool cand_less(const struct cand *a, const struct cand *b)
 {
     return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
@@ -650,6 +677,7 @@ static void heap_push_pair(struct enc *e, int32_t l, int32_t r)
     e->heap[i] = c;
 }
 
+/* Remove and return the smallest candidate (sift the last entry down from the root). */
 static struct cand heap_pop(struct enc *e)
 {
     struct cand top = e->heap[0], last = e->heap[--e->n_heap];
@@ -669,7 +697,10 @@ static struct cand heap_pop(struct enc *e)
     return top;
 }
 
-/* Merge the word w[0..n) (one pre-token) and emit its ids. */
+/* Merge the word w[0..n) (one pre-token) and emit its ids. Symbols start as single bytes and
+ * live in a linked list over the array; candidates for every adjacent pair wait in a heap, and
+ * merging two symbols queues the new pairs with both neighbours. Stale candidates are skipped
+ * when popped, so each merge costs O(log n). */
 static int bpe_word(struct enc *e, const uint8_t *w, size_t n)
 {
     if (n == 1) {
@@ -735,6 +766,9 @@ static size_t match_special(const tok_t *t, const uint8_t *s, size_t n, int32_t 
     return 0;
 }
 
+/* Cut special tokens out of s (leftmost, then longest) and encode the stretches between them
+ * as plain text. The scan is per byte, but special_start makes a non-candidate byte cost one
+ * table read. */
 static int encode_text(struct enc *e, const uint8_t *s, size_t n, bool parse_special)
 {
     if (!parse_special || e->t->n_specials == 0)
@@ -771,6 +805,8 @@ int64_t tok_encode(const tok_t *t, const char *text, size_t len, bool parse_spec
 
 /* ---- decoding ----------------------------------------------------------------------------- */
 
+/* Raw concatenation of the pieces (no UTF-8 repair: decode(encode(x)) == x for any bytes);
+ * out-of-range ids contribute nothing. A short cap truncates but the full size is returned. */
 size_t tok_decode(const tok_t *t, const int32_t *ids, int64_t n, char *out, size_t cap)
 {
     size_t total = 0;

@@ -28,21 +28,24 @@
 
 struct topo {
     hwloc_topology_t h;
-    hwloc_bitmap_t allowed;    /* PUs this process may use; owned */
-    hwloc_obj_type_t core;     /* HWLOC_OBJ_CORE, or HWLOC_OBJ_PU when hwloc reports no cores */
-    int fake;                  /* synthetic / XML topology: never bind */
+    hwloc_bitmap_t allowed; /* PUs this process may use; owned */
+    hwloc_obj_type_t core;  /* HWLOC_OBJ_CORE, or HWLOC_OBJ_PU when hwloc reports no cores */
+    int fake;               /* synthetic / XML topology: never bind */
     int n_gpus;
     topo_gpu *gpus;            /* [n_gpus]; owned */
-    hwloc_bitmap_t *gpu_local; /* [n_gpus] cpuset of each GPU's nearest non-I/O ancestor; owned */
+    hwloc_bitmap_t *gpu_local; /* [n_gpus] allowed PUs near each GPU (may be empty); owned */
 };
 
-/* The allowed units of one NUMA node (or of the node-less cores), in core order. */
+/* The allowed units of one NUMA node (or of the node-less cores), in core order. It is the
+ * indivisible block of placement when there are fewer devices than nodes, and the pool that is
+ * cut into contiguous runs when there are more. */
 typedef struct group {
-    int numa;
-    int n;
-    int *pu; /* [n]; owned by the group array, see groups_free */
+    int numa; /* OS index of the node, -1 for the node-less cores */
+    int n;    /* units in pu */
+    int *pu;  /* [n] PU OS indexes; owned by the group array, see groups_free */
 } group;
 
+/* PCI vendor id of NVIDIA; every CUDA device carries it. */
 #define NVIDIA_VENDOR 0x10de
 
 static const char *plural(int n, const char *one, const char *many)
@@ -55,21 +58,27 @@ static const char *plural(int n, const char *one, const char *many)
  * ============================================================================================== */
 
 /* Intersect the cgroup-allowed PUs with the process affinity (taskset); fake topologies keep
- * every PU. Returns 0 or DD_EUNSUPPORTED when nothing is left. */
+ * every PU. hwloc already drops PUs a cgroup forbids, but knows nothing of sched_setaffinity
+ * masks, so ask for the process binding too. It is the union over the process's threads, which
+ * at start-up (before any binding) is the mask the process was launched with.
+ * Returns 0 or DD_EUNSUPPORTED when nothing is left. */
 static int compute_allowed(topo_t *t)
 {
     t->allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t->h));
     hwloc_bitmap_and(t->allowed, t->allowed, hwloc_topology_get_topology_cpuset(t->h));
     if (!t->fake) {
         hwloc_bitmap_t bound = hwloc_bitmap_alloc();
-        if (hwloc_get_cpubind(t->h, bound, HWLOC_CPUBIND_PROCESS) == 0 && !hwloc_bitmap_iszero(bound))
+        if (hwloc_get_cpubind(t->h, bound, HWLOC_CPUBIND_PROCESS) == 0 &&
+            !hwloc_bitmap_iszero(bound))
             hwloc_bitmap_and(t->allowed, t->allowed, bound);
         hwloc_bitmap_free(bound);
     }
     return hwloc_bitmap_iszero(t->allowed) ? DD_EUNSUPPORTED : 0;
 }
 
-/* Fill g->name and g->cuda_index from the OS devices hwloc attached under the PCI device. */
+/* Fill g->name and g->cuda_index from the OS devices hwloc attached under the PCI device.
+ * hwloc's CUDA/NVML plugins (absent from most distribution builds) add "cudaN" / "nvmlN" OS
+ * devices with a GPUModel; without them the PCI ids are all there is. */
 static void gpu_describe(hwloc_obj_t pci, topo_gpu *g)
 {
     const char *model = NULL;
@@ -92,7 +101,8 @@ static void gpu_describe(hwloc_obj_t pci, topo_gpu *g)
 static int is_nvidia_gpu(hwloc_obj_t pci)
 {
     /* PCI class 0x03xx: display controllers (VGA 0x0300, 3D 0x0302); NVSwitches are 0x0680. */
-    return pci->attr->pcidev.vendor_id == NVIDIA_VENDOR && (pci->attr->pcidev.class_id >> 8) == 0x03;
+    return pci->attr->pcidev.vendor_id == NVIDIA_VENDOR &&
+           (pci->attr->pcidev.class_id >> 8) == 0x03;
 }
 
 /* Record one GPU: bus id, name, nearest NUMA node, nearby allowed PUs. */
@@ -104,6 +114,8 @@ static void gpu_add(topo_t *t, hwloc_obj_t pci)
              a->func);
     g->cuda_index = -1;
     gpu_describe(pci, g);
+    /* The first non-I/O ancestor (a package, group or the machine) is what hwloc knows of the
+     * GPU's locality; a single node in its nodeset is the GPU's NUMA node. */
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->h, pci);
     g->numa = -1;
     if (anc->nodeset && hwloc_bitmap_weight(anc->nodeset) == 1)
@@ -156,6 +168,12 @@ static topo_t *topo_alloc(void)
         return NULL;
     }
     hwloc_topology_set_io_types_filter(t->h, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* The Linux backend finds PCI devices in sysfs by itself. The libpciaccess plugin would add
+     * only names, and leaks ~1 KiB per load (LeakSanitizer fails every test); the OpenCL and GL
+     * plugins can load GPU drivers, which is slow and may create device contexts. */
+    static const char *const skip[] = {"pci", "opencl", "gl"};
+    for (size_t i = 0; i < sizeof skip / sizeof *skip; i++)
+        hwloc_topology_set_components(t->h, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]);
     return t;
 }
 
@@ -239,7 +257,8 @@ const topo_gpu *topo_gpu_get(const topo_t *t, int i)
     return &t->gpus[i];
 }
 
-/* Parse "domain:bus:dev.func" (hex) into one comparable number; -1 if malformed. */
+/* Parse "domain:bus:dev.func" (hex) into one comparable number; -1 if malformed. Numbers, not
+ * strings, because CUDA prints "0000:3B:00.0" and nvidia-smi "00000000:3B:00.0". */
 static int64_t busid_key(const char *s)
 {
     unsigned dom, bus, dev, fn;
@@ -259,6 +278,13 @@ int topo_gpu_find(const topo_t *t, const char *busid)
 
 /* ================================================================================================
  * Placement
+ *
+ * 1. Collect groups: per NUMA node, its allowed units (one PU per core, or every PU), cores in
+ *    logical order so that a contiguous run of units shares caches.
+ * 2. n_sets <= groups: hand out whole groups, contiguous in node order (sets may differ in size;
+ *    a set that spans nodes has numa = -1).
+ * 3. n_sets > groups: every group gets one set, each extra set goes to the group with the most
+ *    units per set, and each group is cut into that many contiguous runs.
  * ============================================================================================== */
 
 /* Append to g the allowed units of the not-yet-taken cores inside `within`, marking them taken
@@ -268,7 +294,8 @@ static void collect_units(const topo_t *t, hwloc_const_cpuset_t within, unsigned
 {
     hwloc_bitmap_t usable = hwloc_bitmap_alloc();
     for (hwloc_obj_t c = NULL; (c = hwloc_get_next_obj_by_type(t->h, t->core, c));) {
-        if (hwloc_bitmap_isset(taken, c->logical_index) || !hwloc_bitmap_isincluded(c->cpuset, within))
+        if (hwloc_bitmap_isset(taken, c->logical_index) ||
+            !hwloc_bitmap_isincluded(c->cpuset, within))
             continue;
         hwloc_bitmap_and(usable, c->cpuset, t->allowed);
         if (hwloc_bitmap_iszero(usable))
@@ -297,6 +324,7 @@ static int collect_groups(const topo_t *t, unsigned flags, group **out)
     group *gs = xcalloc((size_t)n_nodes + 1, sizeof *gs);
     hwloc_bitmap_t taken = hwloc_bitmap_alloc();
     int n = 0;
+    /* i == n_nodes is the pass that sweeps up cores no node claimed. */
     for (int i = 0; i <= n_nodes; i++) {
         hwloc_obj_t node = i < n_nodes ? hwloc_get_obj_by_type(t->h, HWLOC_OBJ_NUMANODE, i) : NULL;
         group *g = &gs[n];
@@ -341,7 +369,8 @@ static void devices_per_group(const group *gs, int n_groups, int n_sets, int *pe
     }
 }
 
-/* Copy units [lo, hi) of g onto the end of cs. cs->pu must have room. */
+/* Copy units [lo, hi) of g onto the end of cs. cs->pu must have room. A set keeps the group's
+ * NUMA node while it holds units of that group only. */
 static void set_append(topo_coreset *cs, const group *g, int lo, int hi)
 {
     memcpy(cs->pu + cs->n, g->pu + lo, (size_t)(hi - lo) * sizeof *cs->pu);
@@ -365,7 +394,7 @@ static void assign_split_groups(const group *gs, int n_groups, topo_plan *p)
 {
     int *per = xmalloc((size_t)n_groups * sizeof *per);
     devices_per_group(gs, n_groups, p->n_sets, per);
-    int s = 0;
+    int s = 0; /* sets are numbered in node order, so a node's sets are neighbours */
     for (int g = 0; g < n_groups; g++) {
         for (int k = 0; k < per[g]; k++, s++) {
             int lo = (int)((int64_t)k * gs[g].n / per[g]);
@@ -407,7 +436,8 @@ int topo_split(const topo_t *t, int n_sets, unsigned flags, topo_plan **out, cha
                 "cannot place %d CPU device(s) on %d allowed %s (PUs %s); HINT: use between 1 "
                 "and %d devices, or widen the CPU set (taskset / cgroup cpuset)",
                 n_sets, total,
-                (flags & TOPO_ALL_PUS) ? plural(total, "PU", "PUs") : plural(total, "core", "cores"),
+                (flags & TOPO_ALL_PUS) ? plural(total, "PU", "PUs")
+                                       : plural(total, "core", "cores"),
                 pus, total);
         rc = n_sets < 1 ? DD_EINVAL : DD_ERANGE;
         goto out;
@@ -443,6 +473,7 @@ int topo_coreset_init_gpu(const topo_t *t, int i, unsigned flags, topo_coreset *
 {
     if (i < 0 || i >= t->n_gpus)
         return DD_ERANGE;
+    /* Collect into a group sized for the whole machine, then hand its array over to out. */
     int n_pus = hwloc_get_nbobjs_by_type(t->h, HWLOC_OBJ_PU);
     group g = {.numa = t->gpus[i].numa, .pu = xmalloc((size_t)n_pus * sizeof(int))};
     hwloc_bitmap_t taken = hwloc_bitmap_alloc();
@@ -460,9 +491,11 @@ int topo_coreset_init_gpu(const topo_t *t, int i, unsigned flags, topo_coreset *
  * Binding
  * ============================================================================================== */
 
+/* Process-wide: the binding refusal is the same for every thread, so say it once. */
 static atomic_flag bind_warned = ATOMIC_FLAG_INIT;
 
-/* Bind the calling thread to `set`; on refusal warn once per process and report. */
+/* Bind the calling thread to `set`; on refusal warn once per process and report. Containers
+ * (seccomp, restricted cpusets) and some VMs refuse; the pools still work, only slower. */
 static int bind_thread(const topo_t *t, hwloc_const_cpuset_t set)
 {
     if (t->fake)
@@ -522,11 +555,11 @@ static void print_machine(const topo_t *t, FILE *f)
     const char *arch = hwloc_obj_get_info_by_name(root, "Architecture");
     const char *host = hwloc_obj_get_info_by_name(root, "HostName");
     hwloc_bitmap_list_snprintf(pus, sizeof pus, t->allowed);
-    fprintf(f, "machine: %s%s%s%s, %d %s, %d NUMA %s, %d %s, %d PUs\n", arch ? arch : "",
+    fprintf(f, "machine: %s%s%s%s, %d %s, %d NUMA %s, %d %s, %d %s\n", arch ? arch : "",
             arch ? ", " : "", host ? "host " : "", host ? host : (t->fake ? "fake" : "?"),
             c.packages, plural(c.packages, "package", "packages"), c.numa_nodes,
-            plural(c.numa_nodes, "node", "nodes"), c.cores, plural(c.cores, "core", "cores"),
-            c.pus);
+            plural(c.numa_nodes, "node", "nodes"), c.cores, plural(c.cores, "core", "cores"), c.pus,
+            plural(c.pus, "PU", "PUs"));
     fprintf(f, "allowed: %d %s, %d %s (%s)\n", c.allowed_cores,
             plural(c.allowed_cores, "core", "cores"), c.allowed_pus,
             plural(c.allowed_pus, "PU", "PUs"), pus);
@@ -542,6 +575,7 @@ static const char *trimmed(const char *s, char *buf, size_t cap)
     return buf;
 }
 
+/* One line per package: CPU model, cores (all / allowed), PUs. */
 static void print_packages(const topo_t *t, FILE *f)
 {
     for (hwloc_obj_t p = NULL; (p = hwloc_get_next_obj_by_type(t->h, HWLOC_OBJ_PACKAGE, p));) {
@@ -554,6 +588,8 @@ static void print_packages(const topo_t *t, FILE *f)
     }
 }
 
+/* One line per NUMA node: cores (all / allowed), PUs, local memory. Memory-only nodes (CXL,
+ * HBM) show 0 cores. */
 static void print_numa(const topo_t *t, FILE *f)
 {
     for (hwloc_obj_t n = NULL; (n = hwloc_get_next_obj_by_type(t->h, HWLOC_OBJ_NUMANODE, n));) {
@@ -565,6 +601,7 @@ static void print_numa(const topo_t *t, FILE *f)
     }
 }
 
+/* One line per NVIDIA GPU: bus id, name, CUDA ordinal when known, NUMA node, nearby PUs. */
 static void print_gpus(const topo_t *t, FILE *f)
 {
     if (t->n_gpus == 0)
@@ -580,6 +617,7 @@ static void print_gpus(const topo_t *t, FILE *f)
     }
 }
 
+/* The placement: per CPU device, its thread count, NUMA node and PUs. */
 static void print_plan(const topo_plan *p, FILE *f)
 {
     fprintf(f, "placement: %d CPU %s, one thread per %s\n", p->n_sets,

@@ -29,9 +29,9 @@ typedef struct topo_counts {
 
 /* The cores of one CPU device: unit i is where pool thread i runs. */
 typedef struct topo_coreset {
-    int n;              /* number of units (= threads of the device's pool) */
-    int *pu;            /* [n] OS index of the PU unit i binds to; owned, see topo_coreset_deinit */
-    int numa;           /* OS index of the NUMA node holding every unit, or -1 (several / unknown) */
+    int n;    /* number of units (= threads of the device's pool) */
+    int *pu;  /* [n] OS index of the PU unit i binds to; owned, see topo_coreset_deinit */
+    int numa; /* OS index of the NUMA node holding every unit, or -1 (several / unknown) */
     const topo_t *topo; /* borrowed: the topology the set came from; must outlive the set */
 } topo_coreset;
 
@@ -44,25 +44,27 @@ typedef struct topo_plan {
 
 /* One NVIDIA GPU found on the PCI bus. */
 typedef struct topo_gpu {
-    char busid[16];  /* "dddd:bb:dd.f", lower-case hex */
-    char name[64];   /* model name when hwloc knows it, else "NVIDIA [10de:xxxx]" */
-    int cuda_index;  /* CUDA ordinal when hwloc's CUDA plugin named it ("cudaN"), else -1 */
-    int numa;        /* OS index of the nearest NUMA node, or -1 (several / unknown) */
-    char cpus[64];   /* allowed PUs near the GPU as a list ("0-15,32-47"); "" if unknown */
+    char busid[16]; /* "dddd:bb:dd.f", lower-case hex */
+    char name[64];  /* model name when hwloc knows it, else "NVIDIA [10de:xxxx]" */
+    int cuda_index; /* CUDA ordinal when hwloc's CUDA plugin named it ("cudaN"), else -1 */
+    int numa;       /* OS index of the nearest NUMA node, or -1 (several / unknown) */
+    char cpus[64];  /* allowed PUs near the GPU as a list ("0-15,32-47"); "" if unknown */
 } topo_gpu;
 
-/* ---- lifecycle -------------------------------------------------------------------------------- */
+/* ---- lifecycle ------------------------------------------------------------------------------- */
 
 /* Discover this machine, I/O devices included. Returns NULL and writes err on failure.
  * Transferred: release with topo_destroy. */
 topo_t *topo_create(char *err, size_t errcap);
 /* Build a fake topology from an hwloc synthetic description ("pack:2 numa:2 core:4 pu:2") or,
  * when desc starts with '<', from an hwloc XML text. For tests and `deltad info --topo`; all of
- * it counts as allowed, and binding is a no-op returning DD_EUNSUPPORTED. */
+ * it counts as allowed, and binding is a no-op returning DD_EUNSUPPORTED. IMPORTANT: trusted
+ * input only; hwloc 2.9 crashes on XML that lacks the complete_cpuset/complete_nodeset attributes
+ * (write it with lstopo or hwloc_topology_export_xml). */
 topo_t *topo_create_fake(const char *desc, char *err, size_t errcap);
 void topo_destroy(topo_t *t);
 
-/* ---- queries ---------------------------------------------------------------------------------- */
+/* ---- queries --------------------------------------------------------------------------------- */
 
 void topo_get_counts(const topo_t *t, topo_counts *out);
 int topo_gpu_count(const topo_t *t);
@@ -72,7 +74,7 @@ const topo_gpu *topo_gpu_get(const topo_t *t, int i);
  * 4- or 8-digit domain), or -1. */
 int topo_gpu_find(const topo_t *t, const char *busid);
 
-/* ---- placement -------------------------------------------------------------------------------- */
+/* ---- placement ------------------------------------------------------------------------------- */
 
 /* Divide the allowed units into n_sets disjoint, non-empty sets, NUMA-aware: with n_sets <= the
  * number of NUMA nodes each set gets whole nodes; otherwise every node gets at least one set and
@@ -89,7 +91,7 @@ void topo_plan_destroy(topo_plan *p);
 int topo_coreset_init_gpu(const topo_t *t, int i, unsigned flags, topo_coreset *out);
 void topo_coreset_deinit(topo_coreset *cs);
 
-/* ---- binding ---------------------------------------------------------------------------------- */
+/* ---- binding --------------------------------------------------------------------------------- */
 
 /* Bind the calling thread to unit i of cs (i wraps modulo cs->n). Returns 0, or a negative DD_*
  * code when the OS refused (the first refusal per process is logged as a warning; callers just
@@ -99,7 +101,7 @@ int topo_bind_unit(const topo_coreset *cs, int i);
  * failure handling as topo_bind_unit. */
 int topo_bind_set(const topo_coreset *cs);
 
-/* ---- reporting -------------------------------------------------------------------------------- */
+/* ---- reporting ------------------------------------------------------------------------------- */
 
 /* Print the machine summary, packages, NUMA nodes, GPUs and, when plan is non-NULL, the
  * placement, for `deltad info`. */

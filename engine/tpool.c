@@ -75,9 +75,11 @@ struct tpool {
     _Alignas(CACHE_LINE) waitword gen; /* dispatch generation */
     tpool_fn fn;
     void *ctx;
-    _Atomic int busy; /* a dispatch is running; catches nested / concurrent tpool_run */
 
+    /* Owner and workers: the completion count. `busy` lives here because the owner holds this
+     * line anyway when it writes the flag (right after reading / writing `pending`). */
     _Alignas(CACHE_LINE) waitword pending; /* workers still running the current dispatch */
+    _Atomic int busy; /* a dispatch is running; catches nested / concurrent tpool_run */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_arrived;
     _Alignas(CACHE_LINE) waitword bar_gen; /* barrier generation; waiters spin here */
 };
@@ -86,6 +88,8 @@ struct tpool {
  * Waiting: spin, then futex
  * ============================================================================================== */
 
+/* A spin-loop hint: lets the sibling hyperthread run and avoids a memory-order mis-speculation
+ * flush when the awaited store lands. */
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,13 +1,14 @@
 /*
  * kqbench — throughput of the CPU matmul kernels (kernels/cpu/quant.h) against memory bandwidth.
  *
- *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512]
+ *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512] [--ws MiB]
  *
  * 1. A STREAM-like triad (a = b + s * c over 128 MiB arrays) with 1 and 2 threads gives the
  *    machine's bandwidth (bytes = 3 x 8 per element, write-allocate not counted).
  * 2. Decode: kq_matmul with one token over R x N weights, 1 and 2 threads splitting the rows
  *    (a barrier after every matmul, as the CPU device does). Enough copies of the matrix are
- *    cycled to exceed 256 MiB, so weights come from DRAM. Reports GB/s of weight bytes and the
+ *    cycled to exceed 256 MiB (--ws), so weights come from DRAM; a small --ws with a small
+ *    matrix measures the in-cache speed of the kernel instead. Reports GB/s of weight bytes and the
  *    fraction of the triad figure for the same thread count.
  * 3. Prefill: 64 tokens against one matrix, GFLOP/s (2 * R * N * 64 per matmul).
  *
@@ -21,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#define WORKSET_BYTES (256ull << 20)
+static size_t workset_bytes = 256u << 20; /* --ws MiB: weight bytes cycled through in decode */
 
 static double now(void)
 {
@@ -38,6 +39,12 @@ static void *xalloc(size_t n)
         exit(1);
     }
     return p;
+}
+
+/* Uniform in [-0.5, 0.5]. */
+static float frand(void)
+{
+    return (float)(rand() / (double)RAND_MAX) - 0.5f;
 }
 
 /* ================================ triad ===================================================== */
@@ -140,12 +147,12 @@ static double mm_time(struct mm_job base, int nthr)
 static void bench_type(enum kq_type t, int64_t rows, int64_t n, const double tri[2])
 {
     const size_t wbytes = kq_row_bytes(t, n) * (size_t)rows;
-    const int ncopies = (int)((WORKSET_BYTES + wbytes - 1) / wbytes);
+    const int ncopies = (int)((workset_bytes + wbytes - 1) / wbytes);
     float *x = xalloc(sizeof(float) * (size_t)n);
     uint8_t **mats = xalloc(sizeof(uint8_t *) * ncopies);
     srand(1);
     for (int64_t i = 0; i < n; i++) /* one random row, quantised, repeated: content is irrelevant */
-        x[i] = (float)rand() / RAND_MAX - 0.5f;
+        x[i] = frand();
     mats[0] = xalloc(wbytes);
     kq_quantize_row(t, x, mats[0], n);
     for (int64_t r = 1; r < rows; r++)
@@ -158,11 +165,12 @@ static void bench_type(enum kq_type t, int64_t rows, int64_t n, const double tri
     uint8_t *act = xalloc(as * 64);
     for (int tok = 0; tok < 64; tok++) {
         for (int64_t i = 0; i < n; i++)
-            x[i] = (float)rand() / RAND_MAX - 0.5f;
+            x[i] = frand();
         kq_quantize_act(t, x, act + tok * as, n);
     }
     float *y = xalloc(sizeof(float) * (size_t)rows * 64);
-    struct mm_job job = {t, rows, n, 1, mats, ncopies, 4 * ncopies, act, y, NULL, 1, 0};
+    const int iters = ncopies * (int)(1 + (1u << 30) / (ncopies * wbytes)); /* >= 1 GiB read */
+    struct mm_job job = {t, rows, n, 1, mats, ncopies, iters, act, y, NULL, 1, 0};
     for (int thr = 1; thr <= 2; thr++) {
         const double dt = mm_time(job, thr), gbs = wbytes / dt / 1e9;
         printf("%-5s decode  %d thr: %7.2f ms  %6.2f GB/s  %3.0f%% of triad\n", kq_type_name(t),
@@ -198,6 +206,8 @@ int main(int argc, char **argv)
             rows = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--n") == 0)
             n = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "--ws") == 0)
+            workset_bytes = (size_t)atoll(argv[i + 1]) << 20;
         else if (strcmp(argv[i], "--types") == 0)
             snprintf(types, sizeof types, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--isa") == 0)
@@ -205,7 +215,7 @@ int main(int argc, char **argv)
                          : strcmp(argv[i + 1], "avx2") == 0 ? KQ_ISA_AVX2
                                                             : KQ_ISA_AVX512);
         else {
-            fprintf(stderr, "usage: kqbench [--rows R] [--n N] [--types a,b] [--isa I]\n");
+            fprintf(stderr, "usage: kqbench [--rows R] [--n N] [--types a,b] [--isa I] [--ws MiB]\n");
             return 2;
         }
     }

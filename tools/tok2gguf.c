@@ -24,8 +24,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "gguf.h" // defines: gguf_writer_*
-#include "util.h" // defines: xmalloc, xcalloc, dd_errf
+#include "gguf.h"   // defines: gguf_writer_*
+#include "pretok.h" // defines: pretok_from_name
+#include "util.h"   // defines: xmalloc, xcalloc, dd_errf
 
 #define MAX_VOCAB (1 << 24) /* ids beyond this are refused: they would mean a huge padded table */
 #define ERRLEN 512
@@ -152,6 +153,8 @@ static int vocab_set(struct vocab *v, int32_t id, char *text, int32_t type, cons
 
 /* ---- tokenizer.json ----------------------------------------------------------------------- */
 
+/* model.type must be BPE (absent is accepted); model.vocab maps each GPT-2 form string to its
+ * id. These are the normal tokens (type 1). */
 static int read_model_vocab(const cJSON *model, struct vocab *v, char *err)
 {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
@@ -180,6 +183,8 @@ static int read_model_vocab(const cJSON *model, struct vocab *v, char *err)
     return 0;
 }
 
+/* added_tokens carry raw text (not GPT-2 form). One may repeat a model.vocab entry with the same
+ * string, which only changes its type; lstrip/rstrip/single_word flags are not kept. */
 static int read_added_tokens(const cJSON *root, struct vocab *v, char *err)
 {
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
@@ -196,8 +201,7 @@ static int read_added_tokens(const cJSON *root, struct vocab *v, char *err)
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
         const cJSON *special = cJSON_GetObjectItemCaseSensitive(e, "special");
         int32_t id;
-        if (!json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id) ||
-            !cJSON_IsString(content)) {
+        if (!json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &id) || !cJSON_IsString(content)) {
             dd_errf(err, ERRLEN, "added_tokens[%d]: needs an integer id and a string content", k);
             return DD_EFORMAT;
         }
@@ -300,6 +304,8 @@ static const char *find_split_regex(const cJSON *pt)
     return NULL;
 }
 
+/* Name the pre-tokenizer by exact comparison of the split regex: anything else might split
+ * differently, so it needs an explicit --pre. */
 static int detect_pre(const cJSON *root, const char **pre, char *err)
 {
     const char *regex = find_split_regex(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"));
@@ -309,7 +315,8 @@ static int detect_pre(const cJSON *root, const char **pre, char *err)
             return 0;
         }
     }
-    dd_errf(err, ERRLEN, "pre_tokenizer: split regex %s%s%s is not one we recognise\n"
+    dd_errf(err, ERRLEN,
+            "pre_tokenizer: split regex %s%s%s is not one we recognise\n"
             "HINT: pass --pre qwen2|qwen35|llama-bpe if it is equivalent to one of them",
             regex ? "'" : "", regex ? regex : "(none)", regex ? "'" : "");
     return DD_EUNSUPPORTED;
@@ -360,6 +367,8 @@ static const char *config_template(const cJSON *cfg)
     return NULL;
 }
 
+/* bos/eos/pad ids (a null entry is omitted), add_bos_token (false unless true in the config)
+ * and the chat template. */
 static int write_config(gguf_writer_t *w, const cJSON *cfg, const struct vocab *v, char *err)
 {
     static const char *const keys[][2] = {
@@ -392,6 +401,7 @@ static int usage(void)
     return 2;
 }
 
+/* Positional: tokenizer.json, then an optional tokenizer_config.json. -1 on any misuse. */
 static int parse_args(int argc, char **argv, struct args *a)
 {
     for (int i = 1; i < argc; i++) {
@@ -412,8 +422,10 @@ static int parse_args(int argc, char **argv, struct args *a)
         else
             a->config = s;
     }
+    enum pretok_kind kind;
     bool size_ok = a->vocab_size >= 0 && a->vocab_size <= MAX_VOCAB;
-    return a->tokenizer && a->out && size_ok ? 0 : -1;
+    bool pre_ok = !a->pre || pretok_from_name(a->pre, strlen(a->pre), &kind) == 0;
+    return a->tokenizer && a->out && size_ok && pre_ok ? 0 : -1;
 }
 
 /* Build the vocabulary and merges from tokenizer.json. */
@@ -449,6 +461,7 @@ static void write_tokenizer(gguf_writer_t *w, const struct vocab *v, char **merg
                             (uint64_t)n_merges);
 }
 
+/* Read, validate, write; every failure path ends at out: with the message in err. */
 int main(int argc, char **argv)
 {
     struct args a = {0};

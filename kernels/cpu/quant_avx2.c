@@ -1,17 +1,454 @@
 /*
- * quant_avx2 — placeholder while the SIMD kernels are written: declines every type, so
- * quant.c runs the scalar reference.
+ * quant_avx2 — AVX2 + FMA + F16C matmul and activation quantisers; quant.c calls these only
+ * when kq_isa_active() is KQ_ISA_AVX2. Built with the Makefile's AVX2_FLAGS.
+ *
+ * The same register-tile scheme as quant_avx512.c (R weight rows x T tokens per kernel, walked by
+ * kq__tile_drive), sized for 16 ymm registers. A step is 32 elements (one Q8_0/Q4_0 block, one
+ * K-quant sub-block of 32 or two of 16) or 8 floats.
+ *
+ * Integer products (no VNNI here): vpmaddubsw (u8 x s8 -> pairs of i16), then vpmaddwd with
+ * ones (Q8_0/Q4_0) or with the sub-block scale (K-quants) to i32, exact as in the scalar
+ * reference:
+ *   Q8_0  |w| . sign(a, w); the i16 pairs stay below 2 * 128 * 127 < 32768
+ *   Q4_0  q (0..15) . a, minus 8 * sum(a)
+ *   Q4_K/Q5_K/Q6_K  levels (0..63) . a, scaled per sub-block; min terms from the bsums
+ *
+ * Threads: pure functions.
  */
-#include "quant_impl.h" // defines: kq__avx2_matmul, kq__avx2_quantize_act
+#include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx2_*
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+#define RMAX 4
+#define TMAX 4
+
+/* ================================ helpers =================================================== */
+
+INLINE float h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE int hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+INLINE float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* u8 x s8 products summed in groups of 4 into i32 lanes. */
+INLINE __m256i dot_u8s8(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Dword j = (v_j, v_j) as two i16, from 8 bytes (signed: sign-extend each byte first). */
+INLINE __m256i pairdup8(uint64_t v, bool is_signed)
+{
+    const __m128i b = _mm_cvtsi64_si128((long long)v);
+    const __m256i d = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    return _mm256_or_si256(_mm256_and_si256(d, _mm256_set1_epi32(0xffff)),
+                           _mm256_slli_epi32(d, 16));
+}
+
+INLINE void zero_tile(__m256 acc[RMAX][TMAX])
+{
+    UNROLL for (int r = 0; r < RMAX; r++)
+        UNROLL for (int t = 0; t < TMAX; t++)
+            acc[r][t] = _mm256_setzero_ps();
+}
+
+/* y[t * ys + r] = sum of the lanes of acc[r][t]. */
+INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t ys)
+{
+    UNROLL for (int t = 0; t < T; t++)
+        UNROLL for (int r = 0; r < R; r++)
+            y[t * ys + r] = hsum_ps(acc[r][t]);
+}
+
+/* The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset. */
+#define TILESET(NAME, RM, TM)                                                                     \
+    static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, TM, n, W, ws, A, as, y, ys);                                              \
+    }                                                                                             \
+    static void NAME##_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, 1, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(1, TM, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,          \
+                              size_t as, float *y, int64_t ys)                                    \
+    {                                                                                             \
+        NAME##_tile(1, 1, n, W, ws, A, as, y, ys);                                                \
+    }                                                                                             \
+    static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
+                                                    NAME##_toks, NAME##_single}
+
+/* ================================ F32 / F16 / BF16 weights ================================== */
+
+INLINE __m256 load_wf(enum kq_type wt, const uint8_t *row, int64_t i)
+{
+    if (wt == KQ_F32)
+        return _mm256_loadu_ps((const float *)row + i);
+    const __m128i h = _mm_loadu_si128((const void *)((const uint16_t *)row + i));
+    if (wt == KQ_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Scalar weight i of a float-type row (the tail past the last multiple of 8). */
+INLINE float scalar_wf(enum kq_type wt, const uint8_t *row, int64_t i)
+{
+    uint16_t h;
+    if (wt == KQ_F32) {
+        float f;
+        memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, row + 2 * i, 2);
+    if (wt == KQ_F16)
+        return h2f(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *W, size_t ws,
+                       const uint8_t *A, size_t as, float *y, int64_t ys)
+{
+    __m256 acc[RMAX][TMAX];
+    zero_tile(acc);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 w[RMAX];
+        UNROLL for (int r = 0; r < R; r++)
+            w[r] = load_wf(wt, W + r * ws, i);
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 a = _mm256_loadu_ps((const float *)(A + t * as) + i);
+            UNROLL for (int r = 0; r < R; r++)
+                acc[r][t] = _mm256_fmadd_ps(w[r], a, acc[r][t]);
+        }
+    }
+    store_tile(R, T, acc, y, ys);
+    for (int64_t k = i; k < n; k++)
+        UNROLL for (int t = 0; t < T; t++)
+            UNROLL for (int r = 0; r < R; r++)
+                y[t * ys + r] += scalar_wf(wt, W + r * ws, k) * ((const float *)(A + t * as))[k];
+}
+
+#define f32_tile(R, T, ...) float_tile(KQ_F32, R, T, __VA_ARGS__)
+#define f16_tile(R, T, ...) float_tile(KQ_F16, R, T, __VA_ARGS__)
+#define bf16_tile(R, T, ...) float_tile(KQ_BF16, R, T, __VA_ARGS__)
+TILESET(f32, 4, 2);
+TILESET(f16, 4, 2);
+TILESET(bf16, 4, 2);
+
+/* ================================ Q8_0 / Q4_0 weights ======================================= */
+
+INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, __m256 acc[RMAX][TMAX])
+{
+    __m256i w[RMAX], wabs[RMAX];
+    __m256 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q8_0 *b = (const struct kq__q8_0 *)(W + r * ws) + ib;
+        w[r] = _mm256_loadu_si256((const void *)b->qs);
+        wabs[r] = _mm256_abs_epi8(w[r]);
+        wd[r] = _mm256_set1_ps(h2f(b->d));
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m256i a = _mm256_loadu_si256((const void *)c->qs);
+        const __m256 ad = _mm256_set1_ps(h2f(c->d));
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i p = dot_u8s8(wabs[r], _mm256_sign_epi8(a, w[r]));
+            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad), acc[r][t]);
+        }
+    }
+}
+
+INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, __m256 acc[RMAX][TMAX])
+{
+    __m256i wq[RMAX];
+    __m256 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q4_0 *b = (const struct kq__q4_0 *)(W + r * ws) + ib;
+        const __m128i v = _mm_loadu_si128((const void *)b->qs);
+        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+        wq[r] = _mm256_and_si256(both, _mm256_set1_epi8(15)); /* elements 0..15, 16..31 */
+        wd[r] = _mm256_set1_ps(h2f(b->d));
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m256i a = _mm256_loadu_si256((const void *)c->qs);
+        const __m256 ad = _mm256_set1_ps(h2f(c->d));
+        const __m256i a8 = dot_u8s8(_mm256_set1_epi8(8), a); /* the "- 8" of every level */
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i p = _mm256_sub_epi32(dot_u8s8(wq[r], a), a8);
+            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad), acc[r][t]);
+        }
+    }
+}
+
+#define BLOCK32_TILE(NAME)                                                                        \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m256 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        for (int64_t ib = 0; ib < n / KQ__QK; ib++)                                               \
+            NAME##_step(R, T, W, ws, A, as, ib, acc);                                             \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+BLOCK32_TILE(q8_0)
+BLOCK32_TILE(q4_0)
+TILESET(q8_0, 2, 4);
+TILESET(q4_0, 2, 4);
+
+/* ================================ K-quant weights =========================================== */
+
+/* One K-quant row's super-block, unpacked for the 8 steps of 32 elements. */
+struct krow {
+    const uint8_t *qs, *ql, *qh; /* qs: Q4_K/Q5_K nibbles; ql, qh: Q6_K; qh also Q5_K */
+    __m256i sc_lo, sc_hi;        /* dword j = (scale, scale) as i16: sub-blocks 0-7 / 8-15 */
+    __m256i mins;                /* Q4/5_K: dword j = (m_j, m_j); Q6_K: the 16 scales as i16 */
+    float d, dmin;
+};
+
+INLINE struct krow krow_load(enum kq_type wt, const uint8_t *row, int64_t ib)
+{
+    struct krow k = {0};
+    uint64_t sc, m;
+    if (wt == KQ_Q6_K) {
+        const struct kq__q6_k *b = (const struct kq__q6_k *)row + ib;
+        uint64_t sc_hi;
+        memcpy(&sc, b->scales, 8);
+        memcpy(&sc_hi, b->scales + 8, 8);
+        k.sc_lo = pairdup8(sc, true);
+        k.sc_hi = pairdup8(sc_hi, true);
+        k.mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const void *)b->scales));
+        k.ql = b->ql, k.qh = b->qh, k.d = h2f(b->d);
+        return k;
+    }
+    if (wt == KQ_Q4_K) {
+        const struct kq__q4_k *b = (const struct kq__q4_k *)row + ib;
+        kq__unpack_scales(b->scales, &sc, &m);
+        k.qs = b->qs, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+    } else {
+        const struct kq__q5_k *b = (const struct kq__q5_k *)row + ib;
+        kq__unpack_scales(b->scales, &sc, &m);
+        k.qs = b->qs, k.qh = b->qh, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+    }
+    k.sc_lo = pairdup8(sc, false);
+    k.mins = pairdup8(m, false);
+    return k;
+}
+
+/* Levels of step s (elements 32s .. 32s+31) as unsigned bytes. */
+INLINE __m256i krow_levels(enum kq_type wt, const struct krow *k, int s)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    if (wt == KQ_Q6_K) { /* half h, chunk c: see struct kq__q6_k */
+        const int h = s / 4, c = s % 4;
+        const __m256i ql = _mm256_loadu_si256((const void *)(k->ql + 64 * h + 32 * (c & 1)));
+        const __m256i qh = _mm256_loadu_si256((const void *)(k->qh + 32 * h));
+        const __m256i lo = _mm256_and_si256(c >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+        const __m256i hi = c == 0   ? _mm256_slli_epi16(qh, 4)
+                           : c == 1 ? _mm256_slli_epi16(qh, 2)
+                           : c == 2 ? qh
+                                    : _mm256_srli_epi16(qh, 2); /* bits 2c, 2c+1 -> 4, 5 */
+        return _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+    }
+    const __m256i v = _mm256_loadu_si256((const void *)(k->qs + 32 * (s / 2)));
+    __m256i q = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+    if (wt == KQ_Q5_K) { /* bit s of qh[l] */
+        const __m256i bit = _mm256_set1_epi8((char)(1 << s));
+        const __m256i qh = _mm256_loadu_si256((const void *)k->qh);
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+        q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    return q;
+}
+
+/* Per-lane i16 scales of step s for the vpmaddubsw output (16 lanes). */
+INLINE __m256i krow_scales(enum kq_type wt, const struct krow *k, int s)
+{
+    if (wt == KQ_Q6_K) { /* sub-blocks 2s, 2s + 1 of 16 elements: 8 lanes = 4 dwords each */
+        const int j = (2 * s) % 8;
+        const __m256i idx = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
+        return _mm256_permutevar8x32_epi32(s < 4 ? k->sc_lo : k->sc_hi, idx);
+    }
+    return _mm256_permutevar8x32_epi32(k->sc_lo, _mm256_set1_epi32(s));
+}
+
+/* Super-block ib of R rows x T tokens (kept whole: the 8 steps share iacc). */
+INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, const uint8_t *A,
+                size_t as, int64_t ib, __m256 acc[RMAX][TMAX])
+{
+    struct krow k[RMAX];
+    __m256i iacc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        k[r] = krow_load(wt, W + r * ws, ib);
+        UNROLL for (int t = 0; t < T; t++)
+            iacc[r][t] = _mm256_setzero_si256();
+    }
+    UNROLL for (int s = 0; s < 8; s++) {
+        __m256i q[RMAX], sc[RMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            q[r] = krow_levels(wt, &k[r], s);
+            sc[r] = krow_scales(wt, &k[r], s);
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+            const __m256i a = _mm256_loadu_si256((const void *)(c->qs + 32 * s));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q[r], a), sc[r]);
+                iacc[r][t] = _mm256_add_epi32(iacc[r][t], p);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+        const __m256i bs = _mm256_loadu_si256((const void *)c->bsums);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i mt = _mm256_madd_epi16(bs, k[r].mins);
+            if (wt == KQ_Q6_K) { /* same scale as the main sum: fold in as integers */
+                iacc[r][t] = _mm256_sub_epi32(iacc[r][t], _mm256_slli_epi32(mt, 5));
+            } else {
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt),
+                                             _mm256_set1_ps(k[r].dmin * c->d), acc[r][t]);
+            }
+            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][t]),
+                                        _mm256_set1_ps(k[r].d * c->d), acc[r][t]);
+        }
+    }
+}
+
+#define KQUANT_TILE(NAME, WT)                                                                     \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m256 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        for (int64_t ib = 0; ib < n / KQ__QK_K; ib++)                                             \
+            ksb(WT, R, T, W, ws, A, as, ib, acc);                                                 \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+KQUANT_TILE(q4_k, KQ_Q4_K)
+KQUANT_TILE(q5_k, KQ_Q5_K)
+KQUANT_TILE(q6_k, KQ_Q6_K)
+TILESET(q4_k, 2, 2);
+TILESET(q5_k, 2, 2);
+TILESET(q6_k, 2, 2);
+
+/* ================================ activation quantisers ===================================== */
+
+INLINE __m256 abs_ps(__m256 v)
+{
+    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+}
+
+/* round(x[0..32) * id) as 32 bytes in element order, plus the sums of each 16 (for bsums). */
+INLINE __m256i quant32(const float *x, __m256 id, int sums[2])
+{
+    __m256i q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), id));
+    sums[0] = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+    sums[1] = hsum_epi32(_mm256_add_epi32(q[2], q[3]));
+    /* The packs interleave 128-bit lanes; the dword permute restores element order. */
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Max |x| over n floats, n a multiple of 8. */
+static float amax8(const float *x, int n)
+{
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        m = _mm256_max_ps(m, abs_ps(_mm256_loadu_ps(x + i)));
+    return hmax_ps(m);
+}
+
+static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK) {
+        const float d = amax8(x, KQ__QK) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sums[2];
+        b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_si256((void *)b[i].qs, quant32(x, _mm256_set1_ps(id), sums));
+    }
+}
+
+static void act_q8_k(const float *x, struct kq__q8_k *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK_K) {
+        const float d = amax8(x, KQ__QK_K) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        for (int j = 0; j < 8; j++) {
+            int sums[2];
+            _mm256_storeu_si256((void *)(b[i].qs + 32 * j), quant32(x + 32 * j, _mm256_set1_ps(id), sums));
+            b[i].bsums[2 * j] = (int16_t)sums[0];
+            b[i].bsums[2 * j + 1] = (int16_t)sums[1];
+        }
+    }
+}
+
+/* ================================ entry points ============================================== */
+
+bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
+{
+    switch (kq_act_type(w)) {
+    case KQ_Q8_0: act_q8_0(x, dst, n / KQ__QK); return true;
+    case KQ_Q8_K: act_q8_k(x, dst, n / KQ__QK_K); return true;
+    default: return false; /* f32 activations are a copy */
+    }
+}
 
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)
 {
-    return false;
-}
-
-bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
-{
-    return false;
+    const struct kq__tileset *ts;
+    switch (w) {
+    case KQ_F32: ts = &f32_tiles; break;
+    case KQ_F16: ts = &f16_tiles; break;
+    case KQ_BF16: ts = &bf16_tiles; break;
+    case KQ_Q8_0: ts = &q8_0_tiles; break;
+    case KQ_Q4_0: ts = &q4_0_tiles; break;
+    case KQ_Q4_K: ts = &q4_k_tiles; break;
+    case KQ_Q5_K: ts = &q5_k_tiles; break;
+    case KQ_Q6_K: ts = &q6_k_tiles; break;
+    default: return false;
+    }
+    kq__tile_drive(ts, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    return true;
 }

@@ -41,7 +41,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- tpool_split ------------------------------------------------------------------------------ */
+/* ---- tpool_split ----------------------------------------------------------------------------- */
 
 TEST(split_properties)
 {
@@ -181,7 +181,7 @@ TEST(barrier_phases)
     check_phases(3, 10, 0);
 }
 
-/* ---- back-to-back dispatches ------------------------------------------------------------------ */
+/* ---- back-to-back dispatches ----------------------------------------------------------------- */
 
 typedef struct count_ctx {
     int64_t count[MAX_THREADS][8]; /* [thread][padding]: one cache line each */
@@ -246,7 +246,7 @@ TEST(destroy_idle)
     tpool_destroy(NULL);
 }
 
-/* ---- bound pool -------------------------------------------------------------------------------- */
+/* ---- bound pool ------------------------------------------------------------------------------ */
 
 typedef struct where_ctx {
     int cpu[MAX_THREADS];
@@ -286,7 +286,7 @@ TEST(bound_pool)
     topo_destroy(t);
 }
 
-/* ---- micro-benchmark --------------------------------------------------------------------------- */
+/* ---- micro-benchmark ------------------------------------------------------------------------- */
 
 static void empty_fn(void *arg, int ith, int nth)
 {

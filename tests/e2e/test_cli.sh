@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_cli.sh BUILD_DIR — the deltad binary's subcommands end to end on the tiny models:
+# usage errors (exit 2, naming the flag), model errors (exit 1, naming the file), and the happy
+# paths of generate, logits (+ --mtp), bench and info.
+set -u
+B=${1:?usage: test_cli.sh BUILD_DIR}
+D=$B/deltad
+M=$B/models/tiny-qwen35.gguf
+[ -f "$M" ] || { echo "SKIP: $M missing"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+# expect CODE NEEDLE CMD... : exit status CODE and NEEDLE in stdout+stderr
+expect() {
+  local code=$1 needle=$2; shift 2
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ "$rc" -eq "$code" ] && grep -qF -- "$needle" "$tmp/out"; then
+    pass=$((pass+1))
+  else
+    fail=$((fail+1)); echo "FAIL: $* -> exit $rc (want $code), needle '$needle'"; sed 's/^/  | /' "$tmp/out" | head -5
+  fi
+}
+expect 2 "usage:" "$D"
+expect 2 "unknown command 'frobnicate'" "$D" frobnicate
+expect 2 "-m MODEL is required" "$D" generate -p hi
+expect 2 "unknown option '--bogus'" "$D" generate -m "$M" --bogus
+expect 2 "--n-predict expects an integer" "$D" generate -m "$M" -n abc
+expect 2 "--temp expects a number" "$D" generate -m "$M" --temp -1
+expect 2 "--top-p expects a number" "$D" generate -m "$M" --top-p 1.5
+expect 2 "--threads expects an integer" "$D" bench -m "$M" -t 99999
+expect 2 "--model needs a value" "$D" info --model
+expect 1 "/nonexistent.gguf" "$D" generate -m /nonexistent.gguf -p hi
+printf 'GGUF\003\000\000\000garbage' >"$tmp/bad.gguf"
+expect 1 "bad.gguf" "$D" generate -m "$tmp/bad.gguf" -p hi
+expect 2 "bad token id" "$D" logits -m "$M" --tokens 1,999 -o "$tmp/x.f32"
+expect 2 "exactly one of --tokens and -p" "$D" logits -m "$M" -o "$tmp/x.f32"
+expect 0 "generated: 8 tokens" "$D" generate -m "$M" -p "the cat" -n 8
+expect 0 "generated" "$D" generate -m "$M" -p "the cat" -n 8 --temp 0.8 --top-k 20 --seed 7
+expect 0 "wrote 3 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/l.f32"
+[ "$(stat -c %s "$tmp/l.f32")" -eq $((3*272*4)) ] && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: logits file size"; }
+expect 0 "wrote 6 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/m.f32" --mtp
+# the trunk rows do not depend on --mtp
+cmp -s -n $((3*272*4)) "$tmp/l.f32" "$tmp/m.f32" && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: --mtp changed trunk rows"; }
+expect 1 "no MTP block" "$D" logits -m "$B/models/tiny-qwen3.gguf" --tokens 1,2,3 -o "$tmp/q.f32" --mtp
+expect 0 "memory plan" "$D" info -m "$M"
+expect 0 "roofline" "$D" bench -m "$M" -p 16 -n 4 -r 1 -t 1
+# same seed, same text; greedy is deterministic
+"$D" generate -m "$M" -p "abc" -n 12 --temp 0.9 --seed 5 >"$tmp/s1" 2>/dev/null
+"$D" generate -m "$M" -p "abc" -n 12 --temp 0.9 --seed 5 >"$tmp/s2" 2>/dev/null
+cmp -s "$tmp/s1" "$tmp/s2" && pass=$((pass+1)) || { fail=$((fail+1)); echo "FAIL: seeded sampling not reproducible"; }
+echo "test_cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
