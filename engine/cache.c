@@ -6,7 +6,6 @@
  */
 #include "cache.h" // defines: struct cache
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,4 +138,36 @@ void cache_seq_advanced(struct cache *c, int64_t s, int64_t T)
 {
     c->rs_idx[s] = 0;
     c->valid[s] = (int32_t)((T < c->n_groups ? T : c->n_groups) - 1);
+}
+
+size_t cache_ckpt_floats(const struct cache *c)
+{
+    return (size_t)c->n_gdn_layers * (size_t)(c->conv_elems + c->ssm_elems);
+}
+
+void cache_seq_save(const struct cache *c, int64_t s, float *dst)
+{
+    ASSERT(s >= 0 && s < c->n_seq);
+    const int64_t g = c->rs_idx[s];
+    for (int64_t gl = 0; gl < c->n_gdn_layers; gl++) {
+        size_t base = ((size_t)gl * c->n_groups + g) * c->n_seq + s;
+        memcpy(dst, c->conv + base * c->conv_elems, (size_t)c->conv_elems * sizeof(float));
+        dst += c->conv_elems;
+        memcpy(dst, c->ssm + base * c->ssm_elems, (size_t)c->ssm_elems * sizeof(float));
+        dst += c->ssm_elems;
+    }
+}
+
+void cache_seq_restore(struct cache *c, int64_t s, const float *src)
+{
+    ASSERT(s >= 0 && s < c->n_seq);
+    for (int64_t gl = 0; gl < c->n_gdn_layers; gl++) {
+        size_t base = ((size_t)gl * c->n_groups) * c->n_seq + s; /* group 0 */
+        memcpy(c->conv + base * c->conv_elems, src, (size_t)c->conv_elems * sizeof(float));
+        src += c->conv_elems;
+        memcpy(c->ssm + base * c->ssm_elems, src, (size_t)c->ssm_elems * sizeof(float));
+        src += c->ssm_elems;
+    }
+    c->rs_idx[s] = 0;
+    c->valid[s] = 0;
 }

@@ -70,4 +70,12 @@ bool cache_seq_rollback(struct cache *c, int64_t s, int64_t r);
 /* Called by the forward pass after it wrote a batch of T tokens of sequence s. */
 void cache_seq_advanced(struct cache *c, int64_t s, int64_t T);
 
+/* Checkpoints of the recurrent state (docs/parallelism-and-speculation.md 2.6): the KV part needs
+ * none (truncation), so a checkpoint is the GDN conv + SSM state of every recurrent layer.
+ * save copies the logical current state (group rs_idx[s]) into dst [cache_ckpt_floats]; restore
+ * writes group 0 from src and resets rs_idx[s] and the rollback window. */
+size_t cache_ckpt_floats(const struct cache *c);
+void cache_seq_save(const struct cache *c, int64_t s, float *dst);
+void cache_seq_restore(struct cache *c, int64_t s, const float *src);
+
 #endif

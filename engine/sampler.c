@@ -17,12 +17,17 @@ void smp_init(struct smp *s, int64_t n_vocab, const struct smp_params *p)
 {
     s->p = *p;
     s->n_vocab = n_vocab;
+    smp_reseed(s, p->seed);
+    s->cand = xmalloc((size_t)n_vocab * sizeof *s->cand);
+}
+
+void smp_reseed(struct smp *s, uint64_t seed)
+{
     /* splitmix64 of the seed gives a well-mixed, non-zero xorshift state */
-    uint64_t z = p->seed + 0x9E3779B97F4A7C15ull;
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     s->rng = (z ^ (z >> 31)) | 1;
-    s->cand = xmalloc((size_t)n_vocab * sizeof *s->cand);
 }
 
 void smp_deinit(struct smp *s)

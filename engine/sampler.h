@@ -33,6 +33,8 @@ struct smp {
 
 void smp_init(struct smp *s, int64_t n_vocab, const struct smp_params *p);
 void smp_deinit(struct smp *s);
+/* Restart the RNG from a seed (a new request on a reused slot). */
+void smp_reseed(struct smp *s, uint64_t seed);
 /* Index of the largest logit (the lowest index among ties). */
 int32_t smp_argmax(const float *logits, int64_t n);
 /* Sample one token from logits [n_vocab] (not modified). */

@@ -1,0 +1,743 @@
+/*
+ * eng — the engine thread: slots, continuous batching with chunked prefill, the prompt cache
+ * with GDN checkpoints, sampling and emission (contract in eng.h; DESIGN.md section 2).
+ *
+ * One step (eng_step) runs the numbered phases: 1 admit, 2 reap, 3 plan, 4 forward, 5 sample,
+ * 6 verify (speculation: issue "Lossless speculative decoding"), 7 emit, 8 sleep.
+ *
+ * Invariants:
+ * - Only the engine thread touches slots, the cache and the device.
+ * - slot->tokens[0 .. n_cached) are the tokens whose state is in the cache for that sequence;
+ *   group 0 (or rs_idx) holds the GDN state after exactly those tokens.
+ * - Every checkpoint of a slot holds the GDN state after tokens[0 .. pos) with pos <= n_cached.
+ * - All memory (slots, samplers, checkpoints, batch arrays) is allocated by eng_create.
+ */
+#include "eng.h" // defines: eng_create, eng_submit, ...
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eng_impl.h"  // defines: struct eng_req, eng__req_*
+#include "forward.h"   // defines: fwd_decode
+#include "sampler.h"   // defines: smp_sample
+#include "tokenizer.h" // defines: tok_stream_push
+#include "util.h"      // defines: xcalloc, LOG_*, dd_now
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL = 1, SLOT_DECODE = 2 };
+
+struct ckpt {
+    int64_t pos; /* -1 = unused */
+    float *state; /* [cache_ckpt_floats] */
+};
+
+struct slot {
+    int64_t id;
+    enum slot_state state;
+    eng_req_t *req;
+    int32_t *tokens; /* [n_ctx] tokens whose state is cached */
+    int64_t n_cached;
+    int64_t n_prompt_done; /* prompt tokens already in the cache */
+    int64_t n_gen;
+    int32_t last;     /* sampled, not yet fed */
+    double last_used; /* for LRU choice among free slots */
+    struct smp smp;
+    float *logits;    /* [n_vocab] scratch: biased / penalised logits */
+    int32_t *counts;  /* [n_vocab] occurrences among generated tokens */
+    struct tok_stream ts;
+    char *pend;       /* [pend_cap] text held back while it may start a stop string */
+    size_t pend_len, pend_cap;
+    struct ckpt *ckpts; /* [n_ckpt] */
+    int64_t out_row;    /* logits row of this slot in the last forward step, -1 = none */
+};
+
+struct eng {
+    const struct model *m;
+    struct dev *dev;
+    struct eng_params p;
+    struct fwd_ctx *fwd;
+    struct slot *slots; /* [n_slots] */
+    int64_t n_ckpt;
+    /* batch arrays [max_batch_tokens] */
+    int32_t *b_tok, *b_seq;
+    int64_t *b_pos;
+    uint8_t *b_want;
+    /* inbox */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req_t *in_head, *in_tail;
+    int64_t in_count;
+    bool stopping, running;
+    double drain_until;
+    pthread_t thread;
+    /* statistics (relaxed atomics: read by other threads) */
+    atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
+    int64_t seq_admit;
+};
+
+/* ============================================================================================
+ * Inbox (any thread)
+ * ========================================================================================== */
+
+int eng_submit(eng_t *e, eng_req_t *r, char *err, size_t errlen)
+{
+    if (r->p.n_prompt < 1 || r->p.n_prompt >= e->p.n_ctx) {
+        dd_errf(err, errlen, "the prompt has %lld tokens; this server's context is %lld tokens "
+                "(at least one must remain for the answer)", (long long)r->p.n_prompt,
+                (long long)e->p.n_ctx);
+        return DD_EINVAL;
+    }
+    for (int64_t i = 0; i < r->p.n_prompt; i++)
+        if (r->p.prompt[i] < 0 || r->p.prompt[i] >= e->m->hp.n_vocab) {
+            dd_errf(err, errlen, "prompt token %lld has id %d, outside the vocabulary",
+                    (long long)i, r->p.prompt[i]);
+            return DD_EINVAL;
+        }
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->in_count >= e->p.queue_max) {
+        pthread_mutex_unlock(&e->mu);
+        dd_errf(err, errlen, e->stopping ? "the server is shutting down" : "the queue is full");
+        return DD_EFULL;
+    }
+    eng__req_retain(r);
+    r->next = NULL;
+    if (e->in_tail)
+        e->in_tail->next = r;
+    else
+        e->in_head = r;
+    e->in_tail = r;
+    e->in_count++;
+    pthread_cond_signal(&e->cv); /* the one wakeup; signals coalesce */
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* Pop the oldest queued request, or NULL. Engine thread. */
+static eng_req_t *inbox_pop(eng_t *e)
+{
+    pthread_mutex_lock(&e->mu);
+    eng_req_t *r = e->in_head;
+    if (r) {
+        e->in_head = r->next;
+        if (!e->in_head)
+            e->in_tail = NULL;
+        e->in_count--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
+/* ============================================================================================
+ * Slots: finishing, prompt cache, checkpoints
+ * ========================================================================================== */
+
+static void slot_set_state(struct slot *s, enum slot_state st)
+{
+    static const bool legal[3][3] = {/* from FREE */ {false, true, false},
+                                     /* from PREFILL */ {true, false, true},
+                                     /* from DECODE */ {true, false, false}};
+    ASSERT(legal[s->state][st]);
+    LOG_D("slot %lld: state %d -> %d", (long long)s->id, s->state, st);
+    s->state = st;
+}
+
+static void finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error)
+{
+    eng_req_t *r = s->req;
+    eng__req_usage(r, r->cached_tokens, s->n_gen);
+    eng__req_finish(r, why, error);
+    eng__req_notify(r);
+    eng_req_release(r);
+    s->req = NULL;
+    s->last_used = dd_now();
+    slot_set_state(s, SLOT_FREE);
+    atomic_fetch_sub(&e->st_active, 1);
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t n = 0;
+    while (n < na && n < nb && a[n] == b[n])
+        n++;
+    return n;
+}
+
+/* Newest checkpoint with pos <= limit, or NULL. */
+static struct ckpt *best_ckpt(eng_t *e, struct slot *s, int64_t limit)
+{
+    struct ckpt *best = NULL;
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        struct ckpt *c = &s->ckpts[i];
+        if (c->pos > 0 && c->pos <= limit && (!best || c->pos > best->pos))
+            best = c;
+    }
+    return best;
+}
+
+/* How many prompt tokens the slot's cache can serve, restoring a checkpoint when needed.
+ * At least one prompt token is always re-evaluated so that logits exist. */
+static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
+{
+    struct cache *c = fwd_cache(e->fwd);
+    int64_t limit = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
+    if (limit > r->p.n_prompt - 1)
+        limit = r->p.n_prompt - 1;
+    if (!r->p.cache_prompt)
+        limit = 0;
+    int64_t reuse = 0;
+    if (c->n_gdn_layers == 0) {
+        reuse = limit; /* pure KV: truncation is free */
+    } else if (s->n_cached <= limit && s->n_cached > 0) {
+        reuse = s->n_cached; /* the whole cached sequence is a prefix: current state serves */
+    } else {
+        struct ckpt *k = best_ckpt(e, s, limit);
+        if (k) {
+            cache_seq_restore(c, s->id, k->state);
+            reuse = k->pos;
+        }
+    }
+    for (int64_t i = 0; i < e->n_ckpt; i++)
+        if (s->ckpts[i].pos > reuse)
+            s->ckpts[i].pos = -1; /* beyond the reuse point: stale */
+    if (reuse == 0)
+        cache_seq_clear(c, s->id);
+    return reuse;
+}
+
+static void save_ckpt(eng_t *e, struct slot *s)
+{
+    struct ckpt *victim = NULL;
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        struct ckpt *c = &s->ckpts[i];
+        if (c->pos == s->n_cached)
+            return; /* already have it */
+        if (!victim || c->pos < victim->pos)
+            victim = c; /* unused (-1) first, then the oldest */
+    }
+    if (!victim)
+        return;
+    cache_seq_save(fwd_cache(e->fwd), s->id, victim->state);
+    victim->pos = s->n_cached;
+}
+
+/* Is pos a prefill boundary where a checkpoint is taken (a few tokens before the prompt end,
+ * and every checkpoint_every tokens)? */
+static bool ckpt_boundary(const eng_t *e, const struct slot *s, int64_t pos)
+{
+    if (e->n_ckpt == 0 || pos <= 0)
+        return false;
+    int64_t n = s->req->p.n_prompt;
+    return pos == n - 4 || (pos < n && pos % e->p.checkpoint_every == 0);
+}
+
+/* ============================================================================================
+ * Phases 1-3: admit, reap, plan
+ * ========================================================================================== */
+
+static struct slot *pick_slot(eng_t *e, const eng_req_t *r)
+{
+    struct slot *best = NULL;
+    int64_t best_common = -1;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_FREE)
+            continue;
+        int64_t cp = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
+        if (cp > best_common || (cp == best_common && s->last_used < best->last_used)) {
+            best = s;
+            best_common = cp;
+        }
+    }
+    return best;
+}
+
+static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
+{
+    s->req = r;
+    int64_t reuse = reuse_prefix(e, s, r);
+    s->n_cached = reuse;
+    s->n_prompt_done = reuse;
+    memcpy(s->tokens, r->p.prompt, (size_t)reuse * sizeof *s->tokens);
+    s->n_gen = 0;
+    s->pend_len = 0;
+    memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
+    struct smp_params sp = {.temperature = r->p.s.temperature, .top_k = r->p.s.top_k,
+                            .top_p = r->p.s.top_p, .min_p = r->p.s.min_p, .seed = r->p.s.seed};
+    s->smp.p = sp;
+    smp_reseed(&s->smp, sp.seed);
+    tok_stream_init(&s->ts);
+    eng__req_usage(r, reuse, 0);
+    r->cached_tokens = reuse;
+    atomic_fetch_add(&e->st_cached, reuse);
+    atomic_fetch_add(&e->st_active, 1);
+    slot_set_state(s, SLOT_PREFILL);
+    LOG_D("slot %lld: admitted, prompt %lld tokens, %lld cached", (long long)s->id,
+          (long long)r->p.n_prompt, (long long)reuse);
+}
+
+static void phase_admit(eng_t *e)
+{
+    for (;;) {
+        struct slot *s = NULL;
+        for (int64_t i = 0; i < e->p.n_slots && !s; i++)
+            s = e->slots[i].state == SLOT_FREE ? &e->slots[i] : NULL;
+        if (!s)
+            return;
+        eng_req_t *r = inbox_pop(e);
+        if (!r)
+            return;
+        if (atomic_load(&r->cancelled)) {
+            eng__req_finish(r, ENG_FINISH_CANCELLED, NULL);
+            eng__req_notify(r);
+            eng_req_release(r);
+            continue;
+        }
+        slot_start(e, pick_slot(e, r), r);
+    }
+}
+
+static void phase_reap(eng_t *e)
+{
+    double now = dd_now();
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE)
+            continue;
+        if (atomic_load(&s->req->cancelled))
+            finish(e, s, ENG_FINISH_CANCELLED, NULL);
+        else if (s->req->p.deadline > 0 && now > s->req->p.deadline)
+            finish(e, s, ENG_FINISH_TIMEOUT, "request deadline exceeded");
+    }
+}
+
+static void batch_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t seq, bool want)
+{
+    e->b_tok[*n] = tok;
+    e->b_pos[*n] = pos;
+    e->b_seq[*n] = (int32_t)seq;
+    e->b_want[*n] = want;
+    (*n)++;
+}
+
+/* Decode tokens of every generating slot first, then prefill chunks within the budget. */
+static int64_t phase_plan(eng_t *e)
+{
+    int64_t n = 0, budget = e->p.max_batch_tokens;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->out_row = -1;
+        if (s->state != SLOT_DECODE || n >= budget)
+            continue;
+        s->out_row = n;
+        batch_add(e, &n, s->last, s->n_cached, s->id, true);
+    }
+    for (int64_t i = 0; i < e->p.n_slots && n < budget; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_PREFILL)
+            continue;
+        const eng_req_t *r = s->req;
+        int64_t end = s->n_prompt_done + (budget - n);
+        end = end < r->p.n_prompt ? end : r->p.n_prompt;
+        for (int64_t p = s->n_prompt_done + 1; p < end; p++)
+            if (ckpt_boundary(e, s, p)) {
+                end = p; /* chunk ends where a checkpoint is due */
+                break;
+            }
+        for (int64_t p = s->n_prompt_done; p < end; p++) {
+            bool last = p == r->p.n_prompt - 1;
+            if (last)
+                s->out_row = n;
+            batch_add(e, &n, r->p.prompt[p], p, s->id, last);
+        }
+    }
+    return n;
+}
+
+/* ============================================================================================
+ * Phases 5 and 7: sample and emit
+ * ========================================================================================== */
+
+/* Logit bias, then OpenAI presence / frequency penalties and the multiplicative repetition
+ * penalty over the generated tokens, into s->logits. */
+static void apply_penalties(const eng_t *e, struct slot *s, const float *logits)
+{
+    const struct eng_sampling *sp = &s->req->p.s;
+    const int64_t V = e->m->hp.n_vocab;
+    memcpy(s->logits, logits, (size_t)V * sizeof(float));
+    for (int32_t i = 0; i < sp->n_logit_bias; i++)
+        s->logits[sp->logit_bias[i].id] += sp->logit_bias[i].bias;
+    if (sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->repetition_penalty == 1)
+        return;
+    for (int64_t v = 0; v < V; v++) {
+        if (!s->counts[v])
+            continue;
+        float *l = &s->logits[v];
+        if (sp->repetition_penalty != 1)
+            *l = *l > 0 ? *l / sp->repetition_penalty : *l * sp->repetition_penalty;
+        *l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[v];
+    }
+}
+
+/* Log-probability of the sampled token and the top alternatives (over s->logits). */
+static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct eng_tok_info *ti)
+{
+    const int64_t V = e->m->hp.n_vocab;
+    const float *l = s->logits;
+    float mx = l[smp_argmax(l, V)];
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        sum += exp((double)l[v] - mx);
+    const float lse = mx + (float)log(sum);
+    memset(ti, 0, sizeof *ti);
+    ti->id = id;
+    ti->logprob = l[id] - lse;
+    ti->n_top = s->req->p.s.top_logprobs;
+    for (int32_t k = 0; k < ti->n_top; k++) {
+        int64_t best = -1;
+        for (int64_t v = 0; v < V; v++) {
+            bool taken = false;
+            for (int32_t j = 0; j < k; j++)
+                taken |= ti->top_id[j] == v;
+            if (!taken && (best < 0 || l[v] > l[best]))
+                best = v;
+        }
+        ti->top_id[k] = (int32_t)best;
+        ti->top_logprob[k] = l[best] - lse;
+    }
+}
+
+/* Append text to the held-back buffer, release what cannot start a stop string. Returns true
+ * when a stop string was found (text up to it released, the rest dropped). */
+static bool emit_text(struct slot *s, const char *text, size_t len, const struct eng_tok_info *ti)
+{
+    const struct eng_req_params *p = &s->req->p;
+    if (s->pend_len + len > s->pend_cap) {
+        s->pend_cap = (s->pend_len + len) * 2;
+        s->pend = xrealloc(s->pend, s->pend_cap);
+    }
+    memcpy(s->pend + s->pend_len, text, len);
+    s->pend_len += len;
+    size_t cut = s->pend_len, hold = 0;
+    bool stopped = false;
+    for (int i = 0; i < p->n_stop; i++) {
+        const char *hit = memmem(s->pend, s->pend_len, p->stop[i], strlen(p->stop[i]));
+        if (hit && (size_t)(hit - s->pend) < cut) {
+            cut = (size_t)(hit - s->pend);
+            stopped = true;
+        }
+    }
+    if (!stopped) {
+        /* hold back the longest tail that is a proper prefix of some stop string */
+        for (int i = 0; i < p->n_stop; i++) {
+            size_t sl = strlen(p->stop[i]);
+            for (size_t k = sl - 1; k > hold; k--)
+                if (k <= s->pend_len && memcmp(s->pend + s->pend_len - k, p->stop[i], k) == 0) {
+                    hold = k;
+                    break;
+                }
+        }
+        cut = s->pend_len - hold;
+    }
+    eng__req_append(s->req, s->pend, cut, ti);
+    memmove(s->pend, s->pend + s->pend_len - hold, stopped ? 0 : hold);
+    s->pend_len = stopped ? 0 : hold;
+    return stopped;
+}
+
+/* Release everything held back (end of generation without a stop string). */
+static void flush_text(struct slot *s)
+{
+    char buf[64];
+    size_t n = tok_stream_flush(&s->ts, buf, sizeof buf);
+    if (n)
+        emit_text(s, buf, n, NULL);
+    eng__req_append(s->req, s->pend, s->pend_len, NULL);
+    s->pend_len = 0;
+}
+
+/* One sampled token: account, emit, decide whether the request is finished. */
+static void accept_token(eng_t *e, struct slot *s, int32_t id)
+{
+    const tok_t *tok = e->m->tok;
+    eng_req_t *r = s->req;
+    struct eng_tok_info ti, *tip = NULL;
+    if (r->p.s.logprobs) {
+        token_info(e, s, id, &ti);
+        tip = &ti;
+    }
+    s->n_gen++;
+    s->counts[id]++;
+    atomic_fetch_add(&e->st_gen, 1);
+    if (tok_is_eog(tok, id)) {
+        if (tip)
+            eng__req_append(r, NULL, 0, tip);
+        flush_text(s);
+        finish(e, s, ENG_FINISH_STOP, NULL);
+        return;
+    }
+    char buf[512];
+    size_t n = tok_stream_push(tok, &s->ts, id, buf, sizeof buf);
+    if (emit_text(s, buf, n, tip)) {
+        finish(e, s, ENG_FINISH_STOP, NULL);
+        return;
+    }
+    bool full = s->n_cached + 1 >= e->p.n_ctx;
+    if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || full) {
+        flush_text(s);
+        finish(e, s, ENG_FINISH_LENGTH, NULL);
+        return;
+    }
+    s->last = id;
+    eng__req_usage(r, r->cached_tokens, s->n_gen);
+    eng__req_notify(r);
+}
+
+/* After the forward step: advance cached positions, take checkpoints, sample where due. */
+static void phase_sample_emit(eng_t *e, int64_t n_batch)
+{
+    const float *logits = fwd_logits(e->fwd);
+    int64_t row = 0;
+    /* logits rows come in batch order; map each slot's wanted row to its index among them */
+    for (int64_t t = 0; t < n_batch; t++) {
+        struct slot *s = &e->slots[e->b_seq[t]];
+        s->tokens[s->n_cached++] = e->b_tok[t];
+        if (s->state == SLOT_PREFILL) {
+            s->n_prompt_done++;
+            atomic_fetch_add(&e->st_prompt, 1);
+        }
+        if (!e->b_want[t])
+            continue;
+        const float *lrow = logits + row++ * e->m->hp.n_vocab;
+        if (s->state == SLOT_PREFILL) {
+            ASSERT(s->n_prompt_done == s->req->p.n_prompt);
+            slot_set_state(s, SLOT_DECODE);
+        }
+        apply_penalties(e, s, lrow);
+        accept_token(e, s, smp_sample(&s->smp, s->logits));
+    }
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_PREFILL && ckpt_boundary(e, s, s->n_cached))
+            save_ckpt(e, s);
+    }
+}
+
+/* ============================================================================================
+ * The loop
+ * ========================================================================================== */
+
+static void fail_batch(eng_t *e, const char *msg)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != SLOT_FREE)
+            finish(e, &e->slots[i], ENG_FINISH_ERROR, msg);
+}
+
+/* One scheduler step; returns false when nothing is runnable. */
+static bool eng_step(eng_t *e)
+{
+    phase_admit(e);                   /* 1 */
+    phase_reap(e);                    /* 2 */
+    int64_t n = phase_plan(e);        /* 3 */
+    if (n == 0)
+        return false;
+    struct fwd_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+                          .logits = e->b_want};
+    char err[256];
+    double t0 = dd_now();
+    if (fwd_decode(e->fwd, &b, err, sizeof err) != 0) { /* 4 */
+        LOG_E("forward step failed: %s", err);
+        fail_batch(e, "internal error in the forward step");
+        return true;
+    }
+    atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
+    atomic_fetch_add(&e->st_steps, 1);
+    phase_sample_emit(e, n); /* 5, 7 (6 verify: none without speculation) */
+    return true;
+}
+
+static bool all_idle(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != SLOT_FREE)
+            return false;
+    return true;
+}
+
+static void cancel_everything(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != SLOT_FREE)
+            finish(e, &e->slots[i], ENG_FINISH_CANCELLED, "server shutting down");
+    eng_req_t *r;
+    while ((r = inbox_pop(e))) {
+        eng__req_finish(r, ENG_FINISH_CANCELLED, "server shutting down");
+        eng__req_notify(r);
+        eng_req_release(r);
+    }
+}
+
+static void *eng_main(void *arg)
+{
+    eng_t *e = arg;
+    for (;;) {
+        bool busy = eng_step(e);
+        pthread_mutex_lock(&e->mu);
+        bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
+        if (!busy && !stop && !e->in_head) /* 8: sleep until a submit or stop */
+            pthread_cond_wait(&e->cv, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+        if (stop)
+            break;
+    }
+    cancel_everything(e);
+    return NULL;
+}
+
+/* ============================================================================================
+ * Lifecycle and statistics
+ * ========================================================================================== */
+
+static void slot_init(eng_t *e, struct slot *s, int64_t id)
+{
+    const int64_t V = e->m->hp.n_vocab;
+    s->id = id;
+    s->tokens = xcalloc((size_t)e->p.n_ctx, sizeof *s->tokens);
+    s->logits = xaligned_alloc((size_t)V * sizeof(float));
+    s->counts = xcalloc((size_t)V, sizeof *s->counts);
+    struct smp_params sp = {.temperature = 0.0f, .top_p = 1.0f};
+    smp_init(&s->smp, V, &sp);
+    s->pend_cap = 1024;
+    s->pend = xmalloc(s->pend_cap);
+    s->ckpts = xcalloc((size_t)e->n_ckpt, sizeof *s->ckpts);
+    size_t nf = cache_ckpt_floats(fwd_cache(e->fwd));
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        s->ckpts[i].pos = -1;
+        s->ckpts[i].state = xaligned_alloc(nf * sizeof(float));
+    }
+}
+
+static void slot_deinit(eng_t *e, struct slot *s)
+{
+    free(s->tokens);
+    free(s->logits);
+    free(s->counts);
+    smp_deinit(&s->smp);
+    free(s->pend);
+    for (int64_t i = 0; i < e->n_ckpt; i++)
+        free(s->ckpts[i].state);
+    free(s->ckpts);
+}
+
+static int check_params(const struct eng_params *p, char *err, size_t errlen)
+{
+    if (p->n_slots < 1 || p->n_slots > 1024 || p->n_ctx < 8 || p->max_batch_tokens < 1 ||
+        p->max_batch_tokens < p->n_slots || p->queue_max < 0 || p->n_checkpoints < 0 ||
+        p->n_checkpoints > 256 || p->checkpoint_every < 1 || p->draft_max < 0) {
+        dd_errf(err, errlen, "invalid engine parameters: slots %lld (1..1024), ctx %lld (>= 8), "
+                "max_batch_tokens %lld (>= slots), queue_max %lld, checkpoints %lld (0..256)",
+                (long long)p->n_slots, (long long)p->n_ctx, (long long)p->max_batch_tokens,
+                (long long)p->queue_max, (long long)p->n_checkpoints);
+        return DD_EINVAL;
+    }
+    return 0;
+}
+
+int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
+               char *err, size_t errlen)
+{
+    int rc = check_params(p, err, errlen);
+    if (rc)
+        return rc;
+    eng_t *e = xcalloc(1, sizeof *e);
+    e->m = m;
+    e->dev = d;
+    e->p = *p;
+    struct fwd_params fp = {.max_tokens = p->max_batch_tokens, .n_seq = p->n_slots,
+                            .n_ctx = p->n_ctx, .draft_max = p->draft_max};
+    rc = fwd_create(m, d, &fp, &e->fwd, err, errlen);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->n_ckpt = fwd_cache(e->fwd)->n_gdn_layers ? p->n_checkpoints : 0;
+    e->slots = xcalloc((size_t)p->n_slots, sizeof *e->slots);
+    for (int64_t i = 0; i < p->n_slots; i++)
+        slot_init(e, &e->slots[i], i);
+    e->b_tok = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_tok);
+    e->b_seq = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_seq);
+    e->b_pos = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_pos);
+    e->b_want = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_want);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    *out = e;
+    return 0;
+}
+
+int eng_start(eng_t *e, char *err, size_t errlen)
+{
+    if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
+        dd_errf(err, errlen, "cannot start the engine thread");
+        return DD_ENOMEM;
+    }
+    e->running = true;
+    return 0;
+}
+
+void eng_stop(eng_t *e, double drain_s)
+{
+    if (!e->running)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = true;
+    e->drain_until = dd_now() + drain_s;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->running = false;
+}
+
+void eng_destroy(eng_t *e)
+{
+    if (!e)
+        return;
+    eng_stop(e, 0.0);
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        slot_deinit(e, &e->slots[i]);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_seq);
+    free(e->b_pos);
+    free(e->b_want);
+    fwd_destroy(e->fwd);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+void eng_get_stats(eng_t *e, struct eng_stats *s)
+{
+    pthread_mutex_lock(&e->mu);
+    s->queue_depth = e->in_count;
+    pthread_mutex_unlock(&e->mu);
+    s->active_slots = atomic_load_explicit(&e->st_active, memory_order_relaxed);
+    s->n_slots = e->p.n_slots;
+    s->prompt_tokens_total = atomic_load_explicit(&e->st_prompt, memory_order_relaxed);
+    s->generated_tokens_total = atomic_load_explicit(&e->st_gen, memory_order_relaxed);
+    s->steps_total = atomic_load_explicit(&e->st_steps, memory_order_relaxed);
+    s->cached_tokens_total = atomic_load_explicit(&e->st_cached, memory_order_relaxed);
+    s->busy_seconds = atomic_load_explicit(&e->st_busy_us, memory_order_relaxed) * 1e-6;
+}
+
+int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
+{
+    /* IMPORTANT: racy by design (monitoring): fields are read without the engine's cooperation
+     * and may be mutually inconsistent by one step. */
+    for (int64_t i = 0; i < e->p.n_slots && i < max; i++) {
+        const struct slot *s = &e->slots[i];
+        out[i] = (struct eng_slot_stats){.state = (int)s->state, .n_past = s->n_cached,
+                                         .n_generated = s->n_gen};
+    }
+    return e->p.n_slots;
+}

@@ -1,0 +1,141 @@
+/*
+ * eng — the engine: one thread that owns the slots, the caches and the device, and runs the
+ * scheduler loop of DESIGN.md section 2 (admit, reap, plan, forward, sample, verify, emit,
+ * sleep) with continuous batching and chunked prefill.
+ *
+ * Threads and ownership (STYLE rules 14, 22, 23):
+ * - eng_create / eng_start / eng_stop / eng_destroy: the start-up (main) thread.
+ * - eng_submit, eng_req_*: any thread (HTTP threads). A request is refcounted: the creator holds
+ *   one reference, eng_submit takes another for the engine; each side calls eng_req_release once.
+ *   The dispose callback runs on whichever thread releases last.
+ * - Results flow back through the request's outbox (a mutex-guarded buffer): the engine appends
+ *   text and token info, then calls the request's notify callback (e.g. MHD_resume_connection);
+ *   the HTTP side drains it with eng_req_take. Notifications may coalesce.
+ * - The inbox is MPSC (mutex + list) with one wakeup (condvar); wakeups coalesce.
+ */
+#ifndef DELTAD_ENG_H
+#define DELTAD_ENG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h" // defines: struct dev
+#include "model.h"  // defines: struct model
+
+/* Engine parameters, passed by value (the engine never reads the server config). */
+struct eng_params {
+    int64_t n_slots;          /* concurrent sequences */
+    int64_t n_ctx;            /* positions per slot */
+    int64_t max_batch_tokens; /* tokens per forward step */
+    int64_t queue_max;        /* admitted-but-waiting requests before eng_submit refuses */
+    int64_t n_checkpoints;    /* GDN prompt-cache checkpoints per slot (hybrid models) */
+    int64_t checkpoint_every; /* minimum spacing of prompt-cache checkpoints, tokens */
+    int64_t draft_max;        /* snapshot depth reserved for speculation (0 = none) */
+};
+
+enum eng_finish {
+    ENG_FINISH_NONE = 0,
+    ENG_FINISH_STOP,      /* end-of-generation token or a stop string */
+    ENG_FINISH_LENGTH,    /* max_tokens or the context is full */
+    ENG_FINISH_CANCELLED, /* client gone */
+    ENG_FINISH_TIMEOUT,   /* past the request deadline */
+    ENG_FINISH_ERROR,     /* internal error; message in the outbox */
+};
+
+#define ENG_MAX_STOP 16
+#define ENG_MAX_TOP_LOGPROBS 20
+
+struct eng_logit_bias {
+    int32_t id;
+    float bias;
+};
+
+struct eng_sampling {
+    float temperature; /* 0 = greedy */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
+    int32_t top_k;     /* 0 = off */
+    float presence_penalty, frequency_penalty; /* OpenAI semantics, over generated tokens */
+    float repetition_penalty;                  /* multiplicative (llama.cpp), 1 = off */
+    uint64_t seed;
+    int32_t n_logit_bias;
+    struct eng_logit_bias *logit_bias; /* [n_logit_bias], owned by the request */
+    bool logprobs;
+    int32_t top_logprobs; /* 0 .. ENG_MAX_TOP_LOGPROBS */
+};
+
+struct eng_req_params {
+    int32_t *prompt; /* [n_prompt] token ids; transferred to the request */
+    int64_t n_prompt;
+    int64_t max_tokens; /* 0 = until end-of-generation or the context is full */
+    char *stop[ENG_MAX_STOP]; /* NUL-terminated, transferred; never emitted */
+    int n_stop;
+    struct eng_sampling s;
+    double deadline; /* absolute dd_now() seconds, 0 = none */
+    bool cache_prompt; /* reuse a slot's cached prefix (default true) */
+};
+
+/* Info about one generated token (only when logprobs were asked for). */
+struct eng_tok_info {
+    int32_t id;
+    float logprob;
+    int32_t n_top;
+    int32_t top_id[ENG_MAX_TOP_LOGPROBS];
+    float top_logprob[ENG_MAX_TOP_LOGPROBS];
+};
+
+/* What eng_req_take hands over: everything appended since the last take. */
+struct eng_delta {
+    char *text; /* new text: valid UTF-8, never part of a stop string; malloc'd, caller frees */
+    size_t len;
+    struct eng_tok_info *toks; /* [n_toks] tokens finished in this delta (logprobs only); free */
+    int64_t n_toks;
+    bool done;              /* the request is finished; no more deltas will come */
+    enum eng_finish finish; /* valid when done */
+    char error[256];        /* message when finish == ENG_FINISH_ERROR */
+    int64_t prompt_tokens, cached_tokens, completion_tokens; /* usage, valid when done */
+    double t_queued, t_first_token, t_done; /* dd_now() stamps for metrics */
+};
+
+typedef struct eng eng_t;
+typedef struct eng_req eng_req_t;
+
+/* The engine over a loaded model and a device (both borrowed; they must outlive it). */
+int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
+               char *err, size_t errlen);
+/* Start the engine thread. */
+int eng_start(eng_t *e, char *err, size_t errlen);
+/* Stop accepting, let running requests finish for up to drain_s seconds, cancel the rest, join
+ * the thread. */
+void eng_stop(eng_t *e, double drain_s);
+void eng_destroy(eng_t *e);
+
+/* A request. notify(ud) is called by the engine thread after new output was appended (may
+ * coalesce); it must not block. The caller owns the returned reference. */
+eng_req_t *eng_req_create(struct eng_req_params *p, void (*notify)(void *ud), void *ud);
+/* Hand a request to the engine. Returns 0 (the engine took its own reference), DD_EFULL when
+ * the queue is full, DD_EINVAL when the prompt does not fit the context (message in err). */
+int eng_submit(eng_t *e, eng_req_t *r, char *err, size_t errlen);
+/* Ask the engine to stop the request (client gone); takes effect within one engine step. */
+void eng_req_cancel(eng_req_t *r);
+/* Move everything new into *d (zeroed first). Returns true when d carries text, tokens or done. */
+bool eng_req_take(eng_req_t *r, struct eng_delta *d);
+void eng_delta_free(struct eng_delta *d);
+void eng_req_release(eng_req_t *r);
+
+/* Point-in-time statistics for /metrics and /slots (any thread; values are relaxed reads). */
+struct eng_slot_stats {
+    int state; /* 0 free, 1 prefill, 2 decode */
+    int64_t n_past, n_prompt, n_generated, n_cached_tokens;
+};
+struct eng_stats {
+    int64_t queue_depth, active_slots, n_slots;
+    int64_t prompt_tokens_total, generated_tokens_total, steps_total, cached_tokens_total;
+    double busy_seconds; /* time spent in forward steps */
+};
+void eng_get_stats(eng_t *e, struct eng_stats *s);
+/* Copies up to max slots' stats; returns the number of slots. */
+int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max);
+
+#endif
