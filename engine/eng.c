@@ -25,57 +25,6 @@
 #include "tokenizer.h" // defines: tok_stream_push
 #include "util.h"      // defines: xcalloc, LOG_*, dd_now
 
-enum slot_state { SLOT_FREE = 0, SLOT_PREFILL = 1, SLOT_DECODE = 2 };
-
-struct ckpt {
-    int64_t pos; /* -1 = unused */
-    float *state; /* [cache_ckpt_floats] */
-};
-
-struct slot {
-    int64_t id;
-    enum slot_state state;
-    eng_req_t *req;
-    int32_t *tokens; /* [n_ctx] tokens whose state is cached */
-    int64_t n_cached;
-    int64_t n_prompt_done; /* prompt tokens already in the cache */
-    int64_t n_gen;
-    int32_t last;     /* sampled, not yet fed */
-    double last_used; /* for LRU choice among free slots */
-    struct smp smp;
-    float *logits;    /* [n_vocab] scratch: biased / penalised logits */
-    int32_t *counts;  /* [n_vocab] occurrences among generated tokens */
-    struct tok_stream ts;
-    char *pend;       /* [pend_cap] text held back while it may start a stop string */
-    size_t pend_len, pend_cap;
-    struct ckpt *ckpts; /* [n_ckpt] */
-    int64_t out_row;    /* logits row of this slot in the last forward step, -1 = none */
-};
-
-struct eng {
-    const struct model *m;
-    struct dev *dev;
-    struct eng_params p;
-    struct fwd_ctx *fwd;
-    struct slot *slots; /* [n_slots] */
-    int64_t n_ckpt;
-    /* batch arrays [max_batch_tokens] */
-    int32_t *b_tok, *b_seq;
-    int64_t *b_pos;
-    uint8_t *b_want;
-    /* inbox */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    eng_req_t *in_head, *in_tail;
-    int64_t in_count;
-    bool stopping, running;
-    double drain_until;
-    pthread_t thread;
-    /* statistics (relaxed atomics: read by other threads) */
-    atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
-    int64_t seq_admit;
-};
-
 /* ============================================================================================
  * Inbox (any thread)
  * ========================================================================================== */
@@ -146,6 +95,7 @@ static void finish(eng_t *e, struct slot *s, enum eng_finish why, const char *er
 {
     eng_req_t *r = s->req;
     eng__req_usage(r, r->cached_tokens, s->n_gen);
+    eng__req_spec(r, s->drafted, s->accepted);
     eng__req_finish(r, why, error);
     eng__req_notify(r);
     eng_req_release(r);
@@ -194,6 +144,7 @@ static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
         struct ckpt *k = best_ckpt(e, s, limit);
         if (k) {
             cache_seq_restore(c, s->id, k->state);
+            memcpy(s->pending_h, k->h, (size_t)e->m->hp.n_embd * sizeof(float));
             reuse = k->pos;
         }
     }
@@ -202,6 +153,8 @@ static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
             s->ckpts[i].pos = -1; /* beyond the reuse point: stale */
     if (reuse == 0)
         cache_seq_clear(c, s->id);
+    if (reuse == 0 || (c->n_gdn_layers == 0 && reuse != s->n_cached))
+        memset(s->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float)); /* unknown: zeros */
     return reuse;
 }
 
@@ -218,6 +171,7 @@ static void save_ckpt(eng_t *e, struct slot *s)
     if (!victim)
         return;
     cache_seq_save(fwd_cache(e->fwd), s->id, victim->state);
+    memcpy(victim->h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
     victim->pos = s->n_cached;
 }
 
@@ -261,6 +215,9 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     memcpy(s->tokens, r->p.prompt, (size_t)reuse * sizeof *s->tokens);
     s->n_gen = 0;
     s->pend_len = 0;
+    s->n_draft = s->n_replay = 0;
+    s->drafted = s->accepted = 0;
+    s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
     struct smp_params sp = {.temperature = r->p.s.temperature, .top_k = r->p.s.top_k,
                             .top_p = r->p.s.top_p, .min_p = r->p.s.min_p, .seed = r->p.s.seed};
@@ -320,37 +277,63 @@ static void batch_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t se
     (*n)++;
 }
 
-/* Decode tokens of every generating slot first, then prefill chunks within the budget. */
+/* A generating slot's run: a replay after a restored checkpoint, [last + draft] to verify, or
+ * the plain [last]. A run never splits across batches: a draft that does not fit is dropped. */
+static void plan_decode(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
+{
+    s->row0 = *n;
+    if (s->n_replay > 0 && *n + s->n_replay + 1 <= budget) {
+        for (int64_t i = 0; i < s->n_replay; i++)
+            batch_add(e, n, s->replay[i], s->n_cached + i, s->id, false);
+        batch_add(e, n, s->last, s->n_cached + s->n_replay, s->id, true);
+        s->run = RUN_REPLAY;
+    } else if (s->n_replay == 0 && s->n_draft > 0 && *n + 1 + s->n_draft <= budget) {
+        if (s->n_draft > e->p.draft_max) { /* deeper than the snapshots: checkpoint first */
+            cache_seq_save(fwd_cache(e->fwd), s->id, s->spec_ckpt.state);
+            memcpy(s->spec_ckpt.h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
+            s->spec_ckpt.pos = s->n_cached;
+        }
+        batch_add(e, n, s->last, s->n_cached, s->id, true);
+        for (int64_t i = 0; i < s->n_draft; i++)
+            batch_add(e, n, s->draft[i], s->n_cached + 1 + i, s->id, true);
+        s->run = RUN_VERIFY;
+    } else if (s->n_replay == 0) {
+        s->n_draft = 0;
+        batch_add(e, n, s->last, s->n_cached, s->id, true);
+        s->run = RUN_DECODE;
+    }
+    s->run_len = *n - s->row0;
+}
+
+static void plan_prefill(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
+{
+    const eng_req_t *r = s->req;
+    int64_t end = s->n_prompt_done + (budget - *n);
+    end = end < r->p.n_prompt ? end : r->p.n_prompt;
+    for (int64_t p = s->n_prompt_done + 1; p < end; p++)
+        if (ckpt_boundary(e, s, p)) {
+            end = p; /* the chunk ends where a checkpoint is due */
+            break;
+        }
+    s->row0 = *n;
+    for (int64_t p = s->n_prompt_done; p < end; p++)
+        batch_add(e, n, r->p.prompt[p], p, s->id, p == r->p.n_prompt - 1);
+    s->run_len = *n - s->row0;
+    s->run = s->run_len ? RUN_PREFILL : RUN_NONE;
+}
+
+/* Generating slots first (decode latency), then prefill chunks within the token budget. */
 static int64_t phase_plan(eng_t *e)
 {
     int64_t n = 0, budget = e->p.max_batch_tokens;
-    for (int64_t i = 0; i < e->p.n_slots; i++) {
-        struct slot *s = &e->slots[i];
-        s->out_row = -1;
-        if (s->state != SLOT_DECODE || n >= budget)
-            continue;
-        s->out_row = n;
-        batch_add(e, &n, s->last, s->n_cached, s->id, true);
-    }
-    for (int64_t i = 0; i < e->p.n_slots && n < budget; i++) {
-        struct slot *s = &e->slots[i];
-        if (s->state != SLOT_PREFILL)
-            continue;
-        const eng_req_t *r = s->req;
-        int64_t end = s->n_prompt_done + (budget - n);
-        end = end < r->p.n_prompt ? end : r->p.n_prompt;
-        for (int64_t p = s->n_prompt_done + 1; p < end; p++)
-            if (ckpt_boundary(e, s, p)) {
-                end = p; /* chunk ends where a checkpoint is due */
-                break;
-            }
-        for (int64_t p = s->n_prompt_done; p < end; p++) {
-            bool last = p == r->p.n_prompt - 1;
-            if (last)
-                s->out_row = n;
-            batch_add(e, &n, r->p.prompt[p], p, s->id, last);
-        }
-    }
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        e->slots[i].run = RUN_NONE;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state == SLOT_DECODE && n < budget)
+            plan_decode(e, &e->slots[i], &n, budget);
+    for (int64_t i = 0; i < e->p.n_slots && n < budget; i++)
+        if (e->slots[i].state == SLOT_PREFILL)
+            plan_prefill(e, &e->slots[i], &n, budget);
     return n;
 }
 
@@ -493,33 +476,77 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
     eng__req_notify(r);
 }
 
-/* After the forward step: advance cached positions, take checkpoints, sample where due. */
-static void phase_sample_emit(eng_t *e, int64_t n_batch)
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
+{
+    apply_penalties(e, s, logits);
+    return smp_sample(&s->smp, s->logits);
+}
+
+bool eng__accept(eng_t *e, struct slot *s, int32_t id)
+{
+    accept_token(e, s, id);
+    return s->state != SLOT_FREE;
+}
+
+/* Append rows [row0, row0 + len) of the batch to the slot's cached tokens. */
+static void keep_rows(eng_t *e, struct slot *s, int64_t len)
+{
+    for (int64_t i = 0; i < len; i++)
+        s->tokens[s->n_cached++] = e->b_tok[s->row0 + i];
+    memcpy(s->pending_h, e->h_trunk + (s->row0 + len - 1) * e->m->hp.n_embd,
+           (size_t)e->m->hp.n_embd * sizeof(float));
+}
+
+/* After the forward step: per slot, keep its rows, sample where due, verify drafts. */
+static void phase_sample_emit(eng_t *e)
 {
     const float *logits = fwd_logits(e->fwd);
-    int64_t row = 0;
-    /* logits rows come in batch order; map each slot's wanted row to its index among them */
-    for (int64_t t = 0; t < n_batch; t++) {
-        struct slot *s = &e->slots[e->b_seq[t]];
-        s->tokens[s->n_cached++] = e->b_tok[t];
-        if (s->state == SLOT_PREFILL) {
-            s->n_prompt_done++;
-            atomic_fetch_add(&e->st_prompt, 1);
-        }
-        if (!e->b_want[t])
+    const int64_t V = e->m->hp.n_vocab;
+    /* logits rows are compacted (one per wanted batch row, in batch order): index them */
+    int64_t n_out = 0;
+    for (int64_t r = 0; r < e->b_n; r++)
+        e->b_outrow[r] = e->b_want[r] ? n_out++ : -1;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->run == RUN_NONE)
             continue;
-        const float *lrow = logits + row++ * e->m->hp.n_vocab;
-        if (s->state == SLOT_PREFILL) {
-            ASSERT(s->n_prompt_done == s->req->p.n_prompt);
+        const int64_t last_row = s->row0 + s->run_len - 1;
+        if (s->run == RUN_VERIFY) {
+            /* every row of a verify run has logits; re-base them so row r reads its own */
+            eng__spec_verify(e, s, logits + (e->b_outrow[s->row0] - s->row0) * V);
+            continue;
+        }
+        keep_rows(e, s, s->run_len);
+        if (s->run == RUN_PREFILL) {
+            s->n_prompt_done += s->run_len;
+            atomic_fetch_add(&e->st_prompt, s->run_len);
+            if (s->n_prompt_done < s->req->p.n_prompt)
+                continue;
             slot_set_state(s, SLOT_DECODE);
         }
-        apply_penalties(e, s, lrow);
-        accept_token(e, s, smp_sample(&s->smp, s->logits));
+        s->n_replay = 0;
+        accept_token(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->state == SLOT_PREFILL && ckpt_boundary(e, s, s->n_cached))
             save_ckpt(e, s);
+    }
+}
+
+/* MTP inputs of this batch: row k pairs its token with the trunk hidden of the previous
+ * position: row k-1 of the same run, or the slot's pending_h for a run's first row. */
+static void prepare_mtp_inputs(eng_t *e, int64_t n)
+{
+    const int64_t E = e->m->hp.n_embd;
+    memcpy(e->h_trunk, fwd_hidden(e->fwd), (size_t)(n * E) * sizeof(float));
+    if (!e->mtp)
+        return;
+    for (int64_t k = 0; k < n; k++) {
+        const float *src = k > 0 && e->b_seq[k] == e->b_seq[k - 1]
+                               ? e->h_trunk + (k - 1) * E
+                               : e->slots[e->b_seq[k]].pending_h;
+        memcpy(e->h_prev + k * E, src, (size_t)E * sizeof(float));
     }
 }
 
@@ -542,6 +569,7 @@ static bool eng_step(eng_t *e)
     int64_t n = phase_plan(e);        /* 3 */
     if (n == 0)
         return false;
+    e->b_n = n;
     struct fwd_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
                           .logits = e->b_want};
     char err[256];
@@ -551,9 +579,12 @@ static bool eng_step(eng_t *e)
         fail_batch(e, "internal error in the forward step");
         return true;
     }
+    prepare_mtp_inputs(e, n);
+    phase_sample_emit(e);       /* 5 sample, 6 verify, 7 emit */
+    eng__spec_sync(e, n);       /* the MTP KV cache follows every target batch */
+    eng__spec_draft(e);         /* drafts for the next step */
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
-    phase_sample_emit(e, n); /* 5, 7 (6 verify: none without speculation) */
     return true;
 }
 
@@ -611,11 +642,20 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->pend_cap = 1024;
     s->pend = xmalloc(s->pend_cap);
     s->ckpts = xcalloc((size_t)e->n_ckpt, sizeof *s->ckpts);
-    size_t nf = cache_ckpt_floats(fwd_cache(e->fwd));
+    const size_t nf = cache_ckpt_floats(fwd_cache(e->fwd)), E = (size_t)e->m->hp.n_embd;
     for (int64_t i = 0; i < e->n_ckpt; i++) {
         s->ckpts[i].pos = -1;
         s->ckpts[i].state = xaligned_alloc(nf * sizeof(float));
+        s->ckpts[i].h = xcalloc(E, sizeof(float));
     }
+    s->draft = xcalloc((size_t)e->draft_cap + 1, sizeof *s->draft);
+    s->replay = xcalloc((size_t)e->draft_cap + 1, sizeof *s->replay);
+    s->pending_h = xcalloc(E, sizeof(float));
+    s->draft_h = xcalloc(E, sizeof(float));
+    s->spec_ckpt.pos = -1;
+    s->spec_ckpt.state = e->draft_cap > e->p.draft_max ? xaligned_alloc(nf * sizeof(float) + 64)
+                                                       : NULL;
+    s->spec_ckpt.h = xcalloc(E, sizeof(float));
 }
 
 static void slot_deinit(eng_t *e, struct slot *s)
@@ -625,20 +665,42 @@ static void slot_deinit(eng_t *e, struct slot *s)
     free(s->counts);
     smp_deinit(&s->smp);
     free(s->pend);
-    for (int64_t i = 0; i < e->n_ckpt; i++)
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
         free(s->ckpts[i].state);
+        free(s->ckpts[i].h);
+    }
     free(s->ckpts);
+    free(s->draft);
+    free(s->replay);
+    free(s->pending_h);
+    free(s->draft_h);
+    free(s->spec_ckpt.state);
+    free(s->spec_ckpt.h);
 }
 
 static int check_params(const struct eng_params *p, char *err, size_t errlen)
 {
     if (p->n_slots < 1 || p->n_slots > 1024 || p->n_ctx < 8 || p->max_batch_tokens < 1 ||
         p->max_batch_tokens < p->n_slots || p->queue_max < 0 || p->n_checkpoints < 0 ||
-        p->n_checkpoints > 256 || p->checkpoint_every < 1 || p->draft_max < 0) {
+        p->n_checkpoints > 256 || p->checkpoint_every < 1) {
         dd_errf(err, errlen, "invalid engine parameters: slots %lld (1..1024), ctx %lld (>= 8), "
                 "max_batch_tokens %lld (>= slots), queue_max %lld, checkpoints %lld (0..256)",
                 (long long)p->n_slots, (long long)p->n_ctx, (long long)p->max_batch_tokens,
                 (long long)p->queue_max, (long long)p->n_checkpoints);
+        return DD_EINVAL;
+    }
+    if (p->spec_types & ~(unsigned)(ENG_SPEC_NGRAM | ENG_SPEC_MTP | ENG_SPEC_EXTERNAL) ||
+        ((p->spec_types & ENG_SPEC_EXTERNAL) && !p->draft_fn) || p->draft_max < 0 ||
+        p->draft_max > 16 || p->ngram_max_draft < 0 || p->ngram_max_draft > ENG_MAX_DRAFT ||
+        ((p->spec_types & ENG_SPEC_NGRAM) &&
+         (p->ngram_n < 1 || p->ngram_n > 16 || p->ngram_min < 1 || p->ngram_min > p->ngram_n)) ||
+        (p->spec_types && p->draft_max < 1) ||
+        (p->spec_types && p->max_batch_tokens < 1 + p->draft_max)) {
+        dd_errf(err, errlen, "invalid speculation parameters: types %u, draft_max %lld (1..16 when "
+                "speculating, and max_batch_tokens >= 1 + draft_max), ngram n %lld min %lld "
+                "(1 <= min <= n <= 16), ngram_max_draft %lld (0..%d)", p->spec_types,
+                (long long)p->draft_max, (long long)p->ngram_n, (long long)p->ngram_min,
+                (long long)p->ngram_max_draft, ENG_MAX_DRAFT);
         return DD_EINVAL;
     }
     return 0;
@@ -655,13 +717,19 @@ int eng_create(const struct model *m, struct dev *d, const struct eng_params *p,
     e->dev = d;
     e->p = *p;
     struct fwd_params fp = {.max_tokens = p->max_batch_tokens, .n_seq = p->n_slots,
-                            .n_ctx = p->n_ctx, .draft_max = p->draft_max};
+                            .n_ctx = p->n_ctx, .draft_max = p->spec_types ? p->draft_max : 0};
     rc = fwd_create(m, d, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);
         return rc;
     }
     e->n_ckpt = fwd_cache(e->fwd)->n_gdn_layers ? p->n_checkpoints : 0;
+    e->mtp = (p->spec_types & ENG_SPEC_MTP) && m->hp.n_nextn > 0;
+    if ((p->spec_types & ENG_SPEC_MTP) && !e->mtp)
+        LOG_W("speculation: the model has no MTP block; MTP drafts are off");
+    e->draft_cap = p->draft_max;
+    if ((p->spec_types & (ENG_SPEC_NGRAM | ENG_SPEC_EXTERNAL)) && p->ngram_max_draft > p->draft_max)
+        e->draft_cap = p->ngram_max_draft; /* long drafts: covered by a checkpoint */
     e->slots = xcalloc((size_t)p->n_slots, sizeof *e->slots);
     for (int64_t i = 0; i < p->n_slots; i++)
         slot_init(e, &e->slots[i], i);
@@ -669,6 +737,10 @@ int eng_create(const struct model *m, struct dev *d, const struct eng_params *p,
     e->b_seq = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_seq);
     e->b_pos = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_pos);
     e->b_want = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_want);
+    e->b_none = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_none);
+    e->b_outrow = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_outrow);
+    e->h_trunk = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
+    e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     *out = e;
@@ -710,6 +782,10 @@ void eng_destroy(eng_t *e)
     free(e->b_seq);
     free(e->b_pos);
     free(e->b_want);
+    free(e->b_none);
+    free(e->b_outrow);
+    free(e->h_trunk);
+    free(e->h_prev);
     fwd_destroy(e->fwd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -728,6 +804,14 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->steps_total = atomic_load_explicit(&e->st_steps, memory_order_relaxed);
     s->cached_tokens_total = atomic_load_explicit(&e->st_cached, memory_order_relaxed);
     s->busy_seconds = atomic_load_explicit(&e->st_busy_us, memory_order_relaxed) * 1e-6;
+    s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
+    s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
+    s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);
+    s->draft_max = e->draft_cap;
+    for (int i = 0; i < ENG_MAX_DRAFT; i++) {
+        s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
+        s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);
+    }
 }
 
 int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
@@ -737,7 +821,8 @@ int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
     for (int64_t i = 0; i < e->p.n_slots && i < max; i++) {
         const struct slot *s = &e->slots[i];
         out[i] = (struct eng_slot_stats){.state = (int)s->state, .n_past = s->n_cached,
-                                         .n_generated = s->n_gen};
+                                         .n_generated = s->n_gen, .drafted = s->drafted,
+                                         .accepted = s->accepted};
     }
     return e->p.n_slots;
 }

@@ -32,7 +32,22 @@ struct eng_params {
     int64_t n_checkpoints;    /* GDN prompt-cache checkpoints per slot (hybrid models) */
     int64_t checkpoint_every; /* minimum spacing of prompt-cache checkpoints, tokens */
     int64_t draft_max;        /* snapshot depth reserved for speculation (0 = none) */
+    unsigned spec_types;      /* ENG_SPEC_NGRAM | ENG_SPEC_MTP (0 = no speculation) */
+    int64_t ngram_n;          /* longest n-gram matched against the history (e.g. 3) */
+    int64_t ngram_min;        /* shortest n-gram accepted as a match (1 .. ngram_n) */
+    int64_t ngram_max_draft;  /* longest n-gram draft; beyond draft_max a checkpoint is taken */
+    /* Optional external draft source, tried before the built-in ones for slots whose mask has
+     * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
+     * pending one). Called on the engine thread; must not block. Used by tests to inject
+     * drafts with a known acceptance pattern, and by embedders with their own drafter. */
+    int64_t (*draft_fn)(void *ud, int64_t slot, const int32_t *hist, int64_t n, int64_t max,
+                        int32_t *out);
+    void *draft_ud;
 };
+
+/* Draft sources (bit mask). */
+enum { ENG_SPEC_NGRAM = 1u, ENG_SPEC_MTP = 2u, ENG_SPEC_EXTERNAL = 4u };
+#define ENG_MAX_DRAFT 64
 
 enum eng_finish {
     ENG_FINISH_NONE = 0,
@@ -74,6 +89,8 @@ struct eng_req_params {
     struct eng_sampling s;
     double deadline; /* absolute dd_now() seconds, 0 = none */
     bool cache_prompt; /* reuse a slot's cached prefix (default true) */
+    bool spec_override; /* false: the engine's spec_types; true: spec_types below (a subset) */
+    unsigned spec_types;
 };
 
 /* Info about one generated token (only when logprobs were asked for). */
@@ -95,6 +112,7 @@ struct eng_delta {
     enum eng_finish finish; /* valid when done */
     char error[256];        /* message when finish == ENG_FINISH_ERROR */
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* usage, valid when done */
+    int64_t drafted_tokens, accepted_tokens; /* speculation, valid when done */
     double t_queued, t_first_token, t_done; /* dd_now() stamps for metrics */
 };
 
@@ -128,11 +146,15 @@ void eng_req_release(eng_req_t *r);
 struct eng_slot_stats {
     int state; /* 0 free, 1 prefill, 2 decode */
     int64_t n_past, n_prompt, n_generated, n_cached_tokens;
+    int64_t drafted, accepted; /* speculation, current request */
 };
 struct eng_stats {
     int64_t queue_depth, active_slots, n_slots;
     int64_t prompt_tokens_total, generated_tokens_total, steps_total, cached_tokens_total;
     double busy_seconds; /* time spent in forward steps */
+    int64_t drafted_total, accepted_total, verify_steps_total;
+    int64_t draft_max;
+    int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
 };
 void eng_get_stats(eng_t *e, struct eng_stats *s);
 /* Copies up to max slots' stats; returns the number of slots. */

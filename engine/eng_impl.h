@@ -8,7 +8,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "eng.h" // defines: public engine types
+#include "eng.h"       // defines: public engine types
+#include "forward.h"   // defines: struct fwd_ctx
+#include "sampler.h"   // defines: struct smp
+#include "tokenizer.h" // defines: struct tok_stream
 
 /* A request, shared by an HTTP connection and the engine (refcounted, STYLE rule 14). */
 struct eng_req {
@@ -28,14 +31,106 @@ struct eng_req {
     enum eng_finish finish;
     char error[256];
     int64_t prompt_tokens, cached_tokens, completion_tokens;
+    int64_t drafted_tokens, accepted_tokens;
     double t_queued, t_first_token, t_done;
 };
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL = 1, SLOT_DECODE = 2 };
+
+/* A prompt-cache checkpoint: the GDN state after tokens[0 .. pos) and the trunk hidden row of
+ * position pos - 1 (the MTP input of the next position). */
+struct ckpt {
+    int64_t pos;  /* -1 = unused */
+    float *state; /* [cache_ckpt_floats] */
+    float *h;     /* [n_embd] */
+};
+
+/* A slot's run in the current batch. */
+enum run_kind { RUN_NONE = 0, RUN_PREFILL, RUN_DECODE, RUN_VERIFY, RUN_REPLAY };
+
+struct slot {
+    int64_t id;
+    enum slot_state state;
+    eng_req_t *req;
+    int32_t *tokens; /* [n_ctx] tokens whose state is cached */
+    int64_t n_cached;
+    int64_t n_prompt_done; /* prompt tokens already in the cache */
+    int64_t n_gen;
+    int32_t last;     /* sampled, not yet fed */
+    double last_used; /* for LRU choice among free slots */
+    struct smp smp;
+    float *logits;    /* [n_vocab] scratch: biased / penalised logits */
+    int32_t *counts;  /* [n_vocab] occurrences among generated tokens */
+    struct tok_stream ts;
+    char *pend;       /* [pend_cap] text held back while it may start a stop string */
+    size_t pend_len, pend_cap;
+    struct ckpt *ckpts; /* [n_ckpt] */
+    /* this step's run */
+    enum run_kind run;
+    int64_t row0, run_len; /* rows [row0, row0 + run_len) of the batch */
+    /* speculation */
+    unsigned spec;        /* drafters enabled for the current request (ENG_SPEC_*) */
+    int32_t *draft;       /* [draft_cap] proposed continuation of `last` */
+    int64_t n_draft;
+    int64_t draft_goal;   /* MTP draft length wanted this round */
+    float *pending_h;     /* [n_embd] trunk hidden of position n_cached - 1 (zeros if unknown) */
+    float *draft_h;       /* [n_embd] MTP hidden carried between chained draft steps */
+    struct ckpt spec_ckpt; /* state before a verification longer than the snapshot depth */
+    int32_t *replay;      /* [draft_cap + 1] accepted tokens to re-feed after a restore */
+    int64_t n_replay;
+    int64_t drafted, accepted; /* per request */
+};
+
+struct eng {
+    const struct model *m;
+    struct dev *dev;
+    struct eng_params p;
+    struct fwd_ctx *fwd;
+    struct slot *slots; /* [n_slots] */
+    int64_t n_ckpt;
+    int64_t draft_cap; /* longest draft of any drafter */
+    /* batch arrays [max_batch_tokens] */
+    int32_t *b_tok, *b_seq;
+    int64_t *b_pos;
+    uint8_t *b_want;
+    int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
+    int64_t b_n;       /* rows in the current batch */
+    float *h_trunk; /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
+    float *h_prev;  /* [max_batch_tokens][n_embd] MTP inputs */
+    uint8_t *b_none; /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;        /* the MTP drafter is active (enabled and the model has the block) */
+    /* inbox */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req_t *in_head, *in_tail;
+    int64_t in_count;
+    bool stopping, running;
+    double drain_until;
+    pthread_t thread;
+    /* statistics (relaxed atomics: read by other threads) */
+    atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
+    atomic_llong st_drafted, st_accepted, st_verify_steps;
+    atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
+    atomic_llong st_drafted_at[ENG_MAX_DRAFT];
+};
+
+/* ---- speculation (eng_spec.c) ---- */
+/* Propose drafts for every decoding slot that speculates (n-gram first, then MTP). */
+void eng__spec_draft(eng_t *e);
+/* Replay the step's batch through the MTP block so its KV cache covers every position. */
+void eng__spec_sync(eng_t *e, int64_t n_batch);
+/* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
+void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+/* The engine's sampling of one row (penalties, bias, sampler) and token acceptance. */
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits);
+bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
 
 /* Engine-thread side of the outbox. */
 void eng__req_append(eng_req_t *r, const char *text, size_t len, const struct eng_tok_info *ti);
 void eng__req_finish(eng_req_t *r, enum eng_finish why, const char *error);
 void eng__req_notify(eng_req_t *r);
 void eng__req_usage(eng_req_t *r, int64_t cached, int64_t completion);
+void eng__req_spec(eng_req_t *r, int64_t drafted, int64_t accepted);
 void eng__req_retain(eng_req_t *r);
 
 #endif

@@ -94,6 +94,14 @@ void eng__req_usage(eng_req_t *r, int64_t cached, int64_t completion)
     pthread_mutex_unlock(&r->mu);
 }
 
+void eng__req_spec(eng_req_t *r, int64_t drafted, int64_t accepted)
+{
+    pthread_mutex_lock(&r->mu);
+    r->drafted_tokens = drafted;
+    r->accepted_tokens = accepted;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void eng__req_notify(eng_req_t *r)
 {
     if (r->notify)
@@ -123,6 +131,8 @@ bool eng_req_take(eng_req_t *r, struct eng_delta *d)
     d->prompt_tokens = r->prompt_tokens;
     d->cached_tokens = r->cached_tokens;
     d->completion_tokens = r->completion_tokens;
+    d->drafted_tokens = r->drafted_tokens;
+    d->accepted_tokens = r->accepted_tokens;
     d->t_queued = r->t_queued;
     d->t_first_token = r->t_first_token;
     d->t_done = r->t_done;

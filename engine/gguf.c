@@ -40,13 +40,18 @@
 
 /* ---- ggml type table --------------------------------------------------------------------- */
 
+/* The container only needs each type's block geometry: a tensor's byte size is
+ * ne0 / block_elems * block_bytes per row, and ne0 must be a whole number of blocks. Whether
+ * our kernels can compute with a type is a separate question (kernels/cpu/quant.h). */
+
 struct type_info {
     const char *name;
     uint32_t blck;  /* elements per block */
     uint32_t bytes; /* bytes per block */
 };
 
-/* Indexed by ggml type id; gaps (removed ids 4, 5, 31-33, 36-38) have name NULL. */
+/* Indexed by ggml type id; gaps (removed ids 4, 5, 31-33, 36-38) have name NULL and are
+ * rejected like unknown ids. Block sizes are those of ggml's block structs. */
 static const struct type_info type_table[] = {
     [0] = {"f32", 1, 4},         [1] = {"f16", 1, 2},        [2] = {"q4_0", 32, 18},
     [3] = {"q4_1", 32, 20},      [6] = {"q5_0", 32, 22},     [7] = {"q5_1", 32, 24},
@@ -91,6 +96,8 @@ static const char *vtype_name(uint32_t t)
 
 /* ---- the open file ------------------------------------------------------------------------ */
 
+/* One key/value. Values are never copied: `off` locates them in the file, and the getters
+ * memcpy scalars out (the file gives no alignment guarantee for them). */
 struct kv {
     char *key;         /* NUL-terminated copy */
     uint32_t type;     /* enum gguf_vtype */
@@ -106,22 +113,29 @@ struct name_index {
     uint64_t mask;
 };
 
+/* An open file. During parsing n_kv / n_tensors count the entries whose names are already
+ * owned, so gguf_close can release a half-built object on any error path. */
 struct gguf {
-    const uint8_t *base; /* the mapping or the borrowed buffer */
+    const uint8_t *base; /* [size] the mapping (mapped) or the caller's buffer (borrowed) */
     size_t size;
     bool mapped;
-    uint32_t version;
-    uint32_t alignment;
-    size_t data_off;
+    uint32_t version;   /* 2 or 3 */
+    uint32_t alignment; /* general.alignment or 32; a power of two */
+    size_t data_off;    /* start of the data section, a multiple of alignment */
     int64_t n_kv;
-    struct kv *kv; /* [n_kv] */
+    struct kv *kv; /* [n_kv] in file order */
     struct name_index kv_idx;
     int64_t n_tensors;
-    struct gguf_tensor *t; /* [n_tensors], names owned */
+    struct gguf_tensor *t; /* [n_tensors] in file order, names owned */
     struct name_index t_idx;
 };
 
 /* ---- name index --------------------------------------------------------------------------- */
+
+/* Keys and tensor names are looked up by exact string. The table stores only indexes; names
+ * are read back through name_of, so one implementation serves both tables. Load factor is at
+ * most 1/2, so probes stay short even for the 150k-entry worst case of a hostile file (names
+ * are unique, which bounds the probe chains by the number of colliding hashes). */
 
 typedef const char *(*name_of_fn)(const gguf_t *g, int64_t i);
 
@@ -181,8 +195,11 @@ static const char *tensor_name_of(const gguf_t *g, int64_t i)
 
 /* ---- bounded cursor ----------------------------------------------------------------------- */
 
+/* The parse position over [0, size). Every read goes through need(), so no parse function can
+ * step past the end; the first failure formats the message and parsing unwinds with
+ * DD_EFORMAT. */
 struct rd {
-    const uint8_t *p;
+    const uint8_t *p; /* [size] */
     size_t size;
     size_t pos;
     const char *path;
@@ -191,7 +208,8 @@ struct rd {
     char field[192]; /* what is being parsed, e.g. "kv 3 'general.name'" */
 };
 
-/* Formats "<path>: <field>: <problem> (at byte N)" and returns DD_EFORMAT. */
+/* Formats "<path>: <field>: <problem> (at byte N)" and returns DD_EFORMAT. N is the offset of
+ * the offending field itself (not of the cursor), so a hex dump shows the culprit at once. */
 static int fail(struct rd *r, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(struct rd *r, size_t at, const char *fmt, ...)
 {
@@ -204,11 +222,13 @@ static int fail(struct rd *r, size_t at, const char *fmt, ...)
     return DD_EFORMAT;
 }
 
+/* Bytes between the cursor and the end of the buffer. */
 static size_t left(const struct rd *r)
 {
     return r->size - r->pos;
 }
 
+/* At least n bytes must remain for `what`; otherwise the file is truncated there. */
 static int need(struct rd *r, size_t n, const char *what)
 {
     if (left(r) < n)
@@ -216,6 +236,7 @@ static int need(struct rd *r, size_t n, const char *what)
     return 0;
 }
 
+/* Little-endian scalars (we only run on little-endian hosts, like ggml). */
 static int rd_u32(struct rd *r, const char *what, uint32_t *v)
 {
     if (need(r, 4, what))
@@ -234,7 +255,8 @@ static int rd_u64(struct rd *r, const char *what, uint64_t *v)
     return 0;
 }
 
-/* A string: u64 length + bytes. Sets *off to the first byte and *len. */
+/* A string: u64 length + bytes. Sets *off to the first byte and *len. The length is checked
+ * against the remaining bytes before anything else, so a length of 2^60 fails at once. */
 static int rd_str(struct rd *r, const char *what, size_t *off, uint64_t *len)
 {
     size_t at = r->pos;
@@ -248,7 +270,9 @@ static int rd_str(struct rd *r, const char *what, size_t *off, uint64_t *len)
     return 0;
 }
 
-/* A name (key or tensor name): non-empty, no NUL; returns a NUL-terminated copy in *out. */
+/* A name (key or tensor name): non-empty, no NUL; returns a NUL-terminated copy in *out
+ * (transferred to the caller). Embedded NULs are rejected because lookups compare C strings:
+ * "a\0b" would otherwise shadow "a". */
 static int rd_name(struct rd *r, const char *what, char **out)
 {
     size_t at = r->pos, off;
@@ -267,9 +291,14 @@ static int rd_name(struct rd *r, const char *what, char **out)
 
 /* ---- metadata values ---------------------------------------------------------------------- */
 
+/* Values are validated recursively. Work stays linear in the file size: every element,
+ * however nested, consumes at least one byte (fixed types), 8 bytes (strings) or 12 bytes
+ * (arrays), and a count is compared with what the remaining bytes can hold before the loop. */
+
 static int parse_value(struct rd *r, uint32_t type, int depth, struct kv *kv);
 
-/* n fixed-size elements of type t starting at the cursor; bools must be 0 or 1. */
+/* n fixed-size elements of type t starting at the cursor. Bools must be 0 or 1: other bytes
+ * are undefined in the format and usually mean the parse is misaligned. */
 static int parse_fixed(struct rd *r, uint32_t t, uint64_t n)
 {
     size_t esz = vtype_size(t);
@@ -307,6 +336,8 @@ static int parse_array_elems(struct rd *r, uint32_t et, uint64_t n, int depth, s
     return 0;
 }
 
+/* An array value: element type u32, count u64, elements. Depth counts enclosing arrays; the
+ * limit keeps recursion (and the C stack) bounded whatever the file says. */
 static int parse_array(struct rd *r, int depth, struct kv *kv)
 {
     size_t at = r->pos;
@@ -326,7 +357,8 @@ static int parse_array(struct rd *r, int depth, struct kv *kv)
     return parse_array_elems(r, et, n, depth, kv);
 }
 
-/* One value of `type` at the cursor; kv (top level only) records where it lives. */
+/* One value of `type` at the cursor; kv (top level only) records where it lives. Nested
+ * values pass kv = NULL: their positions are not kept, only their validity. */
 static int parse_value(struct rd *r, uint32_t type, int depth, struct kv *kv)
 {
     if (type == GGUF_T_ARRAY)
@@ -349,6 +381,9 @@ static int parse_value(struct rd *r, uint32_t type, int depth, struct kv *kv)
 
 /* ---- header and key/values ---------------------------------------------------------------- */
 
+/* Header: magic, version, tensor_count, kv_count. Both counts are bounded by the smallest
+ * possible encoding of an entry, so the arrays allocated from them are at most a small
+ * multiple of the file size. */
 static int parse_header(struct rd *r, gguf_t *g, uint64_t *n_tensors, uint64_t *n_kv)
 {
     snprintf(r->field, sizeof(r->field), "header");
@@ -374,6 +409,8 @@ static int parse_header(struct rd *r, gguf_t *g, uint64_t *n_tensors, uint64_t *
     return 0;
 }
 
+/* Key/value i: name, value type, value. Duplicate keys are rejected (llama.cpp does too):
+ * which of two values wins would otherwise depend on the reader. */
 static int parse_kv(struct rd *r, gguf_t *g, int64_t i)
 {
     struct kv *kv = &g->kv[i];
@@ -394,6 +431,7 @@ static int parse_kv(struct rd *r, gguf_t *g, int64_t i)
     return parse_value(r, kv->type, 0, kv);
 }
 
+/* All key/values, in file order, indexed by name as they are read. */
 static int parse_kvs(struct rd *r, gguf_t *g, uint64_t n_kv)
 {
     g->kv = xcalloc((size_t)(n_kv ? n_kv : 1), sizeof(struct kv));
@@ -405,7 +443,8 @@ static int parse_kvs(struct rd *r, gguf_t *g, uint64_t n_kv)
     return 0;
 }
 
-/* general.alignment: optional, u32, a power of two. */
+/* general.alignment: optional, u32, a power of two. It must be known before the tensor infos
+ * are read because every tensor offset is checked against it. */
 static int parse_alignment(struct rd *r, gguf_t *g)
 {
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -426,6 +465,9 @@ static int parse_alignment(struct rd *r, gguf_t *g)
 
 /* ---- tensor infos ------------------------------------------------------------------------- */
 
+/* Tensor info: name, n_dims u32, ne[n_dims] u64, ggml type u32, offset u64. Shapes are checked
+ * in int64 arithmetic with explicit overflow tests; a zero dimension is legal (an empty
+ * tensor) and makes the size 0. */
 /* ne[] read from the file: each in [0, INT64_MAX], product too; unused dims set to 1. */
 static int parse_dims(struct rd *r, struct gguf_tensor *t, int64_t *nelem)
 {
@@ -470,6 +512,8 @@ static int parse_type(struct rd *r, struct gguf_tensor *t, int64_t nelem)
     return 0;
 }
 
+/* Tensor info i. *info_pos receives the byte of its offset field, for the layout checks that
+ * can only run once the data section start is known. */
 static int parse_tensor_info(struct rd *r, gguf_t *g, int64_t i, size_t *info_pos)
 {
     struct gguf_tensor *t = &g->t[i];
@@ -497,6 +541,8 @@ static int parse_tensor_info(struct rd *r, gguf_t *g, int64_t i, size_t *info_po
 
 /* ---- data section ------------------------------------------------------------------------- */
 
+/* A tensor's byte range inside the data section, for the overlap check. Ties in offset sort
+ * the smaller size first, so an empty tensor sharing its offset with a real one is accepted. */
 struct span {
     uint64_t off;
     uint64_t size;
@@ -513,9 +559,16 @@ static int span_cmp(const void *a, const void *b)
     return 0;
 }
 
-/* Every tensor inside the file; no two overlap. info_pos[i] = byte of tensor i's offset field. */
+/* Every tensor inside the file; no two overlap. info_pos[i] = byte of tensor i's offset field.
+ * The range test is written as `offset > room || size > room - offset` so that it cannot
+ * overflow for offsets near 2^64. Overlaps are found in O(n log n) by sorting the ranges and
+ * comparing neighbours; the error names both tensors. */
 static int check_layout(struct rd *r, gguf_t *g, const size_t *info_pos)
 {
+    if (g->n_tensors > 0 && g->data_off > g->size) {
+        snprintf(r->field, sizeof(r->field), "data section");
+        return fail(r, g->size, "starts at byte %zu, past the end of the file", g->data_off);
+    }
     size_t room = g->data_off <= g->size ? g->size - g->data_off : 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         struct gguf_tensor *t = &g->t[i];
@@ -545,6 +598,8 @@ static int check_layout(struct rd *r, gguf_t *g, const size_t *info_pos)
     return rc;
 }
 
+/* All tensor infos, then the data section start (the next multiple of the alignment after
+ * the infos) and the layout checks. A file without tensors may end before that start. */
 static int parse_tensors(struct rd *r, gguf_t *g, uint64_t n_tensors)
 {
     size_t *info_pos = xmalloc((size_t)(n_tensors ? n_tensors : 1) * sizeof(size_t));
@@ -563,7 +618,11 @@ static int parse_tensors(struct rd *r, gguf_t *g, uint64_t n_tensors)
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-/* Parses and validates g->base[0..size); g is freshly zeroed except base/size/mapped. */
+/* Both open paths build the same object and share parse_all; they differ only in who owns
+ * the bytes. On failure nothing is returned and everything built so far is released. */
+
+/* Parses and validates g->base[0..size); g is freshly zeroed except base/size/mapped. The
+ * order matters: the alignment comes from the key/values and is needed by the tensor infos. */
 static int parse_all(gguf_t *g, const char *path, char *err, size_t errlen)
 {
     struct rd r = {.p = g->base, .size = g->size, .path = path, .err = err, .errlen = errlen};
@@ -574,6 +633,7 @@ static int parse_all(gguf_t *g, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* The buffer is borrowed; error messages name it "<memory>". */
 int gguf_open_mem(const void *data, size_t size, gguf_t **out, char *err, size_t errlen)
 {
     gguf_t *g = xcalloc(1, sizeof(*g));
@@ -589,10 +649,12 @@ int gguf_open_mem(const void *data, size_t size, gguf_t **out, char *err, size_t
     return 0;
 }
 
-/* Maps `path` read-only; sets *base / *size. The descriptor is closed before returning. */
+/* Maps `path` read-only; sets *base / *size. The descriptor is closed before returning: the
+ * mapping keeps the file alive. Files shorter than a header are rejected here because a
+ * zero-length mapping is an error for mmap. */
 static int map_file(const char *path, const uint8_t **base, size_t *size, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
     struct stat st;
     int rc = DD_EIO;
     if (fd < 0) {
@@ -643,6 +705,7 @@ int gguf_open(const char *path, gguf_t **out, char *err, size_t errlen)
     return 0;
 }
 
+/* Releases names, offset tables, indexes and the mapping (a borrowed buffer is left alone). */
 void gguf_close(gguf_t *g)
 {
     if (!g)
@@ -663,6 +726,8 @@ void gguf_close(gguf_t *g)
 }
 
 /* ---- reader accessors --------------------------------------------------------------------- */
+
+/* All accessors are read-only lookups on the immutable object; any thread may call them. */
 
 uint32_t gguf_version(const gguf_t *g)
 {
@@ -711,7 +776,8 @@ enum gguf_vtype gguf_kv_type(const gguf_t *g, int64_t i)
     return (enum gguf_vtype)g->kv[i].type;
 }
 
-/* The kv of `key` if it exists and has exactly `type` (rc 0); else DD_ENOTFOUND / DD_ETYPE. */
+/* The kv of `key` if it exists and has exactly `type` (rc 0); else DD_ENOTFOUND / DD_ETYPE.
+ * No conversions: a u32 read as i32 is a type error, as in llama.cpp. */
 static int kv_typed(const gguf_t *g, const char *key, uint32_t type, const struct kv **kv)
 {
     int64_t i = gguf_find_key(g, key);
@@ -770,7 +836,8 @@ int gguf_get_str(const gguf_t *g, const char *key, const char **s, size_t *len)
     return rc;
 }
 
-/* Integer value of type t at p as int64 (DD_ETYPE for non-integers, DD_ERANGE for big u64). */
+/* Integer value of type t at p as int64 (DD_ETYPE for non-integers, DD_ERANGE for big u64).
+ * Bools count as integers so that flags stored either way read the same. */
 static int int_at(const uint8_t *p, uint32_t t, int64_t *out)
 {
     union {
@@ -812,6 +879,8 @@ int gguf_get_int(const gguf_t *g, const char *key, int64_t *out)
     return int_at(g->base + g->kv[i].off, g->kv[i].type, out);
 }
 
+/* Raw view of an array: packed elements for fixed-size types, NULL for strings and nested
+ * arrays (their elements have variable size; use gguf_arr_str for strings). */
 int gguf_get_arr(const gguf_t *g, const char *key, enum gguf_vtype *etype, uint64_t *n,
                  const void **data)
 {
@@ -892,7 +961,11 @@ const struct gguf_tensor *gguf_find_tensor(const gguf_t *g, const char *name)
 
 /* ---- writer ------------------------------------------------------------------------------- */
 
-/* Growable byte buffer. */
+/* The writer keeps each key's encoded value (type + bytes) and a private copy of each
+ * tensor's data. Offsets are assigned at add time, so the layout is fixed before writing and
+ * serialisation is one sequential pass. Writing again after a failure is allowed. */
+
+/* Growable byte buffer; doubling keeps appends amortised O(1). */
 struct buf {
     uint8_t *p;
     size_t len, cap;
@@ -937,11 +1010,13 @@ static void buf_pad(struct buf *b, uint32_t align)
     }
 }
 
+/* One key: its name and its encoded value, replaced wholesale when the key is set again. */
 struct wkv {
     char *key;
     struct buf val; /* value type u32 + encoded value */
 };
 
+/* One tensor as it will be written. */
 struct wtensor {
     char *name;
     uint32_t n_dims;
@@ -992,6 +1067,8 @@ static struct buf *kv_slot(gguf_writer_t *w, const char *key, uint32_t type)
     return &kv->val;
 }
 
+/* A scalar of fixed-size type. The writer owns general.alignment: callers may not store it
+ * under another type (the reader would then reject the file). */
 static void set_fixed(gguf_writer_t *w, const char *key, uint32_t type, const void *v)
 {
     ASSERT(strcmp(key, "general.alignment") != 0 || type == GGUF_T_U32);
@@ -1000,6 +1077,7 @@ static void set_fixed(gguf_writer_t *w, const char *key, uint32_t type, const vo
 
 void gguf_writer_set_u32(gguf_writer_t *w, const char *key, uint32_t v)
 {
+    ASSERT(strcmp(key, "general.alignment") != 0 || v == w->alignment);
     set_fixed(w, key, GGUF_T_U32, &v);
 }
 
@@ -1029,6 +1107,7 @@ void gguf_writer_set_str(gguf_writer_t *w, const char *key, const char *s)
     buf_str(kv_slot(w, key, GGUF_T_STRING), s, strlen(s));
 }
 
+/* Array of fixed-size elements: type, count, packed little-endian elements. */
 static void set_arr_fixed(gguf_writer_t *w, const char *key, uint32_t et, const void *v,
                           uint64_t n)
 {
@@ -1080,6 +1159,8 @@ static size_t shape_bytes(uint32_t n_dims, const int64_t *ne, uint32_t type, boo
     return (size_t)(nelem / blck) * bytes;
 }
 
+/* Validates the shape like the reader would, copies the data and assigns the next aligned
+ * offset. Duplicate names are refused here rather than producing an unreadable file. */
 int gguf_writer_add_tensor(gguf_writer_t *w, const char *name, uint32_t n_dims, const int64_t *ne,
                            uint32_t type, const void *data, size_t size)
 {
@@ -1106,7 +1187,8 @@ int gguf_writer_add_tensor(gguf_writer_t *w, const char *name, uint32_t n_dims, 
     return 0;
 }
 
-/* Header, key/values and tensor infos, padded to the alignment (the data section start). */
+/* Header, key/values and tensor infos, padded to the alignment (the data section start).
+ * Always version 3; general.alignment, when needed, is an ordinary key set at create time. */
 static void write_meta(const gguf_writer_t *w, struct buf *b)
 {
     buf_put(b, GGUF_MAGIC, 4);
@@ -1144,7 +1226,8 @@ static int sink_put(struct sink *s, const void *p, size_t n)
     return fwrite(p, 1, n, s->f) == n ? 0 : DD_EIO;
 }
 
-/* The whole file: metadata, then each tensor padded to the alignment. */
+/* The whole file: metadata, then each tensor padded to the alignment. The last tensor is
+ * padded too, as ggml's writer does: some readers load the data section as one padded blob. */
 static int write_all(const gguf_writer_t *w, struct sink *s)
 {
     static const uint8_t zeros[64];
@@ -1164,6 +1247,7 @@ static int write_all(const gguf_writer_t *w, struct sink *s)
     return rc;
 }
 
+/* Memory sink: cannot fail (allocation aborts on OOM). */
 int gguf_writer_write_mem(gguf_writer_t *w, void **buf, size_t *len)
 {
     struct buf b = {0};
@@ -1212,6 +1296,7 @@ out:
     return rc;
 }
 
+/* Frees keys, tensor copies and the writer; NULL is a no-op. */
 void gguf_writer_destroy(gguf_writer_t *w)
 {
     if (!w)

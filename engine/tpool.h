@@ -23,7 +23,8 @@ typedef struct tpool tpool_t;
 /* The work of one dispatch: ith in [0, nth). Runs on every thread of the pool concurrently. */
 typedef void (*tpool_fn)(void *ctx, int ith, int nth);
 
-/* How long an idle thread spins before it sleeps, by default. */
+/* How long an idle thread spins before it sleeps, by default (0 when the pool has more threads
+ * than CPUs to run them: then spinning only steals time from the threads being waited for). */
 #define TPOOL_SPIN_US 100
 
 /* Create a pool of n_threads (>= 1) threads, counting the caller of tpool_run as thread 0.

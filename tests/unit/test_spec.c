@@ -1,0 +1,309 @@
+/*
+ * test_spec — speculative decoding is lossless and its rollback rules hold:
+ *   - n-gram lookup proposes the continuation of the most recent match;
+ *   - for every hybrid arch, with n-gram, MTP and both, with 1 and 8 concurrent slots, greedy and
+ *     seeded sampling give exactly the tokens of decoding without speculation (sample-and-match
+ *     draws one RNG value per emitted token, like plain decoding);
+ *   - n-gram drafts longer than the snapshot depth go through the checkpoint + replay path and
+ *     stay lossless;
+ *   - cache rules: rollback bounded by the snapshots of the last batch, never twice without a
+ *     forward step (asserted: the process aborts), reset by clear.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device.h"  // defines: dev_cpu_create
+#include "eng.h"     // defines: eng_*
+#include "forward.h" // defines: fwd_create
+#include "model.h"   // defines: model_load
+#include "spec.h"    // defines: spec_ngram_draft
+#include "test.h"
+
+static char models[512];
+
+TEST(ngram_lookup)
+{
+    int32_t h[] = {1, 2, 3, 4, 5, 9, 9, 1, 2, 3};
+    int32_t out[8];
+    CHECK_EQ(spec_ngram_draft(h, 10, 3, 1, 4, out), 4); /* "1 2 3" matched at 0 -> 4 5 9 9 */
+    CHECK(out[0] == 4 && out[1] == 5 && out[2] == 9 && out[3] == 9);
+    CHECK_EQ(spec_ngram_draft(h, 10, 3, 1, 2, out), 2); /* capped */
+    int32_t g[] = {7, 8, 7, 8, 7};
+    CHECK_EQ(spec_ngram_draft(g, 5, 2, 1, 5, out), 2); /* most recent "8 7" at 1 -> 8 7 */
+    CHECK(out[0] == 8 && out[1] == 7);
+    int32_t u[] = {1, 2, 3, 4};
+    CHECK_EQ(spec_ngram_draft(u, 4, 3, 1, 5, out), 0); /* no repeat, no draft */
+}
+
+/* ---- engine runs ---------------------------------------------------------------------------- */
+
+struct run_out {
+    int32_t ids[64];
+    int64_t n;
+    int64_t drafted, accepted;
+};
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void drain(eng_req_t *r, struct run_out *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int spins = 0; spins < 120000; spins++) {
+        struct eng_delta d;
+        bool any = eng_req_take(r, &d);
+        for (int64_t i = 0; i < d.n_toks && o->n < 64; i++)
+            o->ids[o->n++] = d.toks[i].id;
+        bool done = d.done;
+        o->drafted = d.drafted_tokens;
+        o->accepted = d.accepted_tokens;
+        eng_delta_free(&d);
+        if (done)
+            return;
+        if (!any)
+            sleep_ms(1);
+    }
+    CHECK(!"request did not finish");
+}
+
+/* Prompts with repetition so that n-gram drafts fire. */
+static int64_t make_prompt(int32_t *p, int i)
+{
+    int64_t n = 0;
+    for (int rep = 0; rep < 3; rep++)
+        for (int k = 0; k < 12 + i; k++)
+            p[n++] = (int32_t)((k * 13 + i * 7 + 3) % 256);
+    return n;
+}
+
+/* The oracle drafter: proposes the non-speculative continuation (recorded beforehand) with a
+ * deliberate mistake in most rounds, so that acceptance lengths 0 .. max all occur. */
+static struct {
+    const struct run_out *truth; /* [n_req] */
+    int n_req;
+    int64_t calls;
+} oracle;
+
+static int64_t oracle_draft(void *ud, int64_t slot, const int32_t *hist, int64_t n, int64_t max,
+                            int32_t *out)
+{
+    (void)ud;
+    (void)slot;
+    for (int i = 0; i < oracle.n_req; i++) {
+        int32_t p[64];
+        int64_t np = make_prompt(p, i);
+        if (n <= np || memcmp(hist, p, (size_t)np * sizeof *p) != 0)
+            continue;
+        const struct run_out *t = &oracle.truth[i];
+        int64_t gen = n - np, c = oracle.calls++;
+        int64_t len = 1 + c % max, k = 0;
+        for (; k < len && gen + k < t->n; k++)
+            out[k] = t->ids[gen + k];
+        if (c % 4 != 0 && k > 0)
+            out[c % k] = (out[c % k] + 1) % 256; /* one wrong token */
+        return k;
+    }
+    return 0;
+}
+
+/* Run n_req requests concurrently on a fresh engine with the given speculation settings. */
+static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_req, float temp,
+                    struct run_out *out)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/%s", models, file);
+    struct model *m = NULL;
+    struct dev *d = NULL;
+    eng_t *e = NULL;
+    struct eng_params p = {.n_slots = n_req, .n_ctx = 192, .max_batch_tokens = 64,
+                           .queue_max = 16, .n_checkpoints = 2, .checkpoint_every = 64,
+                           .draft_max = 3, .spec_types = spec, .ngram_n = 3, .ngram_min = 1,
+                           .ngram_max_draft = ngram_max, .draft_fn = oracle_draft};
+    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
+        eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
+        printf("  %s\n", err);
+        CHECK(0);
+        goto out;
+    }
+    eng_req_t *r[8];
+    for (int i = 0; i < n_req; i++) {
+        struct eng_req_params rp = {.max_tokens = 24, .cache_prompt = true};
+        rp.prompt = malloc(64 * sizeof(int32_t));
+        rp.n_prompt = make_prompt(rp.prompt, i);
+        rp.s = (struct eng_sampling){.temperature = temp, .top_p = 0.95f,
+                                     .repetition_penalty = 1.0f, .seed = 1000 + (uint64_t)i,
+                                     .logprobs = true};
+        r[i] = eng_req_create(&rp, NULL, NULL);
+        CHECK_EQ(eng_submit(e, r[i], err, sizeof err), 0);
+    }
+    for (int i = 0; i < n_req; i++) {
+        drain(r[i], &out[i]);
+        eng_req_release(r[i]);
+    }
+out:
+    eng_destroy(e);
+    dev_destroy(d);
+    model_free(m);
+}
+
+static void lossless_case(const char *file, int n_req, float temp)
+{
+    static const struct {
+        const char *name;
+        unsigned spec;
+        int64_t ngram_max;
+    } modes[] = {{"ngram", ENG_SPEC_NGRAM, 3},
+                 {"mtp", ENG_SPEC_MTP, 3},
+                 {"ngram+mtp", ENG_SPEC_NGRAM | ENG_SPEC_MTP, 3},
+                 {"long-ngram", ENG_SPEC_NGRAM, 12}};
+    struct run_out base[8], spec[8];
+    run_all(file, 0, 0, n_req, temp, base);
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        run_all(file, modes[k].spec, modes[k].ngram_max, n_req, temp, spec);
+        int64_t drafted = 0, accepted = 0, same = 0;
+        for (int i = 0; i < n_req; i++) {
+            drafted += spec[i].drafted;
+            accepted += spec[i].accepted;
+            bool eq = spec[i].n == base[i].n &&
+                      memcmp(spec[i].ids, base[i].ids, (size_t)base[i].n * sizeof(int32_t)) == 0;
+            same += eq;
+            CHECK(eq);
+        }
+        printf("  %-20s %-10s slots %d temp %.1f: identical %lld/%d, drafted %lld, accepted %lld\n",
+               file, modes[k].name, n_req, temp, (long long)same, n_req, (long long)drafted,
+               (long long)accepted);
+        CHECK(drafted > 0);
+    }
+}
+
+TEST(lossless_greedy)
+{
+    lossless_case("tiny-qwen35.gguf", 1, 0.0f);
+    lossless_case("tiny-qwen35.gguf", 8, 0.0f);
+    lossless_case("tiny-qwen35moe.gguf", 8, 0.0f);
+    lossless_case("tiny-qwen3next.gguf", 1, 0.0f);
+}
+
+TEST(lossless_sampling)
+{
+    lossless_case("tiny-qwen35.gguf", 8, 0.9f);
+    lossless_case("tiny-qwen3next.gguf", 2, 0.7f);
+}
+
+/* Drafts that are mostly right: long accepted runs, partial rollbacks through the snapshot
+ * groups, and (with drafts longer than the snapshot depth) checkpoint restores with replay. */
+static void oracle_case(const char *file, int n_req, float temp, int64_t max_draft)
+{
+    struct run_out base[8], spec[8];
+    run_all(file, 0, 0, n_req, temp, base);
+    oracle.truth = base;
+    oracle.n_req = n_req;
+    oracle.calls = 0;
+    run_all(file, ENG_SPEC_EXTERNAL, max_draft, n_req, temp, spec);
+    int64_t drafted = 0, accepted = 0, same = 0;
+    for (int i = 0; i < n_req; i++) {
+        drafted += spec[i].drafted;
+        accepted += spec[i].accepted;
+        bool eq = spec[i].n == base[i].n &&
+                  memcmp(spec[i].ids, base[i].ids, (size_t)base[i].n * sizeof(int32_t)) == 0;
+        same += eq;
+        CHECK(eq);
+    }
+    printf("  %-20s oracle max %2lld slots %d temp %.1f: identical %lld/%d, drafted %lld, "
+           "accepted %lld\n", file, (long long)max_draft, n_req, temp, (long long)same, n_req,
+           (long long)drafted, (long long)accepted);
+    CHECK(accepted > drafted / 4);
+}
+
+TEST(oracle_drafts)
+{
+    oracle_case("tiny-qwen35.gguf", 1, 0.0f, 3);
+    oracle_case("tiny-qwen35.gguf", 8, 0.0f, 3);
+    oracle_case("tiny-qwen35.gguf", 8, 0.0f, 10); /* beyond the 3 snapshots: checkpoints */
+    oracle_case("tiny-qwen3next.gguf", 4, 0.8f, 3);
+    oracle_case("tiny-qwen35moe.gguf", 4, 0.8f, 8);
+    oracle_case("tiny-qwen3.gguf", 2, 0.0f, 8);
+}
+
+TEST(ngram_on_pure_kv_model)
+{
+    struct run_out base[2], spec[2];
+    run_all("tiny-qwen3.gguf", 0, 0, 2, 0.0f, base);
+    run_all("tiny-qwen3.gguf", ENG_SPEC_NGRAM, 8, 2, 0.0f, spec);
+    for (int i = 0; i < 2; i++)
+        CHECK(spec[i].n == base[i].n &&
+              memcmp(spec[i].ids, base[i].ids, (size_t)base[i].n * sizeof(int32_t)) == 0);
+}
+
+/* ---- cache rollback rules ----------------------------------------------------------------- */
+
+TEST(rollback_rules)
+{
+    char path[600], err[256];
+    snprintf(path, sizeof path, "%s/tiny-qwen35.gguf", models);
+    struct model *m;
+    struct dev *d;
+    struct fwd_ctx *f;
+    struct fwd_params fp = {.max_tokens = 16, .n_seq = 1, .n_ctx = 64, .draft_max = 3};
+    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(1, NULL, &d, err, sizeof err) ||
+        fwd_create(m, d, &fp, &f, err, sizeof err)) {
+        CHECK(0);
+        return;
+    }
+    struct cache *c = fwd_cache(f);
+    int32_t tok[6] = {5, 6, 7, 8, 9, 10}, seq[6] = {0};
+    int64_t pos[6] = {0, 1, 2, 3, 4, 5};
+    struct fwd_batch b = {.n_tokens = 3, .token = tok, .pos = pos, .seq = seq};
+    CHECK(fwd_decode(f, &b, err, sizeof err) == 0);
+    CHECK_EQ(c->valid[0], 2);           /* 3 tokens -> 2 usable snapshots */
+    CHECK(!cache_seq_rollback(c, 0, 3)); /* beyond the batch */
+    CHECK(cache_seq_rollback(c, 0, 2));
+    CHECK_EQ(c->rs_idx[0], 2);
+    cache_seq_clear(c, 0);
+    CHECK_EQ(c->rs_idx[0], 0);
+    CHECK_EQ(c->valid[0], 0);
+    b.n_tokens = 6;
+    CHECK(fwd_decode(f, &b, err, sizeof err) == 0);
+    CHECK_EQ(c->valid[0], 3); /* capped by the 1 + draft_max groups */
+    CHECK(!cache_seq_rollback(c, 0, 4));
+    CHECK(cache_seq_rollback(c, 0, 1));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* a second rollback before a forward step must abort (rs_idx is absolute) */
+        close(2);
+        cache_seq_rollback(c, 0, 1);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    fwd_destroy(f);
+    dev_destroy(d);
+    model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    const char *b = argc > 1 ? argv[1] : "build/cpu";
+    snprintf(models, sizeof models, "%s/models", b);
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/tiny-qwen35.gguf", models);
+    if (access(probe, R_OK) != 0)
+        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
+    RUN(ngram_lookup);
+    RUN(rollback_rules);
+    RUN(lossless_greedy);
+    RUN(lossless_sampling);
+    RUN(ngram_on_pure_kv_model);
+    RUN(oracle_drafts);
+    TEST_MAIN_END("test_spec");
+}
