@@ -143,7 +143,7 @@ static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
     } else {
         struct ckpt *k = best_ckpt(e, s, limit);
         if (k) {
-            cache_seq_restore(c, s->id, k->state);
+            fwd_seq_restore(e->fwd, s->id, k->state);
             memcpy(s->pending_h, k->h, (size_t)e->m->hp.n_embd * sizeof(float));
             reuse = k->pos;
         }
@@ -152,7 +152,7 @@ static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
         if (s->ckpts[i].pos > reuse)
             s->ckpts[i].pos = -1; /* beyond the reuse point: stale */
     if (reuse == 0)
-        cache_seq_clear(c, s->id);
+        fwd_seq_clear(e->fwd, s->id);
     if (reuse == 0 || (c->n_gdn_layers == 0 && reuse != s->n_cached))
         memset(s->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float)); /* unknown: zeros */
     return reuse;
@@ -170,7 +170,7 @@ static void save_ckpt(eng_t *e, struct slot *s)
     }
     if (!victim)
         return;
-    cache_seq_save(fwd_cache(e->fwd), s->id, victim->state);
+    fwd_seq_save(e->fwd, s->id, victim->state);
     memcpy(victim->h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
     victim->pos = s->n_cached;
 }
@@ -289,7 +289,7 @@ static void plan_decode(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
         s->run = RUN_REPLAY;
     } else if (s->n_replay == 0 && s->n_draft > 0 && *n + 1 + s->n_draft <= budget) {
         if (s->n_draft > e->p.draft_max) { /* deeper than the snapshots: checkpoint first */
-            cache_seq_save(fwd_cache(e->fwd), s->id, s->spec_ckpt.state);
+            fwd_seq_save(e->fwd, s->id, s->spec_ckpt.state);
             memcpy(s->spec_ckpt.h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
             s->spec_ckpt.pos = s->n_cached;
         }
@@ -642,7 +642,7 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->pend_cap = 1024;
     s->pend = xmalloc(s->pend_cap);
     s->ckpts = xcalloc((size_t)e->n_ckpt, sizeof *s->ckpts);
-    const size_t nf = cache_ckpt_floats(fwd_cache(e->fwd)), E = (size_t)e->m->hp.n_embd;
+    const size_t nf = fwd_ckpt_floats(e->fwd), E = (size_t)e->m->hp.n_embd;
     for (int64_t i = 0; i < e->n_ckpt; i++) {
         s->ckpts[i].pos = -1;
         s->ckpts[i].state = xaligned_alloc(nf * sizeof(float));
@@ -709,16 +709,22 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
 int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
                char *err, size_t errlen)
 {
+    return eng_create_group(m, &d, 1, p, out, err, errlen);
+}
+
+int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct eng_params *p, eng_t **out, char *err, size_t errlen)
+{
     int rc = check_params(p, err, errlen);
     if (rc)
         return rc;
     eng_t *e = xcalloc(1, sizeof *e);
     e->m = m;
-    e->dev = d;
+    e->dev = devs[0];
     e->p = *p;
     struct fwd_params fp = {.max_tokens = p->max_batch_tokens, .n_seq = p->n_slots,
                             .n_ctx = p->n_ctx, .draft_max = p->spec_types ? p->draft_max : 0};
-    rc = fwd_create(m, d, &fp, &e->fwd, err, errlen);
+    rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);
         return rc;
@@ -804,6 +810,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->steps_total = atomic_load_explicit(&e->st_steps, memory_order_relaxed);
     s->cached_tokens_total = atomic_load_explicit(&e->st_cached, memory_order_relaxed);
     s->busy_seconds = atomic_load_explicit(&e->st_busy_us, memory_order_relaxed) * 1e-6;
+    int64_t calls;
+    fwd_comm_stats(e->fwd, &s->allreduce_seconds, &calls); /* racy read: monitoring only */
+    s->n_devices = fwd_n_devices(e->fwd);
     s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
     s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
     s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);

@@ -122,6 +122,9 @@ typedef struct eng_req eng_req_t;
 /* The engine over a loaded model and a device (both borrowed; they must outlive it). */
 int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
                char *err, size_t errlen);
+/* The same over a tensor-parallel group of n_dev devices (see forward.h). */
+int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct eng_params *p, eng_t **out, char *err, size_t errlen);
 /* Start the engine thread. */
 int eng_start(eng_t *e, char *err, size_t errlen);
 /* Stop accepting, let running requests finish for up to drain_s seconds, cancel the rest, join
@@ -152,6 +155,8 @@ struct eng_stats {
     int64_t queue_depth, active_slots, n_slots;
     int64_t prompt_tokens_total, generated_tokens_total, steps_total, cached_tokens_total;
     double busy_seconds; /* time spent in forward steps */
+    double allreduce_seconds; /* part of it spent in tensor-parallel allreduces */
+    int64_t n_devices;
     int64_t drafted_total, accepted_total, verify_steps_total;
     int64_t draft_max;
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */

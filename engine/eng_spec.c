@@ -6,7 +6,7 @@
  * Lossless by construction: every emitted token is sampled by the slot's own sampler from the
  * target logits of its row, in order, with one RNG draw per token exactly as without
  * speculation; a draft token only decides whether the next row's logits are usable. Rejected
- * rows are rolled back by selecting a GDN snapshot group (cache_seq_rollback: an index change,
+ * rows are rolled back by selecting a GDN snapshot group (fwd_seq_rollback: an index change,
  * no copy, no recomputation) and, for attention, by simply writing later positions over them.
  * A draft longer than the snapshot depth (a long n-gram) is covered by a checkpoint taken before
  * the verification; a rejection beyond the depth restores it and replays the accepted tokens.
@@ -120,8 +120,7 @@ void eng__spec_sync(eng_t *e, int64_t n_batch)
 /* Restore the state saved before this verification and queue the accepted tokens for replay. */
 static void restore_and_replay(eng_t *e, struct slot *s, int64_t p0, int64_t kept)
 {
-    struct cache *c = fwd_cache(e->fwd);
-    cache_seq_restore(c, s->id, s->spec_ckpt.state);
+    fwd_seq_restore(e->fwd, s->id, s->spec_ckpt.state);
     memcpy(s->pending_h, s->spec_ckpt.h, (size_t)e->m->hp.n_embd * sizeof(float));
     memcpy(s->replay, s->tokens + p0, (size_t)kept * sizeof *s->replay);
     s->n_replay = kept;
@@ -153,7 +152,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     atomic_fetch_add(&e->st_verify_steps, 1);
     memcpy(s->pending_h, e->h_trunk + (s->row0 + kept - 1) * E, (size_t)E * sizeof(float));
     int64_t reject = s->run_len - kept;
-    if (reject > 0 && !cache_seq_rollback(fwd_cache(e->fwd), s->id, reject)) {
+    if (reject > 0 && !fwd_seq_rollback(e->fwd, s->id, reject)) {
         ASSERT(s->spec_ckpt.pos == p0); /* planned: drafts beyond the depth carry a checkpoint */
         restore_and_replay(e, s, p0, kept);
     }

@@ -13,29 +13,27 @@
  * Invariant: fwd_decode/fwd_mtp allocate nothing; all buffers come from fwd_create.
  * Thread: the engine thread; parallel parts run on the device's workers over disjoint slices.
  */
-#include "forward.h" // defines: fwd_create, fwd_decode, fwd_mtp
+#include "forward_impl.h" // defines: struct fwd_dev, struct fwd_run, fwd__dev_*
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h" // defines: comm_allreduce
 #include "ops.h"  // defines: kop_rmsnorm, kop_gdn_step, ...
 #include "util.h" // defines: xcalloc, xaligned_alloc, dd_errf
 
-/* One run of consecutive tokens of one sequence inside the batch. */
-struct run {
-    int64_t t0, t1; /* rows [t0, t1) */
-    int64_t seq;
-};
 
-struct fwd_ctx {
-    const struct model *m;
+struct fwd_dev {
+    const struct model *m; /* the whole model, or this device's shard of it */
     struct dev *dev;
     struct fwd_params p;
     struct cache cache;
-    /* per-step batch view */
+    struct comm *comm; /* NULL for a single device */
+    int rank;
+    /* per-step batch view (borrowed from the group for the duration of a step) */
     const struct fwd_batch *b;
-    struct run *runs; /* [max_tokens] */
+    const struct fwd_run *runs;
     int64_t n_runs;
     /* activations, rows of the batch */
     float *x;      /* [T][E] residual stream */
@@ -80,7 +78,7 @@ static struct dev_mat mat_expert(const struct model_w *w, int64_t e)
     return d;
 }
 
-static void matmul(struct fwd_ctx *f, const struct model_w *w, const float *x, int64_t T, float *y)
+static void matmul(struct fwd_dev *f, const struct model_w *w, const float *x, int64_t T, float *y)
 {
     struct dev_mat d = mat_of(w);
     dev_matmul(f->dev, &d, x, T, y);
@@ -99,7 +97,7 @@ static void add_rows(float *x, const float *y, int64_t n)
         x[i] += y[i];
 }
 
-static void embed_rows(struct fwd_ctx *f, const int32_t *tokens, int64_t T, float *x)
+static void embed_rows(struct fwd_dev *f, const int32_t *tokens, int64_t T, float *x)
 {
     const struct model_w *w = &f->m->tok_embd;
     for (int64_t t = 0; t < T; t++)
@@ -112,7 +110,7 @@ static void embed_rows(struct fwd_ctx *f, const int32_t *tokens, int64_t T, floa
  * ========================================================================================== */
 
 struct attn_task {
-    struct fwd_ctx *f;
+    struct fwd_dev *f;
     int64_t il;
     const float *q;  /* [T][q_ld] q rows (gate interleaved when gated) */
     int64_t q_ld;
@@ -122,11 +120,12 @@ struct attn_task {
 static void attn_worker(void *ctx, int ith, int nth)
 {
     struct attn_task *a = ctx;
-    struct fwd_ctx *f = a->f;
+    struct fwd_dev *f = a->f;
     const struct model_hparams *hp = &f->m->hp;
-    const int64_t H = hp->n_head, D = hp->head_dim, grp = hp->n_head / hp->n_head_kv;
+    const struct model_layer *l = &f->m->layers[a->il];
+    const int64_t H = l->n_head, D = hp->head_dim, grp = hp->n_head / hp->n_head_kv;
     const int64_t qstride = hp->attn_gated ? 2 * D : D;
-    const int64_t kvd = f->cache.kv_dim;
+    const int64_t kvd = f->cache.kv_dim[a->il];
     float *scratch = f->attn_scratch + (size_t)ith * f->p.n_ctx;
     int64_t lo, hi;
     dev_split(f->b->n_tokens * H, ith, nth, 1, &lo, &hi);
@@ -141,11 +140,11 @@ static void attn_worker(void *ctx, int ith, int nth)
 }
 
 /* q/k norm + RoPE on the new rows, store K/V, attend, gate, project: xn [T][E] -> mix [T][E]. */
-static void attn_layer(struct fwd_ctx *f, int64_t il, const float *xn, float *mix)
+static void attn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix)
 {
     const struct model_hparams *hp = &f->m->hp;
     const struct model_layer *l = &f->m->layers[il];
-    const int64_t T = f->b->n_tokens, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const int64_t T = f->b->n_tokens, H = l->n_head, Hkv = l->n_head_kv, D = hp->head_dim;
     const int64_t q_ld = H * D * (hp->attn_gated ? 2 : 1), kvd = Hkv * D;
     const int64_t qstride = hp->attn_gated ? 2 * D : D;
     float *q = f->big0, *k = f->big1, *v = f->big2, *o = f->big3;
@@ -186,7 +185,7 @@ static void attn_layer(struct fwd_ctx *f, int64_t il, const float *xn, float *mi
  * ========================================================================================== */
 
 struct gdn_task {
-    struct fwd_ctx *f;
+    struct fwd_dev *f;
     int64_t il;
     const float *y; /* [T][C] conv output: q | k | v, q and k already L2-normalised */
     float *o;       /* [T][Hv*S] */
@@ -196,15 +195,16 @@ struct gdn_task {
 static void gdn_worker(void *ctx, int ith, int nth)
 {
     struct gdn_task *g = ctx;
-    struct fwd_ctx *f = g->f;
+    struct fwd_dev *f = g->f;
     const struct model_hparams *hp = &f->m->hp;
-    const int64_t Hv = hp->ssm_hv, Hk = hp->ssm_hk, S = hp->ssm_s, C = hp->conv_ch;
+    const struct model_layer *l = &f->m->layers[g->il];
+    const int64_t Hv = l->ssm_hv, Hk = l->ssm_hk, S = hp->ssm_s, C = l->conv_ch;
     const int64_t r = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)S);
     int64_t lo, hi;
     dev_split(f->n_runs * Hv, ith, nth, 1, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        const struct run *ru = &f->runs[i / Hv];
+        const struct fwd_run *ru = &f->runs[i / Hv];
         const int64_t h = i % Hv, kh = hp->kmap_mod ? h % Hk : h / r;
         const int64_t src_g = f->cache.rs_idx[ru->seq];
         float *M = cache_ssm(&f->cache, g->il, 0, ru->seq) + h * S * S;
@@ -223,10 +223,10 @@ static void gdn_worker(void *ctx, int ith, int nth)
 }
 
 /* beta and decay per (row, value head) from the b / alpha projections. */
-static void gdn_gates(struct fwd_ctx *f, const struct model_layer *l, const float *xn)
+static void gdn_gates(struct fwd_dev *f, const struct model_layer *l, const float *xn)
 {
     const struct model_hparams *hp = &f->m->hp;
-    const int64_t T = f->b->n_tokens, Hv = hp->ssm_hv, r = Hv / hp->ssm_hk;
+    const int64_t T = f->b->n_tokens, Hv = l->ssm_hv, r = Hv / l->ssm_hk;
     float *bl = f->small, *al = f->small + T * Hv; /* [T][Hv] each */
     if (hp->arch == ARCH_QWEN3NEXT) {
         float *ba = f->big2; /* [T][2Hv], grouped per key head: [b (r) | a (r)] */
@@ -250,13 +250,13 @@ static void gdn_gates(struct fwd_ctx *f, const struct model_layer *l, const floa
 }
 
 /* Causal conv over each run, then the conv-state snapshot windows. u [T][C] -> y [T][C]. */
-static void gdn_conv(struct fwd_ctx *f, int64_t il, const struct model_layer *l, const float *u,
+static void gdn_conv(struct fwd_dev *f, int64_t il, const struct model_layer *l, const float *u,
                      float *y)
 {
     const struct model_hparams *hp = &f->m->hp;
-    const int64_t C = hp->conv_ch, K = hp->conv_k, G = f->cache.n_groups;
+    const int64_t C = l->conv_ch, K = hp->conv_k, G = f->cache.n_groups;
     for (int64_t ri = 0; ri < f->n_runs; ri++) {
-        const struct run *ru = &f->runs[ri];
+        const struct fwd_run *ru = &f->runs[ri];
         const int64_t T = ru->t1 - ru->t0, src_g = f->cache.rs_idx[ru->seq];
         const float *src = cache_conv(&f->cache, il, src_g, ru->seq);
         kop_conv1d_silu(src, u + ru->t0 * C, l->conv.data, T, C, K, 0, C, y + ru->t0 * C);
@@ -273,12 +273,12 @@ static void gdn_conv(struct fwd_ctx *f, int64_t il, const struct model_layer *l,
     }
 }
 
-static void gdn_layer(struct fwd_ctx *f, int64_t il, const float *xn, float *mix)
+static void gdn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix)
 {
     const struct model_hparams *hp = &f->m->hp;
     const struct model_layer *l = &f->m->layers[il];
-    const int64_t T = f->b->n_tokens, C = hp->conv_ch, S = hp->ssm_s;
-    const int64_t Hk = hp->ssm_hk, Hv = hp->ssm_hv;
+    const int64_t T = f->b->n_tokens, C = l->conv_ch, S = hp->ssm_s;
+    const int64_t Hk = l->ssm_hk, Hv = l->ssm_hv;
     float *u = f->big0, *y = f->big1, *z = f->big2, *o = f->big3;
     matmul(f, &l->qkv, xn, T, u); /* [T][C] */
     gdn_gates(f, l, xn);          /* uses big2 as scratch before z is computed */
@@ -304,7 +304,7 @@ static void gdn_layer(struct fwd_ctx *f, int64_t il, const float *xn, float *mix
  * FFN: dense SwiGLU (5.5) and MoE with a gated shared expert (5.6)
  * ========================================================================================== */
 
-static void swiglu_mlp(struct fwd_ctx *f, const struct dev_mat *gate, const struct dev_mat *up,
+static void swiglu_mlp(struct fwd_dev *f, const struct dev_mat *gate, const struct dev_mat *up,
                        const struct dev_mat *down, const float *x, int64_t T, float *out)
 {
     float *g = f->big0, *u = f->big1;
@@ -316,7 +316,7 @@ static void swiglu_mlp(struct fwd_ctx *f, const struct dev_mat *gate, const stru
 }
 
 /* Softmax over all experts, top-k (ties to the lower index), renormalised weights. */
-static void moe_route(struct fwd_ctx *f, const float *logits, int64_t T)
+static void moe_route(struct fwd_dev *f, const float *logits, int64_t T)
 {
     const int64_t Nx = f->m->hp.n_expert, k = f->m->hp.n_expert_used;
     for (int64_t t = 0; t < T; t++) {
@@ -349,7 +349,7 @@ static void moe_route(struct fwd_ctx *f, const float *logits, int64_t T)
     }
 }
 
-static void moe_ffn(struct fwd_ctx *f, const struct model_layer *l, const float *xn, float *out)
+static void moe_ffn(struct fwd_dev *f, const struct model_layer *l, const float *xn, float *out)
 {
     const struct model_hparams *hp = &f->m->hp;
     const int64_t T = f->b->n_tokens, E = hp->n_embd, Nx = hp->n_expert, k = hp->n_expert_used;
@@ -389,7 +389,7 @@ static void moe_ffn(struct fwd_ctx *f, const struct model_layer *l, const float 
     }
 }
 
-static void ffn(struct fwd_ctx *f, const struct model_layer *l, const float *xn, float *out)
+static void ffn(struct fwd_dev *f, const struct model_layer *l, const float *xn, float *out)
 {
     if (f->m->hp.n_expert) {
         moe_ffn(f, l, xn, out);
@@ -400,48 +400,18 @@ static void ffn(struct fwd_ctx *f, const struct model_layer *l, const float *xn,
 }
 
 /* ============================================================================================
- * Batch validation and the spine
+ * The spine of one device's step
  * ========================================================================================== */
 
-static int check_batch(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
+/* Sum a partial [T][E] block over the devices of the group (no-op on a single device). */
+static void reduce(struct fwd_dev *f, float *buf, int64_t n)
 {
-    const int64_t T = b->n_tokens;
-    if (T < 1 || T > f->p.max_tokens) {
-        dd_errf(err, errlen, "batch of %lld tokens (limit %lld)", (long long)T,
-                (long long)f->p.max_tokens);
-        return DD_EINVAL;
-    }
-    f->n_runs = 0;
-    for (int64_t t = 0; t < T; t++) {
-        int64_t s = b->seq[t], pos = b->pos[t];
-        if (s < 0 || s >= f->p.n_seq || pos < 0 || pos >= f->p.n_ctx || b->token[t] < 0 ||
-            b->token[t] >= f->m->hp.n_vocab) {
-            dd_errf(err, errlen, "batch row %lld: seq %lld, pos %lld or token %d out of range",
-                    (long long)t, (long long)s, (long long)pos, b->token[t]);
-            return DD_EINVAL;
-        }
-        if (t > 0 && b->seq[t - 1] == s) {
-            if (b->pos[t - 1] + 1 != pos) {
-                dd_errf(err, errlen, "batch row %lld: positions of seq %lld not consecutive",
-                        (long long)t, (long long)s);
-                return DD_EINVAL;
-            }
-            f->runs[f->n_runs - 1].t1 = t + 1;
-            continue;
-        }
-        for (int64_t r = 0; r < f->n_runs; r++)
-            if (f->runs[r].seq == s) {
-                dd_errf(err, errlen, "batch row %lld: seq %lld appears in two runs", (long long)t,
-                        (long long)s);
-                return DD_EINVAL;
-            }
-        f->runs[f->n_runs++] = (struct run){.t0 = t, .t1 = t + 1, .seq = s};
-    }
-    return 0;
+    if (f->comm)
+        comm_allreduce(f->comm, f->rank, buf, n);
 }
 
 /* Final norm (every row, kept as the MTP input) and the LM head for the rows asked for. */
-static void output_head(struct fwd_ctx *f, const struct model_w *norm)
+static void output_head(struct fwd_dev *f, const struct model_w *norm)
 {
     const struct fwd_batch *b = f->b;
     const int64_t E = f->m->hp.n_embd;
@@ -457,27 +427,32 @@ static void output_head(struct fwd_ctx *f, const struct model_w *norm)
 }
 
 /* One decoder block on the residual stream f->x: mixer then FFN, both pre-normed. */
-static void block(struct fwd_ctx *f, int64_t il)
+static void block(struct fwd_dev *f, int64_t il)
 {
     const struct model_layer *l = &f->m->layers[il];
     const int64_t T = f->b->n_tokens, E = f->m->hp.n_embd;
     rmsnorm_rows(f->x, &l->attn_norm, f->xn, T, E, E, E, f->m->hp.eps);
-    if (l->recurrent)
+    bool empty = l->recurrent ? l->ssm_hk == 0 : l->n_head_kv == 0; /* a zero-size shard */
+    if (empty)
+        memset(f->mix, 0, (size_t)(T * E) * sizeof(float));
+    else if (l->recurrent)
         gdn_layer(f, il, f->xn, f->mix);
     else
         attn_layer(f, il, f->xn, f->mix);
+    reduce(f, f->mix, T * E); /* allreduce #1: after the mixer's output projection */
     add_rows(f->x, f->mix, T * E);
     rmsnorm_rows(f->x, &l->ffn_norm, f->xn, T, E, E, E, f->m->hp.eps);
     ffn(f, l, f->xn, f->mix);
+    reduce(f, f->mix, T * E); /* allreduce #2: after the FFN (MoE: after the weighted sum) */
     add_rows(f->x, f->mix, T * E);
 }
 
-int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
+void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
+                     int64_t n_runs)
 {
-    int rc = check_batch(f, b, err, errlen);
-    if (rc)
-        return rc;
     f->b = b;
+    f->runs = runs;
+    f->n_runs = n_runs;
     embed_rows(f, b->token, b->n_tokens, f->x);
     for (int64_t il = 0; il < f->m->hp.n_layer; il++)
         block(f, il);
@@ -485,21 +460,15 @@ int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t e
     for (int64_t r = 0; r < f->n_runs; r++)
         cache_seq_advanced(&f->cache, f->runs[r].seq, f->runs[r].t1 - f->runs[r].t0);
     f->b = NULL;
-    return 0;
 }
 
-int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
-            size_t errlen)
+void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
+                  int64_t n_runs, const float *h_prev)
 {
     const struct model_hparams *hp = &f->m->hp;
-    if (hp->n_nextn < 1) {
-        dd_errf(err, errlen, "the model has no MTP block");
-        return DD_EUNSUPPORTED;
-    }
-    int rc = check_batch(f, b, err, errlen);
-    if (rc)
-        return rc;
     f->b = b;
+    f->runs = runs;
+    f->n_runs = n_runs;
     const int64_t T = b->n_tokens, E = hp->n_embd, il = hp->n_layer;
     const struct model_layer *l = &f->m->layers[il];
     /* c = [enorm(embed(x_p)) | hnorm(h_{p-1})] -> eh_proj -> one decoder block */
@@ -510,7 +479,6 @@ int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, c
     block(f, il);
     output_head(f, l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm);
     f->b = NULL;
-    return 0;
 }
 
 /* ============================================================================================
@@ -523,8 +491,8 @@ static int64_t max3(int64_t a, int64_t b, int64_t c)
     return m > c ? m : c;
 }
 
-int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
-               struct fwd_ctx **out, char *err, size_t errlen)
+int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_params *p,
+                    struct comm *comm, int rank, struct fwd_dev **out, char *err, size_t errlen)
 {
     const struct model_hparams *hp = &m->hp;
     if (p->max_tokens < 1 || p->n_seq < 1 || p->n_ctx < 1 || p->draft_max < 0 ||
@@ -534,10 +502,12 @@ int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
                 (long long)p->n_ctx, (long long)p->draft_max);
         return DD_EINVAL;
     }
-    struct fwd_ctx *f = xcalloc(1, sizeof *f);
+    struct fwd_dev *f = xcalloc(1, sizeof *f);
     f->m = m;
     f->dev = d;
     f->p = *p;
+    f->comm = comm;
+    f->rank = rank;
     int rc = cache_create(&f->cache, m, p->n_seq, p->n_ctx, p->draft_max, err, errlen);
     if (rc) {
         free(f);
@@ -550,7 +520,6 @@ int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
     const int64_t w2 = max3(kv, Hv * S, 2 * Hv), w3 = max3(hp->n_head * hp->head_dim, Hv * S, 1);
     const int64_t ws = max3(2 * Hv, hp->n_expert, 1), k = hp->n_expert_used ? hp->n_expert_used : 1;
     f->n_threads = dev_n_threads(d);
-    f->runs = xcalloc((size_t)T, sizeof *f->runs);
     f->x = xaligned_alloc((size_t)(T * E) * sizeof(float));
     f->xn = xaligned_alloc((size_t)(T * 2 * E) * sizeof(float));
     f->mix = xaligned_alloc((size_t)(T * E) * sizeof(float));
@@ -575,19 +544,19 @@ int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
     rc = dev_reserve(d, T, max_in);
     if (rc) {
         dd_errf(err, errlen, "device: cannot reserve scratch for %lld tokens", (long long)T);
-        fwd_destroy(f);
+        fwd__dev_destroy(f);
         return rc;
     }
     *out = f;
     return 0;
 }
 
-void fwd_destroy(struct fwd_ctx *f)
+void fwd__dev_destroy(struct fwd_dev *f)
 {
     if (!f)
         return;
     cache_destroy(&f->cache);
-    void *bufs[] = {f->runs,   f->x,       f->xn,      f->mix,    f->big0,  f->big1,
+    void *bufs[] = {f->x,       f->xn,      f->mix,    f->big0,  f->big1,
                     f->big2,   f->big3,    f->small,   f->beta,   f->decay, f->gath,
                     f->eout,   f->route_w, f->route_e, f->erows,  f->erw,   f->hidden,
                     f->hsel,   f->logits,  f->attn_scratch};
@@ -596,22 +565,23 @@ void fwd_destroy(struct fwd_ctx *f)
     free(f);
 }
 
-struct cache *fwd_cache(struct fwd_ctx *f)
+struct cache *fwd__dev_cache(struct fwd_dev *f)
 {
     return &f->cache;
 }
 
-const float *fwd_logits(const struct fwd_ctx *f)
+const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows)
 {
+    *n_rows = f->n_logits;
     return f->logits;
 }
 
-int64_t fwd_n_logits(const struct fwd_ctx *f)
-{
-    return f->n_logits;
-}
-
-const float *fwd_hidden(const struct fwd_ctx *f)
+const float *fwd__dev_hidden(const struct fwd_dev *f)
 {
     return f->hidden;
+}
+
+const struct model *fwd__dev_model(const struct fwd_dev *f)
+{
+    return f->m;
 }

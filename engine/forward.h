@@ -1,7 +1,9 @@
 /*
  * forward — the batched forward pass of the trunk and of the MTP block, written once against
- * the device interface (device.h). One call processes many tokens of many sequences, each
- * with its own positions and cache state, and produces logits only for the rows asked for.
+ * the device interface (device.h) and run on a device group: one device, or N devices holding
+ * tensor-parallel shards (shard.h) that meet at two allreduces per layer (comm.h). One call
+ * processes many tokens of many sequences, each with its own positions and cache state, and
+ * produces logits only for the rows asked for (gathered from the devices' vocab slices).
  *
  * Batch rules (checked, DD_EINVAL otherwise): the tokens of one sequence are contiguous in the
  * batch and their positions consecutive; a sequence appears in at most one run; positions lie
@@ -38,12 +40,30 @@ struct fwd_batch {
 
 struct fwd_ctx;
 
-/* Borrowed: m and d must outlive the context. The cache is owned by the context. */
+/* One device. Borrowed: m and d must outlive the context. The cache is owned by the context. */
 int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
                struct fwd_ctx **out, char *err, size_t errlen);
+/* A tensor-parallel group of n_dev devices (borrowed) over the shards of m, with a host
+ * communicator and one host thread per device (the caller is device 0's). n_dev == 1 is the
+ * same as fwd_create. */
+int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen);
 void fwd_destroy(struct fwd_ctx *f);
+int fwd_n_devices(const struct fwd_ctx *f);
 
+/* Device 0's cache, for reading the per-sequence bookkeeping (rs_idx, valid), which is the
+ * same on every device. Change state only through the fwd_seq_* calls below. */
 struct cache *fwd_cache(struct fwd_ctx *f);
+/* cache_seq_* over every device of the group (see cache.h for the rules). A checkpoint holds
+ * every device's part, concatenated in rank order. */
+void fwd_seq_clear(struct fwd_ctx *f, int64_t s);
+bool fwd_seq_rollback(struct fwd_ctx *f, int64_t s, int64_t r);
+size_t fwd_ckpt_floats(const struct fwd_ctx *f);
+void fwd_seq_save(const struct fwd_ctx *f, int64_t s, float *dst);
+void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src);
+/* Time spent in allreduces and their count; bytes device d owns and reads replicated. */
+void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
+void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated);
 
 /* Trunk forward. Afterwards fwd_logits holds one row per requested token, in batch order,
  * and fwd_hidden the post-output_norm hidden state of every batch row (the MTP input). */

@@ -316,6 +316,14 @@ static int bind_layer(struct loader *L, int64_t il)
     int64_t E = hp->n_embd;
     l->is_mtp = il >= hp->n_layer;
     l->recurrent = hp->arch != ARCH_QWEN3 && !l->is_mtp && (il + 1) % hp->fa_interval != 0;
+    l->n_head = hp->n_head;
+    l->n_head_kv = hp->n_head_kv;
+    l->ssm_hk = hp->ssm_hk;
+    l->ssm_hv = hp->ssm_hv;
+    l->conv_ch = hp->conv_ch;
+    l->n_ff = hp->n_ff;
+    l->n_ff_exp = hp->n_ff_exp;
+    l->n_ff_shexp = hp->n_ff_shexp;
     const char *ffn_norm = hp->arch == ARCH_QWEN3 ? "ffn_norm" : "post_attention_norm";
     int rc = bind_blk(L, il, &l->attn_norm, "attn_norm", REQ, T_F32, E, 0, 0);
     rc = rc ? rc : bind_blk(L, il, &l->ffn_norm, ffn_norm, REQ, T_F32, E, 0, 0);
@@ -348,6 +356,8 @@ static int bind_all(struct loader *L)
         return rc;
     if (!m->output.data)
         m->output = m->tok_embd; /* tied head */
+    m->vocab_lo = 0;
+    m->vocab_hi = hp->n_vocab;
     m->layers = xcalloc((size_t)hp->n_layer_all, sizeof *m->layers);
     for (int64_t il = 0; il < hp->n_layer_all && !rc; il++)
         rc = bind_layer(L, il);

@@ -55,6 +55,11 @@ struct model_hparams {
 struct model_layer {
     bool recurrent; /* GDN layer; false = attention */
     bool is_mtp;
+    /* Dims of this layer as held here: the global dims for a whole model, the device's slice
+     * for a tensor-parallel shard (shard.h). Forward code reads these, never the hparams. */
+    int64_t n_head, n_head_kv;          /* attention heads */
+    int64_t ssm_hk, ssm_hv, conv_ch;    /* GDN key heads, value heads, conv channels */
+    int64_t n_ff, n_ff_exp, n_ff_shexp; /* FFN widths */
     struct model_w attn_norm, ffn_norm; /* ffn_norm = post_attention_norm (ffn_norm for qwen3) */
     /* attention */
     struct model_w wq, wk, wv, wo, q_norm, k_norm;
@@ -75,8 +80,14 @@ struct model {
     gguf_t *gguf;
     tok_t *tok;
     struct model_w tok_embd, output_norm, output; /* output may alias tok_embd (tied) */
+    int64_t vocab_lo, vocab_hi; /* rows of the LM head held here (a shard: a vocab slice) */
     struct model_layer *layers;                    /* [n_layer_all] */
     size_t weight_bytes;                           /* sum of bound tensor sizes */
+    /* a tensor-parallel shard (shard.h): the buffers of its split tensors */
+    bool is_shard;
+    void **owned;
+    int64_t n_owned;
+    size_t owned_bytes;
 };
 
 /* Load and validate. Returns 0 or a negative dd_err with the message in err. */

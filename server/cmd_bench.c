@@ -134,12 +134,12 @@ static double median(double *v, int64_t n)
 static int bench_rep(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks,
                      double *pp, double *tg)
 {
-    cache_seq_clear(fwd_cache(e->fwd), 0);
+    fwd_seq_clear(e->fwd, 0);
     double t0 = dd_now();
     if (cmd_feed(e, toks, o->n_prompt, 0, o->batch, NULL, NULL))
         return 1;
     *pp = o->n_prompt / (dd_now() - t0);
-    cache_seq_clear(fwd_cache(e->fwd), 0);
+    fwd_seq_clear(e->fwd, 0);
     if (o->depth && cmd_feed(e, toks, o->depth, 0, o->batch, NULL, NULL))
         return 1;
     t0 = dd_now();

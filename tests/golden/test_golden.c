@@ -197,7 +197,7 @@ static void check_chunks(struct eng *e, const struct fixture *fx, const float *b
     float *out = malloc((size_t)(n * V) * sizeof(float));
     const int64_t chunks[] = {7, 1};
     for (int c = 0; c < 2; c++) {
-        cache_seq_clear(fwd_cache(e->f), 1);
+        fwd_seq_clear(e->f, 1);
         CHECK(feed(e, 1, fx->tokens, n, 0, chunks[c], out, NULL) == 0);
         double re = rel_err(out, batch_logits, (size_t)(n * V));
         printf("  chunks of %lld vs one batch: max rel err %.3g\n", (long long)chunks[c], re);
@@ -213,13 +213,12 @@ static void check_rollback(struct eng *e, const struct fixture *fx)
     const int64_t V = fx->n_vocab, base = 40;
     float *a = malloc((size_t)(4 * V) * sizeof(float)), *b = malloc((size_t)(base + 3) * V * sizeof(float));
     int32_t alt = (fx->tokens[base + 2] + 5) % 256;
-    struct cache *c = fwd_cache(e->f);
-    cache_seq_clear(c, 1);
+    fwd_seq_clear(e->f, 1);
     CHECK(feed(e, 1, fx->tokens, base, 0, 64, NULL, NULL) == 0);
     CHECK(feed(e, 1, fx->tokens + base, 4, base, 4, a, NULL) == 0); /* verify batch */
-    CHECK(cache_seq_rollback(c, 1, 2));                             /* keep base, base+1 */
+    CHECK(fwd_seq_rollback(e->f, 1, 2));                             /* keep base, base+1 */
     CHECK(feed(e, 1, &alt, 1, base + 2, 1, a, NULL) == 0);
-    cache_seq_clear(c, 2);
+    fwd_seq_clear(e->f, 2);
     int32_t ref_toks[128];
     memcpy(ref_toks, fx->tokens, (size_t)(base + 2) * sizeof(int32_t));
     ref_toks[base + 2] = alt;
@@ -260,7 +259,7 @@ static void golden_arch(const char *arch)
     CHECK_EQ(V, e.m->hp.n_vocab);
     float *out = malloc((size_t)(n * V) * sizeof(float));
     float *hid = malloc((size_t)(n * e.m->hp.n_embd) * sizeof(float));
-    cache_seq_clear(fwd_cache(e.f), 0);
+    fwd_seq_clear(e.f, 0);
     CHECK(feed(&e, 0, fx.tokens, n, 0, 128, out, hid) == 0);
     double re = rel_err(out, fx.logits, (size_t)(n * V));
     int64_t agree = 0;

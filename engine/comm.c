@@ -1,0 +1,105 @@
+/*
+ * comm — host allreduce among the CPU devices of one process (contract in comm.h).
+ *
+ * Algorithm per call: barrier (every rank has published its buffer) -> each rank sums its
+ * share of the elements over all ranks' buffers in rank order into a shared result -> barrier
+ * -> each rank copies the result into its own buffer. The next call's first barrier keeps the
+ * result alive until everyone has copied it. Barriers spin briefly, then yield: ranks are host
+ * threads of devices that arrive within microseconds of each other in a balanced split.
+ */
+#include "comm.h" // defines: comm_create_host, comm_allreduce
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h" // defines: xcalloc, ASSERT, dd_now
+
+#define MAX_RANKS 64
+
+struct comm {
+    int n;
+    float *bufs[MAX_RANKS]; /* published by each rank for the current call */
+    float *result;          /* [cap] */
+    int64_t cap;
+    atomic_int arrived;
+    atomic_int phase;       /* barrier generation */
+    double seconds;         /* rank 0 only */
+    int64_t calls;
+};
+
+struct comm *comm_create_host(int n_ranks)
+{
+    ASSERT(n_ranks >= 1 && n_ranks <= MAX_RANKS);
+    struct comm *c = xcalloc(1, sizeof *c);
+    c->n = n_ranks;
+    atomic_init(&c->arrived, 0);
+    atomic_init(&c->phase, 0);
+    return c;
+}
+
+void comm_reserve(struct comm *c, int64_t n)
+{
+    if (n <= c->cap)
+        return;
+    free(c->result);
+    c->result = xaligned_alloc((size_t)n * sizeof(float));
+    c->cap = n;
+}
+
+void comm_destroy(struct comm *c)
+{
+    if (!c)
+        return;
+    free(c->result);
+    free(c);
+}
+
+int comm_size(const struct comm *c)
+{
+    return c->n;
+}
+
+/* Sense-counting barrier: the last rank to arrive advances the generation. */
+static void barrier(struct comm *c)
+{
+    int gen = atomic_load_explicit(&c->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&c->arrived, 1, memory_order_acq_rel) == c->n - 1) {
+        atomic_store_explicit(&c->arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->phase, gen + 1, memory_order_release);
+        return;
+    }
+    for (int spin = 0; atomic_load_explicit(&c->phase, memory_order_acquire) == gen; spin++)
+        if (spin > 2000)
+            sched_yield();
+}
+
+void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n)
+{
+    if (c->n == 1 || n == 0)
+        return;
+    ASSERT(n <= c->cap); /* comm_reserve sized the result at start-up */
+    double t0 = rank == 0 ? dd_now() : 0.0;
+    c->bufs[rank] = buf;
+    barrier(c);
+    int64_t lo = n * rank / c->n, hi = n * (rank + 1) / c->n;
+    for (int64_t i = lo; i < hi; i++) {
+        float s = c->bufs[0][i];
+        for (int r = 1; r < c->n; r++)
+            s += c->bufs[r][i];
+        c->result[i] = s;
+    }
+    barrier(c);
+    memcpy(buf, c->result, (size_t)n * sizeof(float));
+    if (rank == 0) {
+        c->seconds += dd_now() - t0;
+        c->calls++;
+    }
+}
+
+void comm_stats(const struct comm *c, double *seconds, int64_t *calls)
+{
+    *seconds = c->seconds;
+    *calls = c->calls;
+}
