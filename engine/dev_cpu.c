@@ -13,6 +13,7 @@
 
 #include "device.h" // defines: struct dev, dev_cpu_create
 #include "quant.h"  // defines: kq_matmul, kq_quantize_act
+#include "topo.h"   // defines: topo_split, topo_bind_unit
 #include "tpool.h"  // defines: tpool_run, tpool_barrier
 #include "util.h"   // defines: xcalloc, xaligned_alloc, dd_errf
 
@@ -131,4 +132,56 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
     }
     *out = &cd->base;
     return 0;
+}
+
+/* Unbound devices: n_threads split evenly, at least one each. */
+static int unbound_group(int n_dev, int n_threads, struct dev **devs, char *err, size_t errlen)
+{
+    for (int d = 0; d < n_dev; d++) {
+        int t = n_threads / n_dev + (d < n_threads % n_dev);
+        int rc = dev_cpu_create(t > 0 ? t : 1, NULL, &devs[d], err, errlen);
+        if (rc) {
+            while (d-- > 0)
+                dev_destroy(devs[d]);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
+                         size_t errlen)
+{
+    if (n_dev < 1 || n_dev > 64) {
+        dd_errf(err, errlen, "cpu device group: %d devices (1..64)", n_dev);
+        return DD_EINVAL;
+    }
+    topo_t *topo = topo_create(err, errlen);
+    if (!topo)
+        return DD_EIO;
+    topo_counts counts;
+    topo_get_counts(topo, &counts);
+    topo_plan *plan = NULL;
+    int rc = 0;
+    if (!bind || n_dev > counts.allowed_cores) {
+        if (bind)
+            LOG_W("%d CPU devices on %d allowed cores: devices are not bound", n_dev,
+                  counts.allowed_cores);
+        rc = unbound_group(n_dev, n_threads ? n_threads : counts.allowed_cores, devs, err, errlen);
+        goto out;
+    }
+    if ((rc = topo_split(topo, n_dev, 0, &plan, err, errlen)))
+        goto out;
+    topo_bind_unit(&plan->sets[0], 0);
+    for (int d = 0; d < n_dev && !rc; d++) {
+        int t = n_threads ? n_threads / n_dev + (d < n_threads % n_dev) : plan->sets[d].n;
+        rc = dev_cpu_create(t > 0 ? t : 1, &plan->sets[d], &devs[d], err, errlen);
+        if (rc)
+            while (d-- > 0)
+                dev_destroy(devs[d]);
+    }
+out:
+    topo_plan_destroy(plan);
+    topo_destroy(topo);
+    return rc;
 }

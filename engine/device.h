@@ -11,6 +11,7 @@
 #ifndef DELTAD_DEVICE_H
 #define DELTAD_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -99,5 +100,13 @@ static inline void dev_split(int64_t n, int ith, int nth, int64_t align, int64_t
  * calling thread becomes thread 0 of every parallel call. Transferred: dev_destroy. */
 int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,
                    size_t errlen);
+
+/* A group of n_dev CPU devices over disjoint core sets from hwloc (topo_split: NUMA-aware).
+ * n_threads: total threads (0 = one per allowed core), divided among the devices. bind = false
+ * (or more devices than cores, for testing) gives unbound devices of at least one thread each.
+ * The calling thread is bound to device 0's first core when binding. devs[0 .. n_dev) are
+ * transferred (dev_destroy each). Errors name the problem (e.g. more devices than cores). */
+int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
+                         size_t errlen);
 
 #endif

@@ -47,6 +47,7 @@ static const struct opt opts[] = {
     {NULL, "--top-p", OPT_DBL, OFF(top_p), 0, 1, G, "top-p (1 = off)"},
     {NULL, "--seed", OPT_INT, OFF(seed), 0, (double)INT64_MAX, G, "RNG seed"},
     {"-t", "--threads", OPT_INT, OFF(threads), 0, 1024, G | L | B | I, "threads (0 = all cores)"},
+    {NULL, "--tp", OPT_INT, OFF(tp), 1, 64, G | L | B | I, "CPU devices, tensor parallel (1)"},
     {"-b", "--batch", OPT_INT, OFF(batch), 1, 8192, G | L | B, "max tokens per forward (512)"},
     {"-c", "--ctx", OPT_INT, OFF(ctx), 1, 1 << 24, G | L | I, "context size"},
     {"-r", "--reps", OPT_INT, OFF(reps), 1, 1000, B, "repetitions, median reported (5)"},
@@ -185,23 +186,13 @@ int cmd_engine_open(struct cmd_engine *e, const struct cmd_opts *o)
                 "qwen35moe, qwen3next)?\n", err);
         return 1;
     }
-    e->topo = topo_create(err, sizeof err);
-    if (!e->topo) {
-        fprintf(stderr, "error: hwloc topology: %s\n", err);
+    e->n_dev = (int)(o->tp ? o->tp : 1);
+    if (dev_cpu_create_group(e->n_dev, (int)o->threads, !o->no_bind, e->devs, err, sizeof err)) {
+        fprintf(stderr, "error: devices: %s\n", err);
+        e->n_dev = 0;
         goto fail;
     }
-    if (topo_split(e->topo, 1, 0, &e->plan, err, sizeof err)) {
-        fprintf(stderr, "error: placement: %s\n", err);
-        goto fail;
-    }
-    const topo_coreset *cores = o->no_bind ? NULL : &e->plan->sets[0];
-    int n_threads = (int)(o->threads ? o->threads : e->plan->sets[0].n);
-    if (cores)
-        topo_bind_unit(cores, 0);
-    if (dev_cpu_create(n_threads, cores, &e->dev, err, sizeof err)) {
-        fprintf(stderr, "error: %s\n", err);
-        goto fail;
-    }
+    e->dev = e->devs[0];
     return 0;
 fail:
     cmd_engine_close(e);
@@ -212,7 +203,7 @@ int cmd_engine_ready(struct cmd_engine *e, int64_t n_seq, int64_t n_ctx, int64_t
 {
     char err[512];
     struct fwd_params fp = {.max_tokens = max_tokens, .n_seq = n_seq, .n_ctx = n_ctx};
-    if (fwd_create(e->model, e->dev, &fp, &e->fwd, err, sizeof err)) {
+    if (fwd_create_group(e->model, e->devs, e->n_dev, &fp, &e->fwd, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
@@ -222,10 +213,9 @@ int cmd_engine_ready(struct cmd_engine *e, int64_t n_seq, int64_t n_ctx, int64_t
 void cmd_engine_close(struct cmd_engine *e)
 {
     fwd_destroy(e->fwd);
-    dev_destroy(e->dev);
+    for (int d = 0; d < e->n_dev; d++)
+        dev_destroy(e->devs[d]);
     model_free(e->model);
-    topo_plan_destroy(e->plan);
-    topo_destroy(e->topo);
     memset(e, 0, sizeof *e);
 }
 

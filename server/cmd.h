@@ -32,6 +32,7 @@ struct cmd_opts {
     int64_t top_k;
     int64_t seed;
     int64_t threads; /* 0 = all allowed cores */
+    int64_t tp;      /* CPU devices (tensor parallel) */
     int64_t batch;   /* max tokens per forward call */
     int64_t ctx;     /* 0 = what the command needs */
     bool mtp;
@@ -47,9 +48,9 @@ void cmd_usage(const char *prog, int which);
 
 /* Model + device + forward context for one command. */
 struct cmd_engine {
-    topo_t *topo;
-    topo_plan *plan;
-    struct dev *dev;
+    struct dev *devs[64];
+    int n_dev;
+    struct dev *dev; /* devs[0] */
     struct model *model;
     struct fwd_ctx *fwd;
 };

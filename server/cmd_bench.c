@@ -162,7 +162,17 @@ int cmd_bench(const struct cmd_opts *o)
     int32_t *toks = xmalloc((size_t)n_ctx * sizeof *toks);
     for (int64_t i = 0; i < n_ctx; i++) /* deterministic, ordinary (non-special) tokens */
         toks[i] = (int32_t)((i * 7919 + 13) % (m->hp.n_vocab < 256 ? m->hp.n_vocab : 256));
-    double gbs = triad_gbs(e.dev);
+    /* the bandwidth of all the group's threads together, on a pool of the same size */
+    int total = 0;
+    for (int d = 0; d < e.n_dev; d++)
+        total += dev_n_threads(e.devs[d]);
+    struct dev *td = e.dev;
+    char err[256];
+    if (e.n_dev > 1 && dev_cpu_create(total, NULL, &td, err, sizeof err))
+        td = e.dev;
+    double gbs = triad_gbs(td);
+    if (td != e.dev)
+        dev_destroy(td);
     double *pp = xcalloc((size_t)o->reps, sizeof *pp), *tg = xcalloc((size_t)o->reps, sizeof *tg);
     /* one warm-up repetition (page tables of the mapping, caches, thread wake-up) not counted */
     int rc = bench_rep(&e, o, toks, &pp[0], &tg[0]);
@@ -177,8 +187,14 @@ int cmd_bench(const struct cmd_opts *o)
         printf("model        %s (%s, %.1f MiB weights, %.1f MiB read per decode token)\n",
                m->path, model_arch_name(m->hp.arch), m->weight_bytes / 1048576.0,
                tok_bytes / 1048576.0);
-        printf("threads      %d, kernels %s, reps %lld (medians)\n", dev_n_threads(e.dev),
-               kq_isa_name(kq_isa_active()), (long long)o->reps);
+        double ar_s;
+        int64_t ar_calls;
+        fwd_comm_stats(e.fwd, &ar_s, &ar_calls);
+        printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e.n_dev,
+               dev_n_threads(e.dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
+        if (e.n_dev > 1)
+            printf("allreduce    %lld calls, %.1f us each on average\n", (long long)ar_calls,
+                   ar_calls ? ar_s / ar_calls * 1e6 : 0.0);
         printf("bandwidth    %.1f GB/s (triad)\n", gbs);
         printf("prefill      %lld tokens: %.1f tok/s, %.1f GFLOP/s\n", (long long)o->n_prompt,
                pp_med, 2.0 * params * pp_med / 1e9);
@@ -207,7 +223,7 @@ int cmd_info(const struct cmd_opts *o)
         return 1;
     }
     topo_plan *plan = NULL;
-    if (topo_split(topo, 1, 0, &plan, err, sizeof err))
+    if (topo_split(topo, (int)(o->tp ? o->tp : 1), 0, &plan, err, sizeof err))
         fprintf(stderr, "warning: placement: %s\n", err);
     topo_print(topo, plan, stdout);
     printf("kernels: %s (best on this CPU: %s)\n", kq_isa_name(kq_isa_active()),

@@ -47,36 +47,57 @@ static double unif(uint64_t *s)
     return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Natural logarithm of q > 0 from frexp and an atanh series: only exactly rounded IEEE
- * operations, so the result is the same on every machine (libm's log need not be). */
+/* Natural logarithm of q in (0, 1) from the exponent bits and an atanh series: only exactly
+ * rounded IEEE operations, so the result is the same on every machine (libm's log need not be).
+ * Relative error about 1e-15, far below the float precision of the weights. */
 static double det_log(double q)
 {
-    int e;
-    double m = frexp(q, &e); /* q = m * 2^e, m in [0.5, 1) */
+    static const double c[10] = {1.0,       1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
+                                 1.0 / 11,  1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19};
+    uint64_t bits;
+    memcpy(&bits, &q, 8);
+    int e = (int)((bits >> 52) & 0x7ff) - 1022; /* q = m * 2^e, m in [0.5, 1); q is normal */
+    bits = (bits & 0x000fffffffffffffull) | 0x3fe0000000000000ull;
+    double m;
+    memcpy(&m, &bits, 8);
     if (m < 0.70710678118654752) {
         m *= 2.0;
         e -= 1;
     }
-    double t = (m - 1.0) / (m + 1.0), t2 = t * t, sum = 0.0; /* |t| <= 0.172 */
-    for (int k = 12; k >= 0; k--)
-        sum = sum * t2 + 1.0 / (2 * k + 1);
+    /* ln m = 2 atanh(t) = 2t (c0 + c1 x + ... + c9 x^9), x = t^2 <= 0.03, in Estrin's order
+     * (short dependency chains: this is the generator's hot spot). */
+    double t = (m - 1.0) / (m + 1.0), x = t * t, x2 = x * x, x4 = x2 * x2, x8 = x4 * x4;
+    double p03 = (c[0] + c[1] * x) + (c[2] + c[3] * x) * x2;
+    double p47 = (c[4] + c[5] * x) + (c[6] + c[7] * x) * x2;
+    double sum = (p03 + p47 * x4) + (c[8] + c[9] * x) * x8;
     return 2.0 * t * sum + e * 0.69314718055994530942;
 }
 
-/* Two independent N(0, 1) samples (polar Box–Muller). */
-static void normal_pair(uint64_t *s, double *z0, double *z1)
+/* z[0..n) = N(0, 1) samples by the polar Box–Muller method; z has room for n + 1 values and
+ * q for (n + 1) / 2. Two passes: the rejection loop draws all points first, then the
+ * branch-free transform runs over independent points (its divide, log and sqrt latencies
+ * overlap instead of chaining; about 20 % faster than one point at a time). */
+static void normals(uint64_t *s, int64_t n, double *z, double *q)
 {
-    double u, v, q;
-    do {
-        u = 2.0 * unif(s) - 1.0;
-        v = 2.0 * unif(s) - 1.0;
-        q = u * u + v * v;
-    } while (q >= 1.0 || q == 0.0);
-    double f = sqrt(-2.0 * det_log(q) / q);
-    *z0 = u * f;
-    *z1 = v * f;
+    int64_t np = (n + 1) / 2;
+    for (int64_t p = 0; p < np; p++) {
+        double u, v, r;
+        do {
+            u = 2.0 * unif(s) - 1.0;
+            v = 2.0 * unif(s) - 1.0;
+            r = u * u + v * v;
+        } while (r >= 1.0 || r < 0x1p-1000); /* keep r normal for det_log */
+        z[2 * p] = u, z[2 * p + 1] = v, q[p] = r;
+    }
+    for (int64_t p = 0; p < np; p++) {
+        double f = sqrt(-2.0 * det_log(q[p]) / q[p]);
+        z[2 * p] *= f;
+        z[2 * p + 1] *= f;
+    }
 }
 
+/* Tensor seeds come from the name, so adding, removing or reordering tensors never changes
+ * the values of the others. */
 static uint64_t hash_str(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -90,6 +111,8 @@ static uint64_t hash_str(const char *s)
 enum arch { A_QWEN3, A_QWEN35, A_QWEN35MOE, A_QWEN3NEXT };
 static const char *const arch_names[] = {"qwen3", "qwen35", "qwen35moe", "qwen3next"};
 
+/* Everything that defines a model file. Symbols as in docs/models.md §0; all dims are int64
+ * because they end up in ne[]. */
 struct cfg {
     enum arch arch;
     int64_t E, n_trunk, n_mtp;       /* width, trunk layers, MTP blocks */
@@ -109,7 +132,12 @@ static bool is_moe(const struct cfg *c)
     return c->arch == A_QWEN35MOE || c->arch == A_QWEN3NEXT;
 }
 
-/* Dims of a preset (tiny, small, 1g) for an arch; false for an unknown preset. */
+/* Dims of a preset (tiny, small, 1g) for an arch; false for an unknown preset.
+ *   tiny  = docs §9.1 (qwen3: the dense tiny model of §9.3);
+ *   small = tiny widened so that every quantised ne0 is a multiple of 256 (K-quants):
+ *           E 256, S 64 (Hv·S = 256), D 64 (H·D = 256), n_ff 512, expert widths 256 / 512;
+ *   1g    = Qwen3.5-35B-A3B-like layer shapes with 12 trunk layers and a 32k vocab.
+ * Arch, type, seed, vocab and name survive; everything else is reset. */
 static bool preset_dims(struct cfg *c, const char *preset)
 {
     bool q3 = c->arch == A_QWEN3;
@@ -127,7 +155,13 @@ static bool preset_dims(struct cfg *c, const char *preset)
     } else if (strcmp(preset, "1g") == 0 || strcmp(preset, "moe-1g") == 0) {
         c->E = 2048, c->n_trunk = 12, c->H = 16, c->D = q3 ? 128 : 256, c->ctx = 262144;
         c->Hk = 16, c->Hv = 32, c->S = 128, c->n_ff = 6144;
-        c->n_exp = 64, c->n_used = 8, c->ff_exp = 512, c->ff_shexp = 512;
+        c->n_exp = 32, c->n_used = 8, c->ff_exp = 256, c->ff_shexp = 512; /* moe-1g ~1.2 GB */
+    } else if (strcmp(preset, "uneven") == 0) {
+        /* small, with expert and shared widths of 768: with K-quant blocks of 256 the tensor-
+         * parallel splits are uneven on 2 devices and have an empty slice on 4 */
+        c->E = 256, c->n_trunk = q3 ? 2 : 4, c->H = 4, c->D = 64;
+        c->Hk = 2, c->Hv = 4, c->S = 64, c->n_ff = 768;
+        c->n_exp = 8, c->n_used = 2, c->ff_exp = 768, c->ff_shexp = 768;
     } else {
         return false;
     }
@@ -167,6 +201,7 @@ static void byte_token(int b, char out[3])
     }
 }
 
+/* Tokenizer keys: the §9.2 vocab, padded to c->vocab with unused [PAD<i>] tokens (type 5). */
 static void set_tokenizer(gguf_writer_t *w, const struct cfg *c)
 {
     int64_t V = c->vocab;
@@ -218,6 +253,7 @@ static uint32_t file_type(enum kq_type t)
     }
 }
 
+/* "{arch}.key" = v as u32 (llama.cpp rejects other integer types for these keys). */
 static void set_u32(gguf_writer_t *w, const struct cfg *c, const char *key, int64_t v)
 {
     char full[128];
@@ -257,6 +293,7 @@ static void set_hybrid_keys(gguf_writer_t *w, const struct cfg *c)
     }
 }
 
+/* All metadata of §9.2. qwen3 gets only the dense keys of §2.5. */
 static void set_keys(gguf_writer_t *w, const struct cfg *c)
 {
     gguf_writer_set_str(w, "general.architecture", arch_names[c->arch]);
@@ -376,6 +413,8 @@ static void add_ffn(struct tlist *l, const struct cfg *c, int il)
     add(l, I_MATRIX, c->ff_shexp, c->E, 0, "blk.%d.ffn_down_shexp.weight", il);
 }
 
+/* Block il: mixer (attention every 4th trunk layer and in the MTP block, else GDN), FFN, and
+ * for the MTP block the nextn.* tensors of §4.7. */
 static void add_layer(struct tlist *l, const struct cfg *c, int il)
 {
     bool mtp = il >= c->n_trunk;
@@ -396,6 +435,8 @@ static void add_layer(struct tlist *l, const struct cfg *c, int il)
     }
 }
 
+/* Every tensor of the model in file order: globals, then blocks 0 .. n_trunk + n_mtp - 1.
+ * qwen3 ties the head to token_embd, so it has no output.weight. */
 static void build_list(struct tlist *l, const struct cfg *c)
 {
     add(l, I_EMBED, c->E, c->vocab, 0, "token_embd.weight");
@@ -408,32 +449,30 @@ static void build_list(struct tlist *l, const struct cfg *c)
 
 /* ---- tensor generation -------------------------------------------------------------------- */
 
-/* One row of ne0 values: the row's own stream, scaled for the tensor's role. */
-static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x)
+/* One row of ne0 values from the row's own stream, scaled for the tensor's role.
+ * z: [ne0 + 1] and q: [(ne0 + 1) / 2] scratch. */
+static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x, double *z,
+                    double *q)
 {
     uint64_t s = tseed ^ ((uint64_t)row * 0xd1342543de82ef95ull);
     splitmix64(&s);
     int64_t n = t->ne[0];
-    double scale = t->init == I_MATRIX ? 1.0 / sqrt((double)n) : 1.0;
-    for (int64_t i = 0; i < n; i += 2) {
-        double z0, z1;
-        if (t->init == I_SSM_A) {
-            z0 = -(1.0 + 15.0 * unif(&s));
-            z1 = -(1.0 + 15.0 * unif(&s));
-        } else {
-            normal_pair(&s, &z0, &z1);
-        }
-        if (t->init == I_NORM) {
-            z0 = 1.0 + 0.1 * z0, z1 = 1.0 + 0.1 * z1;
-        } else if (t->init == I_CONV || t->init == I_DT) {
-            z0 *= 0.5, z1 *= 0.5;
-        }
-        x[i] = (float)(z0 * scale);
-        if (i + 1 < n)
-            x[i + 1] = (float)(z1 * scale);
+    if (t->init == I_SSM_A) {
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (float)-(1.0 + 15.0 * unif(&s));
+        return;
     }
+    normals(&s, n, z, q);
+    double mul = t->init == I_MATRIX ? 1.0 / sqrt((double)n)
+                 : t->init == I_NORM ? 0.1
+                 : t->init == I_EMBED ? 1.0
+                                      : 0.5; /* conv taps, dt bias */
+    double add = t->init == I_NORM ? 1.0 : 0.0;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(add + mul * z[i]);
 }
 
+/* A slice of one tensor's rows for one thread. */
 struct gen_job {
     const struct tspec *t;
     enum kq_type type;
@@ -443,15 +482,21 @@ struct gen_job {
     uint8_t *out;     /* [rows * row_bytes] */
 };
 
+/* Thread body: generate, then encode, each row of the slice (per-thread scratch). */
 static void *gen_rows(void *arg)
 {
     struct gen_job *j = arg;
-    float *x = xmalloc((size_t)j->t->ne[0] * sizeof(float));
+    int64_t n = j->t->ne[0];
+    float *x = xmalloc((size_t)n * sizeof(float));
+    double *z = xmalloc((size_t)(n + 1) * sizeof(double));
+    double *q = xmalloc((size_t)(n + 1) / 2 * sizeof(double) + sizeof(double));
     for (int64_t r = j->r0; r < j->r1; r++) {
-        gen_row(j->t, j->tseed, r, x);
-        kq_quantize_row(j->type, x, j->out + (size_t)r * j->row_bytes, j->t->ne[0]);
+        gen_row(j->t, j->tseed, r, x, z, q);
+        kq_quantize_row(j->type, x, j->out + (size_t)r * j->row_bytes, n);
     }
     free(x);
+    free(z);
+    free(q);
     return NULL;
 }
 
@@ -461,7 +506,9 @@ static int n_threads(void)
     return n < 1 ? 1 : n > 16 ? 16 : (int)n;
 }
 
-/* Generates tensor t encoded as `type` into a new buffer of *size bytes (caller frees). */
+/* Generates tensor t encoded as `type` into a new buffer of *size bytes (caller frees).
+ * Rows are split evenly over the CPUs for tensors of 64k elements or more; the calling
+ * thread takes the first slice. A failed pthread_create just runs that slice inline. */
 static uint8_t *gen_tensor(const struct tspec *t, enum kq_type type, uint64_t seed, size_t *size)
 {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
@@ -489,7 +536,8 @@ static uint8_t *gen_tensor(const struct tspec *t, enum kq_type type, uint64_t se
 
 /* ---- model files -------------------------------------------------------------------------- */
 
-/* Writes the model of c to path; prints one summary line. */
+/* Writes the model of c to path; prints one summary line with the weight bytes. Tensors are
+ * generated one at a time, so peak memory is the file size plus one tensor. */
 static int write_model(const struct cfg *c, const char *path)
 {
     double t0 = dd_now();
@@ -575,6 +623,7 @@ static int tiny_all(const char *dir)
     rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0");
     rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0");
     rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0");
+    rc |= tiny_one(dir, "uneven", A_QWEN35MOE, KQ_Q4_K, "uneven", "-q4_k");
     for (size_t i = 0; i < sizeof(small_types) / sizeof(small_types[0]); i++) {
         char suffix[16];
         snprintf(suffix, sizeof(suffix), "-%s", kq_type_name(small_types[i]));
@@ -590,18 +639,19 @@ static int usage(void)
     fprintf(stderr,
             "usage: mkmodel --tiny-all DIR\n"
             "       mkmodel --arch qwen3|qwen35|qwen35moe|qwen3next [--type T] "
-            "[--preset tiny|small|1g|moe-1g]\n"
+            "[--preset tiny|small|uneven|1g|moe-1g]\n"
             "               [--vocab N] [--seed S] -o FILE\n"
             "  T: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f32; q8_0 for 1g presets)\n"
             "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n");
     return 2;
 }
 
-/* Options of the general form; returns 0, or 2 after printing usage. */
+/* Options of the general form; returns 0, or 2 after printing usage. The 1g presets imply
+ * their arch and default to Q8_0; the others need --arch and default to F32. */
 static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset, const char **out)
 {
     bool have_arch = false, have_type = false;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return usage();
@@ -619,7 +669,6 @@ static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset,
             *out = v;
         else
             return usage();
-        i++;
     }
     bool big = strcmp(*preset, "1g") == 0 || strcmp(*preset, "moe-1g") == 0;
     if (!have_arch && big)

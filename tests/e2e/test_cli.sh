@@ -45,6 +45,9 @@ cmp -s -n $((3*272*4)) "$tmp/l.f32" "$tmp/m.f32" && pass=$((pass+1)) || { fail=$
 expect 1 "no MTP block" "$D" logits -m "$B/models/tiny-qwen3.gguf" --tokens 1,2,3 -o "$tmp/q.f32" --mtp
 expect 0 "memory plan" "$D" info -m "$M"
 expect 0 "roofline" "$D" bench -m "$M" -p 16 -n 4 -r 1 -t 1
+expect 0 "devices      2 CPU" "$D" bench -m "$M" -p 16 -n 4 -r 1 --tp 2 --no-bind
+expect 0 "wrote 3 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/tp.f32" --tp 3 --no-bind
+expect 2 "--tp expects an integer" "$D" generate -m "$M" -p hi --tp 0
 # same seed, same text; greedy is deterministic
 "$D" generate -m "$M" -p "abc" -n 12 --temp 0.9 --seed 5 >"$tmp/s1" 2>/dev/null
 "$D" generate -m "$M" -p "abc" -n 12 --temp 0.9 --seed 5 >"$tmp/s2" 2>/dev/null

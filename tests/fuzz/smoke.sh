@@ -10,9 +10,9 @@ B=${1:?usage: tests/fuzz/smoke.sh BUILD_DIR}
 cd "$(dirname "$0")/../.." || exit 1
 SECS=${FUZZ_SECONDS:-20}
 OUT=$B/fuzz
-mkdir -p "$OUT"
 
 command -v clang >/dev/null 2>&1 || { echo "SKIP: clang not found"; exit 77; }
+mkdir -p "$OUT" || exit 1
 probe=$OUT/probe.c
 echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' >"$probe"
 if ! clang -fsanitize=fuzzer,address,undefined "$probe" -o "$OUT/probe" >/dev/null 2>&1; then

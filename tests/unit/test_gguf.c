@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "gguf.h" // defines: gguf_open, gguf_writer_*
-#include "test.h"
+#include "test.h" // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 #include "util.h" // defines: DD_E*
 
 /* ---- raw byte builder --------------------------------------------------------------------- */
@@ -231,6 +231,7 @@ static void check_sample(const gguf_t *g, uint32_t alignment, const float *f32_d
 
 /* ---- round trips -------------------------------------------------------------------------- */
 
+/* Writer → memory → reader, with the default alignment given as 0 and 32, and with 64. */
 TEST(roundtrip_mem)
 {
     float f32_data[192];
@@ -258,6 +259,7 @@ TEST(roundtrip_mem)
     }
 }
 
+/* Writer → file (tmp + rename) → mmap reader; the file equals the memory image. */
 TEST(roundtrip_file)
 {
     float f32_data[192];
@@ -290,6 +292,7 @@ TEST(roundtrip_file)
     gguf_writer_destroy(w);
 }
 
+/* Typed getters never convert: a wrong type is DD_ETYPE, a missing key DD_ENOTFOUND. */
 TEST(strict_getters)
 {
     float f32_data[192];
@@ -431,6 +434,7 @@ TEST(big_string_array)
     free(s);
 }
 
+/* Block geometry of every ggml type id, and rejection of removed / unknown ids. */
 TEST(type_table)
 {
     uint32_t be, bb;
@@ -455,6 +459,7 @@ TEST(type_table)
         CHECK(!gguf_type_info(removed[i], &be, &bb, &name));
 }
 
+/* The writer refuses tensors the reader would reject. */
 TEST(writer_rejects)
 {
     gguf_writer_t *w = gguf_writer_create(0);
@@ -488,6 +493,7 @@ static void build_valid(struct rb *b)
         rb_u8(b, (uint8_t)i);
 }
 
+/* The base file opens; each of its strict prefixes (every byte offset) is rejected. */
 TEST(valid_base_and_truncation)
 {
     struct rb b = {0};
@@ -512,6 +518,7 @@ TEST(valid_base_and_truncation)
     CHECK_EQ(bad, 0);
 }
 
+/* Magic, versions 1 / 99 / byte-swapped 3, and counts of 2^60 and 2^64 - 1. */
 TEST(bad_header)
 {
     struct rb b = {0};
@@ -536,28 +543,33 @@ TEST(bad_header)
 
 TEST(bad_kvs)
 {
+    /* Key length 2^60: must fail on the length, before allocating. */
     struct rb b = {0};
     rb_header(&b, 3, 0, 1);
     rb_u64(&b, 1ull << 60), rb_put(&b, "abc", 3);
     rb_zeros(&b, 16);
     CHECK(expect_reject(&b, "key length"));
 
+    /* String value longer than the file. */
     struct rb s = {0};
     rb_header(&s, 3, 0, 1);
     rb_str(&s, "k"), rb_u32(&s, GGUF_T_STRING), rb_u64(&s, 0x7fffffffffffffffull);
     rb_zeros(&s, 16);
     CHECK(expect_reject(&s, "string length"));
 
+    /* Value type 13 does not exist. */
     struct rb t = {0};
     rb_header(&t, 3, 0, 1);
     rb_str(&t, "k"), rb_u32(&t, 13), rb_u32(&t, 0);
     CHECK(expect_reject(&t, "unknown value type 13"));
 
+    /* Array of an unknown element type. */
     struct rb e = {0};
     rb_header(&e, 3, 0, 1);
     rb_str(&e, "k"), rb_u32(&e, GGUF_T_ARRAY), rb_u32(&e, 77), rb_u64(&e, 0);
     CHECK(expect_reject(&e, "unknown array element type 77"));
 
+    /* Array counts that the remaining bytes cannot hold: fixed-size and string elements. */
     struct rb c = {0};
     rb_header(&c, 3, 0, 1);
     rb_str(&c, "k"), rb_u32(&c, GGUF_T_ARRAY), rb_u32(&c, GGUF_T_U32), rb_u64(&c, 1ull << 60);
@@ -570,12 +582,14 @@ TEST(bad_kvs)
     rb_zeros(&cs, 32);
     CHECK(expect_reject(&cs, "array count"));
 
+    /* The same key twice. */
     struct rb d = {0};
     rb_header(&d, 3, 0, 2);
     rb_kv_u32(&d, "dup", 1);
     rb_kv_u32(&d, "dup", 2);
     CHECK(expect_reject(&d, "duplicate key"));
 
+    /* A bool byte other than 0 / 1, an empty key and a key with a NUL byte. */
     struct rb bo = {0};
     rb_header(&bo, 3, 0, 1);
     rb_str(&bo, "k"), rb_u32(&bo, GGUF_T_BOOL), rb_u8(&bo, 2);
@@ -614,6 +628,7 @@ TEST(nesting_depth)
     }
 }
 
+/* general.alignment 0 and 3 (not powers of two), then stored as i32 and u64. */
 TEST(bad_alignment)
 {
     const uint32_t vals[2] = {0, 3};
@@ -643,6 +658,8 @@ static void one_tensor(struct rb *b, uint32_t n_dims, const uint64_t *ne, uint32
     rb_zeros(b, 128);
 }
 
+/* One broken field per case: n_dims, ne range and products, type id, block multiple, offset
+ * alignment, and data ranges past the end of the file. */
 TEST(bad_tensor_infos)
 {
     const uint64_t ne4[4] = {4, 1, 1, 1}, ne5[5] = {4, 1, 1, 1, 1};
@@ -685,6 +702,7 @@ TEST(bad_tensor_infos)
     CHECK(expect_reject(&far, "exceeds"));
 }
 
+/* Properties of the tensor set: overlapping data, duplicate names, empty names. */
 TEST(bad_tensor_sets)
 {
     const uint64_t ne[1] = {16};

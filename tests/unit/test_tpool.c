@@ -305,18 +305,23 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median over `runs` of the mean time (us) of `per_run` calls of fn through the pool. */
-static double median_us(tpool_t *p, tpool_fn fn, void *ctx, int runs, int per_run)
+/* Latency percentiles of one tpool_run(fn) in microseconds, each call timed on its own (the
+ * ~30 ns clock read is included), after a few untimed warm-up calls. */
+static void latency_us(tpool_t *p, tpool_fn fn, void *ctx, int n, double *med, double *p99)
 {
-    double t[32];
-    for (int r = 0; r < runs; r++) {
+    static double t[20000];
+    if (n > 20000)
+        n = 20000;
+    for (int i = 0; i < 100; i++)
+        tpool_run(p, fn, ctx);
+    for (int i = 0; i < n; i++) {
         double t0 = now_s();
-        for (int i = 0; i < per_run; i++)
-            tpool_run(p, fn, ctx);
-        t[r] = (now_s() - t0) / per_run * 1e6;
+        tpool_run(p, fn, ctx);
+        t[i] = (now_s() - t0) * 1e6;
     }
-    qsort(t, (size_t)runs, sizeof *t, cmp_double);
-    return t[runs / 2];
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    *med = t[n / 2];
+    *p99 = t[n * 99 / 100];
 }
 
 TEST(bench_dispatch)
@@ -325,13 +330,15 @@ TEST(bench_dispatch)
     if (nth < 2)
         nth = 2;
     tpool_t *p = tpool_create(nth, NULL, "bench");
-    tpool_run(p, empty_fn, NULL); /* warm up */
-    double spin = median_us(p, empty_fn, NULL, 11, 20000 / SLOW);
-    double bar = median_us(p, barrier_fn, p, 11, 200 / SLOW) / 100;
+    double spin, spin99, bar, bar99, futex, futex99;
+    tpool_set_spin_us(p, TPOOL_SPIN_US);
+    latency_us(p, empty_fn, NULL, 20000 / SLOW, &spin, &spin99);
+    latency_us(p, barrier_fn, p, 2000 / SLOW, &bar, &bar99);
     tpool_set_spin_us(p, 0);
-    double futex = median_us(p, empty_fn, NULL, 11, 2000 / SLOW);
-    printf("  bench: nth=%d dispatch %.2f us (spinning), %.2f us (futex only), barrier %.2f us\n",
-           nth, spin, futex, bar);
+    latency_us(p, empty_fn, NULL, 2000 / SLOW, &futex, &futex99);
+    printf("  bench: nth=%d empty dispatch median %.2f us (p99 %.2f) spinning, %.2f us (p99 %.2f) "
+           "futex only; barrier %.3f us (100 per dispatch, spinning)\n",
+           nth, spin, spin99, futex, futex99, bar / 100);
     tpool_destroy(p);
 }
 

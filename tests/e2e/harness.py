@@ -1,0 +1,167 @@
+"""harness.py — shared helpers of the end-to-end tests that drive `deltad serve` over HTTP.
+
+Python standard library only. A Daemon starts the real binary on 127.0.0.1 with a free port,
+waits for /health, and stops it with SIGTERM (checking the exit status); every HTTP call has a
+timeout, and every process a test starts is killed at exit, so a test never hangs or leaks.
+"""
+
+import atexit
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+_procs = []
+
+
+def _kill_all():
+    for p in _procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+atexit.register(_kill_all)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    """`deltad serve` with the given extra flags, logging to LOG_DIR/<name>.log."""
+
+    def __init__(self, build, model, args=(), name="deltad", log_dir=None):
+        self.build, self.model, self.args, self.name = build, model, list(args), name
+        self.log_path = os.path.join(log_dir or build + "/test-logs", name + ".log")
+        self.port = None
+        self.proc = None
+
+    def start(self, wait_s=60):
+        self.port = free_port()
+        cmd = [self.build + "/deltad", "serve", "--model", self.model, "--host", "127.0.0.1",
+               "--port", str(self.port)] + self.args
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        _procs.append(self.proc)
+        deadline = time.time() + wait_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited with %d at start-up; see %s" %
+                                   (self.name, self.proc.returncode, self.log_path))
+            try:
+                if request(self.port, "GET", "/health", timeout=2)[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("%s did not become healthy in %d s" % (self.name, wait_s))
+
+    def stop(self, wait_s=40):
+        """SIGTERM, then the exit status (None when it had to be killed)."""
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        finally:
+            self.log.close()
+
+    def log_text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+
+def request(port, method, path, body=None, headers=None, timeout=60, host="127.0.0.1"):
+    """One HTTP request; returns (status, headers dict with lower-case names, body bytes)."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    elif isinstance(body, str):
+        body = body.encode()
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def post_json(port, path, obj, headers=None, timeout=120):
+    """POST a JSON body; returns (status, headers, parsed JSON or None)."""
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    st, hd, data = request(port, "POST", path, obj, h, timeout)
+    try:
+        return st, hd, json.loads(data)
+    except ValueError:
+        return st, hd, None
+
+
+def sse_parse(data):
+    """The data: payloads of an SSE body, in order (comment lines skipped)."""
+    events = []
+    for block in data.decode("utf-8", "strict").split("\n\n"):
+        lines = [l[5:].lstrip(" ") for l in block.split("\n") if l.startswith("data:")]
+        if lines:
+            events.append("\n".join(lines))
+    return events
+
+
+def stream(port, path, obj, headers=None, timeout=120, host="127.0.0.1"):
+    """POST a streaming request; returns (status, headers, [(arrival time, payload), ...])."""
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request("POST", path, body=json.dumps(obj).encode(), headers=h)
+        r = c.getresponse()
+        hd = {k.lower(): v for k, v in r.getheaders()}
+        if r.status != 200:
+            return r.status, hd, [(time.time(), r.read().decode())]
+        events, buf = [], b""
+        while True:
+            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(1)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n\n" in buf:
+                block, buf = buf.split(b"\n\n", 1)
+                for p in sse_parse(block + b"\n\n"):
+                    events.append((time.time(), p))
+        return r.status, hd, events
+    finally:
+        c.close()
+
+
+class Checks:
+    """Counts checks; prints one line per failure and a final summary line."""
+
+    def __init__(self, name):
+        self.name, self.passed, self.failed = name, 0, 0
+
+    def ok(self, cond, what, detail=""):
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print("FAIL: %s%s" % (what, (" -- " + str(detail)[:600]) if detail != "" else ""))
+            sys.stdout.flush()
+        return cond
+
+    def finish(self):
+        print("%s: %d passed, %d failed" % (self.name, self.passed, self.failed))
+        return 0 if self.failed == 0 else 1

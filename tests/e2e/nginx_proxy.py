@@ -1,0 +1,152 @@
+"""nginx_proxy.py BUILD_DIR — deltad behind a real nginx (run by test_nginx.sh).
+
+nginx gets its own config in a temporary directory (pid, logs and temp paths inside it), listens
+on a free 127.0.0.1 port and proxies to deltad with proxy_buffering left at its default (on):
+deltad's X-Accel-Buffering: no must make the stream arrive incrementally anyway. Checks: SSE
+events arrive one by one, spread over the stream's life, not in a burst at the end; a client
+that disconnects from nginx mid-stream gets its generation cancelled and the slot freed.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Checks, Daemon, free_port, post_json, request, stream  # noqa: E402
+
+B = sys.argv[1]
+C = Checks("test_nginx")
+CHAT = "/v1/chat/completions"
+CONF = """
+%(user)s
+worker_processes 1;
+daemon off;
+pid %(dir)s/nginx.pid;
+error_log %(dir)s/error.log warn;
+events { worker_connections 64; }
+http {
+    access_log %(dir)s/access.log;
+    client_body_temp_path %(dir)s/client_body;
+    proxy_temp_path %(dir)s/proxy;
+    fastcgi_temp_path %(dir)s/fastcgi;
+    uwsgi_temp_path %(dir)s/uwsgi;
+    scgi_temp_path %(dir)s/scgi;
+    server {
+        listen 127.0.0.1:%(port)d;
+        location / {
+            proxy_pass http://127.0.0.1:%(upstream)d;
+        }
+    }
+}
+"""
+
+
+def start_nginx(tmp, upstream):
+    port = free_port()
+    user = "user root root;" if os.geteuid() == 0 else ""
+    with open(tmp + "/nginx.conf", "w") as f:
+        f.write(CONF % {"dir": tmp, "port": port, "upstream": upstream, "user": user})
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    p = subprocess.Popen([nginx, "-p", tmp, "-e", tmp + "/error.log", "-c", tmp + "/nginx.conf"],
+                         stdout=subprocess.DEVNULL, stderr=open(tmp + "/stderr.log", "w"))
+    for _ in range(200):
+        try:
+            if request(port, "GET", "/health", timeout=2)[0] == 200:
+                return p, port
+        except OSError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("nginx did not start: " + open(tmp + "/stderr.log").read()[-500:])
+
+
+def check_incremental(port, bias):
+    body = {"messages": [{"role": "user", "content": "stream through nginx"}], "max_tokens": 1000,
+            "logit_bias": bias, "stream": True}
+    t0 = time.time()
+    st, hd, ev = stream(port, CHAT, body)
+    C.ok(st == 200 and ev and ev[-1][1] == "[DONE]", "stream through nginx completes",
+         (st, ev[-2:] if ev else None))
+    times = [t for t, p in ev if p != "[DONE]"]
+    span = times[-1] - times[0]
+    distinct = len(set(round(t, 4) for t in times))
+    C.ok(span > 0.1, "time between first and last chunk > 0 (%.3f s)" % span)
+    C.ok(times[0] - t0 < 0.5 * (times[-1] - t0),
+         "first chunk arrives before the stream is half over (%.3f of %.3f s)" %
+         (times[0] - t0, times[-1] - t0))
+    C.ok(distinct >= len(times) // 4, "chunks arrive in many reads, not one burst (%d reads, "
+         "%d events)" % (distinct, len(times)))
+
+
+def check_disconnect(dport, nport, bias):
+    before = cancelled(dport)
+    body = json.dumps({"messages": [{"role": "user", "content": "disconnect"}],
+                       "max_tokens": 100000, "logit_bias": bias, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", nport), timeout=10)
+    s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (CHAT.encode(), len(body), body))
+    got = s.recv(4096)
+    _, _, slots = request(dport, "GET", "/slots")
+    busy = any(x["state"] != "idle" for x in json.loads(slots))
+    s.close()
+    t0 = time.time()
+    idle = False
+    while time.time() - t0 < 10 and not idle:
+        _, _, slots = request(dport, "GET", "/slots")
+        idle = all(x["state"] == "idle" for x in json.loads(slots))
+        time.sleep(0.05)
+    C.ok(got.startswith(b"HTTP/1.1 200") and busy, "long stream running through nginx", got[:80])
+    C.ok(idle, "client disconnect through nginx frees the slot (%.2f s)" % (time.time() - t0))
+    C.ok(cancelled(dport) > before, "the generation was cancelled")
+
+
+def cancelled(port):
+    _, _, body = request(port, "GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("deltad_requests_cancelled_total "):
+            return float(line.split()[1])
+    return 0
+
+
+def main():
+    d = Daemon(B, B + "/models/tiny-qwen35.gguf", ["--slots", "2", "--ctx", "2048"],
+               name="nginx_deltad").start()
+    tmp = tempfile.mkdtemp(prefix="deltad-nginx-")
+    os.chmod(tmp, 0o755)
+    nginx = None
+    try:
+        nginx, nport = start_nginx(tmp, d.port)
+        _, _, t = post_json(nport, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
+        bias = {str(i): -100 for i in t["tokens"]}
+        st, _, r = post_json(nport, CHAT, {"messages": [{"role": "user", "content": "hi"}],
+                                          "max_tokens": 4})
+        C.ok(st == 200 and r["object"] == "chat.completion", "non-streaming through nginx", r)
+        check_incremental(nport, bias)
+        check_disconnect(d.port, nport, bias)
+    finally:
+        if nginx:
+            nginx.terminate()
+            try:
+                nginx.wait(10)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+        C.ok(d.stop() == 0, "clean exit after SIGTERM")
+        shutil.rmtree(tmp, ignore_errors=True)
+    return C.finish()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as ex:
+        import traceback
+        traceback.print_exc()
+        print("test_nginx: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
+        sys.exit(1)
