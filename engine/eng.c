@@ -217,6 +217,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->pend_len = 0;
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
+    s->miss_streak = s->skip_rounds = 0;
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
     struct smp_params sp = {.temperature = r->p.s.temperature, .top_k = r->p.s.top_k,

@@ -36,6 +36,7 @@ struct eng_params {
     int64_t ngram_n;          /* longest n-gram matched against the history (e.g. 3) */
     int64_t ngram_min;        /* shortest n-gram accepted as a match (1 .. ngram_n) */
     int64_t ngram_max_draft;  /* longest n-gram draft; beyond draft_max a checkpoint is taken */
+    float mtp_p_min;          /* stop an MTP draft at a token the head gives less than this */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject

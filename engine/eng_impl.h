@@ -79,6 +79,8 @@ struct slot {
     int32_t *replay;      /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
+    int32_t miss_streak;       /* verifications in a row that accepted nothing */
+    int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
 };
 
 struct eng {

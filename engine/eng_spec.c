@@ -13,6 +13,7 @@
  *
  * Thread: the engine thread only.
  */
+#include <math.h>
 #include <string.h>
 
 #include "eng_impl.h" // defines: struct eng, struct slot, eng__*
@@ -39,6 +40,16 @@ static void ngram_round(eng_t *e, struct slot *s)
                                   room, s->draft);
 }
 
+/* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
+static float top_prob(const float *l, int64_t V, int32_t *id)
+{
+    *id = smp_argmax(l, V);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        sum += exp((double)l[v] - l[*id]);
+    return (float)(1.0 / sum);
+}
+
 /* Chained MTP drafting, one token per drafting slot per call, all slots in one batch. */
 static void mtp_rounds(eng_t *e)
 {
@@ -47,7 +58,7 @@ static void mtp_rounds(eng_t *e)
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         bool want = s->state == SLOT_DECODE && (s->spec & ENG_SPEC_MTP) && s->n_draft == 0 &&
-                    s->n_replay == 0;
+                    s->n_replay == 0 && s->draft_goal >= 0;
         s->draft_goal = want ? draft_room(e, s, e->p.draft_max) : 0;
         goal = s->draft_goal > goal ? s->draft_goal : goal;
     }
@@ -74,7 +85,13 @@ static void mtp_rounds(eng_t *e)
         const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
         for (int64_t r = 0; r < n; r++) {
             struct slot *s = &e->slots[e->b_seq[r]];
-            s->draft[s->n_draft++] = smp_argmax(logits + r * e->m->hp.n_vocab, e->m->hp.n_vocab);
+            int32_t id;
+            float p = top_prob(logits + r * e->m->hp.n_vocab, e->m->hp.n_vocab, &id);
+            if (p < e->p.mtp_p_min) {
+                s->draft_goal = s->n_draft; /* not confident: stop this chain here */
+                continue;
+            }
+            s->draft[s->n_draft++] = id;
             memcpy(s->draft_h, hid + r * E, (size_t)E * sizeof(float));
         }
     }
@@ -90,13 +107,29 @@ static void external_round(eng_t *e, struct slot *s)
     s->n_draft = n < 0 ? 0 : n > room ? room : n;
 }
 
+/* Back-off: after k verifications in a row that accepted nothing, skip 2^k - 1 rounds (at most
+ * 31), so a stream where drafts never hit costs almost nothing over plain decoding. */
+static bool backing_off(struct slot *s)
+{
+    if (s->skip_rounds > 0) {
+        s->skip_rounds--;
+        return true;
+    }
+    return false;
+}
+
 void eng__spec_draft(eng_t *e)
 {
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->n_draft = 0;
+        s->draft_goal = 0;
         if (s->state != SLOT_DECODE || s->n_replay != 0)
             continue;
+        if (backing_off(s)) {
+            s->draft_goal = -1; /* no drafter this round */
+            continue;
+        }
         if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
             external_round(e, s);
         if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
@@ -147,6 +180,8 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
         atomic_fetch_add(&e->st_drafted_at[i], 1);
     s->drafted += n;
     s->accepted += matched;
+    s->miss_streak = matched ? 0 : s->miss_streak + 1;
+    s->skip_rounds = matched ? 0 : (1 << (s->miss_streak < 5 ? s->miss_streak : 5)) - 1;
     atomic_fetch_add(&e->st_drafted, n);
     atomic_fetch_add(&e->st_accepted, matched);
     atomic_fetch_add(&e->st_verify_steps, 1);

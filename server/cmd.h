@@ -39,6 +39,9 @@ struct cmd_opts {
     bool no_bind;
     int64_t n_prompt, n_gen, reps, depth; /* bench */
     const char *isa;                       /* force scalar | avx2 | avx512 */
+    const char *spec;                      /* bench: speculation types to compare */
+    const char *text;                      /* bench --spec: prompt text */
+    int64_t draft_max;
 };
 
 /* Parse argv[first..argc) for subcommand `which`. Returns 0, or prints the error + usage and
@@ -75,6 +78,7 @@ int cmd_feed(struct cmd_engine *e, const int32_t *tok, int64_t n, int64_t pos0, 
 int cmd_generate(const struct cmd_opts *o);
 int cmd_logits(const struct cmd_opts *o);
 int cmd_bench(const struct cmd_opts *o);
+int cmd_bench_spec(const struct cmd_opts *o);
 int cmd_info(const struct cmd_opts *o);
 
 #endif

@@ -152,6 +152,8 @@ static int bench_rep(struct cmd_engine *e, const struct cmd_opts *o, const int32
 
 int cmd_bench(const struct cmd_opts *o)
 {
+    if (o->spec)
+        return cmd_bench_spec(o);
     struct cmd_engine e;
     int64_t n_ctx = (o->n_prompt > o->depth + o->n_gen ? o->n_prompt : o->depth + o->n_gen) + 1;
     if (cmd_engine_open(&e, o) || cmd_engine_ready(&e, 1, n_ctx, o->batch)) {
