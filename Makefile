@@ -161,8 +161,8 @@ fuzz:
 	@mkdir -p build/fuzz
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  echo "clang $$f"; \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -fsanitize=fuzzer,address,undefined \
-	    $$f engine/gguf.c engine/util.c -o build/fuzz/$$n -lm -pthread || exit 1; done
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver -fsanitize=fuzzer,address,undefined \
+	    $$f engine/gguf.c engine/util.c -o build/fuzz/$$n -lcjson -lm -pthread || exit 1; done
 
 
 format:
@@ -170,6 +170,34 @@ format:
 
 format-check:
 	clang-format --dry-run --Werror $(LIB_SRC) $(SERVER_SRC) $(TOOL_SRC)
+
+# ---- install (deltad serve under systemd) ---------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the binary, the systemd units (paths rewritten
+# to PREFIX), the example config and env file under PREFIX/share/deltad, the demo model when it
+# exists, and /etc/deltad/deltad.conf from the example unless that file is already there.
+PREFIX   ?= /usr/local
+UNITDIR  ?= $(PREFIX)/lib/systemd/system
+SHAREDIR := $(PREFIX)/share/deltad
+
+.PHONY: install uninstall
+install: $(DELTAD)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SHAREDIR)/models \
+	  $(DESTDIR)/etc/deltad
+	install -m 755 $(DELTAD) $(DESTDIR)$(PREFIX)/bin/deltad
+	for u in deltad.service deltad@.service; do \
+	  sed 's|/usr/local|$(PREFIX)|g' systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
+	  chmod 644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
+	install -m 644 config/deltad.conf.example systemd/deltad.env.example $(DESTDIR)$(SHAREDIR)/
+	if [ -f models/demo.gguf ]; then install -m 644 models/demo.gguf $(DESTDIR)$(SHAREDIR)/models/; fi
+	if [ -e $(DESTDIR)/etc/deltad/deltad.conf ]; then \
+	  echo "kept existing $(DESTDIR)/etc/deltad/deltad.conf"; \
+	else install -m 644 config/deltad.conf.example $(DESTDIR)/etc/deltad/deltad.conf; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/deltad $(DESTDIR)$(UNITDIR)/deltad.service \
+	  $(DESTDIR)$(UNITDIR)/deltad@.service
+	rm -rf $(DESTDIR)$(SHAREDIR)
+	@echo "kept /etc/deltad (your configuration)"
 
 clean:
 	rm -rf build

@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "eng_impl.h"  // defines: struct eng_req, eng__req_*
 #include "forward.h"   // defines: fwd_decode
@@ -94,7 +95,7 @@ static void slot_set_state(struct slot *s, enum slot_state st)
 static void finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error)
 {
     eng_req_t *r = s->req;
-    eng__req_usage(r, r->cached_tokens, s->n_gen);
+    eng__req_usage(r, s->n_reused, s->n_gen);
     eng__req_spec(r, s->drafted, s->accepted);
     eng__req_finish(r, why, error);
     eng__req_notify(r);
@@ -225,8 +226,8 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->smp.p = sp;
     smp_reseed(&s->smp, sp.seed);
     tok_stream_init(&s->ts);
+    s->n_reused = reuse;
     eng__req_usage(r, reuse, 0);
-    r->cached_tokens = reuse;
     atomic_fetch_add(&e->st_cached, reuse);
     atomic_fetch_add(&e->st_active, 1);
     slot_set_state(s, SLOT_PREFILL);
@@ -473,7 +474,7 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
         return;
     }
     s->last = id;
-    eng__req_usage(r, r->cached_tokens, s->n_gen);
+    eng__req_usage(r, s->n_reused, s->n_gen);
     eng__req_notify(r);
 }
 
@@ -610,6 +611,21 @@ static void cancel_everything(eng_t *e)
     }
 }
 
+/* Copy what monitoring may read about the slots into atomics (eng_get_slots). */
+static void publish_slots(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        atomic_store_explicit(&s->pub_state, (int)s->state, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_past, s->n_cached, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_gen, s->n_gen, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_prompt, s->req ? s->req->p.n_prompt : 0,
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
+    }
+}
+
 static void *eng_main(void *arg)
 {
     eng_t *e = arg;
@@ -617,8 +633,17 @@ static void *eng_main(void *arg)
         bool busy = eng_step(e);
         pthread_mutex_lock(&e->mu);
         bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
-        if (!busy && !stop && !e->in_head) /* 8: sleep until a submit or stop */
-            pthread_cond_wait(&e->cv, &e->mu);
+        if (!busy && !stop && !e->in_head) { /* 8: sleep until a submit or stop (or 100 ms:
+                                               * the loop counter is the watchdog's heartbeat) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+        atomic_fetch_add_explicit(&e->st_loops, 1, memory_order_relaxed);
+        publish_slots(e);
         pthread_mutex_unlock(&e->mu);
         if (stop)
             break;
@@ -817,6 +842,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
     s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
     s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);
+    s->loops_total = atomic_load_explicit(&e->st_loops, memory_order_relaxed);
     s->draft_max = e->draft_cap;
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
@@ -826,13 +852,17 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
 
 int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
 {
-    /* IMPORTANT: racy by design (monitoring): fields are read without the engine's cooperation
-     * and may be mutually inconsistent by one step. */
+    /* Published by the engine after every step: each field is current to within one step,
+     * and fields may be mutually inconsistent by one step (monitoring only). */
     for (int64_t i = 0; i < e->p.n_slots && i < max; i++) {
-        const struct slot *s = &e->slots[i];
-        out[i] = (struct eng_slot_stats){.state = (int)s->state, .n_past = s->n_cached,
-                                         .n_generated = s->n_gen, .drafted = s->drafted,
-                                         .accepted = s->accepted};
+        struct slot *s = &e->slots[i];
+        out[i] = (struct eng_slot_stats){
+            .state = atomic_load_explicit(&s->pub_state, memory_order_relaxed),
+            .n_past = atomic_load_explicit(&s->pub_n_past, memory_order_relaxed),
+            .n_prompt = atomic_load_explicit(&s->pub_n_prompt, memory_order_relaxed),
+            .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
+            .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
+            .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed)};
     }
     return e->p.n_slots;
 }

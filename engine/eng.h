@@ -159,6 +159,7 @@ struct eng_stats {
     double allreduce_seconds; /* part of it spent in tensor-parallel allreduces */
     int64_t n_devices;
     int64_t drafted_total, accepted_total, verify_steps_total;
+    int64_t loops_total; /* engine loop iterations: moves at least every 100 ms while alive */
     int64_t draft_max;
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
 };

@@ -81,6 +81,10 @@ struct slot {
     int64_t drafted, accepted; /* per request */
     int32_t miss_streak;       /* verifications in a row that accepted nothing */
     int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
+    int64_t n_reused;          /* prompt tokens of the current request served by the cache */
+    /* published after every step for eng_get_slots (other threads) */
+    atomic_int pub_state;
+    atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
 };
 
 struct eng {
@@ -111,7 +115,7 @@ struct eng {
     pthread_t thread;
     /* statistics (relaxed atomics: read by other threads) */
     atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
-    atomic_llong st_drafted, st_accepted, st_verify_steps;
+    atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };

@@ -1,19 +1,21 @@
 /*
  * main — the deltad binary: dispatch to a subcommand (DESIGN.md section 5).
  *
- * Until the daemon lands (issue "The daemon"), `serve` is not available; generate, logits,
- * bench and info are.
+ * `serve` parses its own options from the config table (serve.c, cfg.c); generate, logits,
+ * bench and info share the option table of cmd.c.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cmd.h" // defines: cmd_parse, cmd_generate, ...
+#include "cmd.h"   // defines: cmd_parse, cmd_generate, ...
+#include "serve.h" // defines: serve_main
 
 static void usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s COMMAND [options]\n"
             "commands:\n"
+            "  serve    [--config FILE] [--key value ...]               the HTTP daemon\n"
             "  generate -m MODEL -p TEXT [-n N] [--temp T] [--seed S]   one completion to stdout\n"
             "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32 [--mtp]       all-position logits\n"
             "  bench    -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t N]      tokens/s vs roofline\n"
@@ -38,6 +40,8 @@ int main(int argc, char **argv)
         usage(argv[0]);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "serve") == 0)
+        return serve_main(argc - 2, argv + 2);
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (strcmp(argv[1], cmds[i].name) != 0)
             continue;

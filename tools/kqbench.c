@@ -2,17 +2,23 @@
  * kqbench — throughput of the CPU matmul kernels (kernels/cpu/quant.h) against memory bandwidth.
  *
  *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512] [--ws MiB]
+ *           [--reps K] [--cpu-time 1]
  *
- * 1. A STREAM-like triad (a = b + s * c over 128 MiB arrays) with 1 and 2 threads gives the
- *    machine's bandwidth (bytes = 3 x 8 per element, write-allocate not counted).
+ * 1. Bandwidth: a STREAM-like triad (a = b + 3 c over 3 x 128 MiB of doubles; bytes = 3 x 8 per
+ *    element, write-allocate not counted) with 1 and 2 threads.
  * 2. Decode: kq_matmul with one token over R x N weights, 1 and 2 threads splitting the rows
- *    (a barrier after every matmul, as the CPU device does). Enough copies of the matrix are
- *    cycled to exceed 256 MiB (--ws), so weights come from DRAM; a small --ws with a small
- *    matrix measures the in-cache speed of the kernel instead. Reports GB/s of weight bytes and the
- *    fraction of the triad figure for the same thread count.
+ *    with a barrier after every matmul (as the CPU device runs it). Copies of the matrix are
+ *    cycled until 256 MiB (--ws) are touched, so weights come from DRAM; a small --ws with a
+ *    small matrix measures in-cache kernel speed instead. Reports GB/s of weight bytes read and
+ *    the fraction of the triad figure for the same thread count.
  * 3. Prefill: 64 tokens against one matrix, GFLOP/s (2 * R * N * 64 per matmul).
  *
- * Threads: main plus one worker per extra thread; the worker only runs matmuls.
+ * Triad and decode runs alternate K times (--reps, default 7) and the best of each is kept, so a
+ * busy machine slows both alike instead of skewing the fraction. --cpu-time times each thread by
+ * its own CPU clock (the slowest thread counts) instead of the wall clock: on a shared machine
+ * that leaves out the time other processes held the core.
+ *
+ * Threads: main plus one worker per extra thread; workers only run triads or matmuls.
  */
 #include "quant.h" // defines: kq_matmul, kq_quantize_row, kq_isa_*
 
@@ -22,12 +28,16 @@
 #include <string.h>
 #include <time.h>
 
+#define MAXTHR 2
+
 static size_t workset_bytes = 256u << 20; /* --ws MiB: weight bytes cycled through in decode */
+static int reps = 7;                      /* --reps: alternations of triad and decode */
+static int use_cpu_time;                  /* --cpu-time: per-thread CPU clock, see above */
 
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(use_cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -47,47 +57,66 @@ static float frand(void)
     return (float)(rand() / (double)RAND_MAX) - 0.5f;
 }
 
+/* One thread's work and the time it took by its own clock. */
+struct timed {
+    void *(*fn)(void *);
+    void *arg;
+    double secs;
+};
+
+static void *timed_run(void *p)
+{
+    struct timed *t = p;
+    const double t0 = now();
+    t->fn(t->arg);
+    t->secs = now() - t0;
+    return NULL;
+}
+
+/* Run fn(arg[k]) on nthr threads (the caller is thread 0); returns the slowest thread's time. */
+static double run_threads(void *(*fn)(void *), void *args, size_t arg_size, int nthr)
+{
+    pthread_t th[MAXTHR];
+    struct timed tm[MAXTHR];
+    for (int k = 0; k < nthr; k++)
+        tm[k] = (struct timed){fn, (char *)args + k * arg_size, 0.0};
+    for (int k = 1; k < nthr; k++)
+        pthread_create(&th[k], NULL, timed_run, &tm[k]);
+    timed_run(&tm[0]);
+    double worst = tm[0].secs;
+    for (int k = 1; k < nthr; k++) {
+        pthread_join(th[k], NULL);
+        worst = tm[k].secs > worst ? tm[k].secs : worst;
+    }
+    return worst;
+}
+
 /* ================================ triad ===================================================== */
 
 struct triad_arg {
-    double *a, *b, *c;
+    double *a;
+    const double *b, *c;
     size_t n;
-    int reps;
 };
 
 static void *triad_run(void *p)
 {
     struct triad_arg *t = p;
-    for (int r = 0; r < t->reps; r++)
+    for (int r = 0; r < 2; r++)
         for (size_t i = 0; i < t->n; i++)
             t->a[i] = t->b[i] + 3.0 * t->c[i];
     return NULL;
 }
 
-/* Best-of-3 triad bandwidth in GB/s over 128 MiB arrays split across nthr threads. */
-static double triad(int nthr)
+/* One triad measurement (two passes) over a, b, c [n] with nthr threads, in GB/s. */
+static double triad_once(double *a, const double *b, const double *c, size_t n, int nthr)
 {
-    const size_t n = (128u << 20) / sizeof(double);
-    double *a = xalloc(n * 8), *b = xalloc(n * 8), *c = xalloc(n * 8);
-    for (size_t i = 0; i < n; i++)
-        a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
-    double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
-        pthread_t th[8];
-        struct triad_arg arg[8];
-        const double t0 = now();
-        for (int k = 0; k < nthr; k++) {
-            const size_t lo = n * k / nthr, hi = n * (k + 1) / nthr;
-            arg[k] = (struct triad_arg){a + lo, b + lo, c + lo, hi - lo, 2};
-            pthread_create(&th[k], NULL, triad_run, &arg[k]);
-        }
-        for (int k = 0; k < nthr; k++)
-            pthread_join(th[k], NULL);
-        const double gbs = 2.0 * 3 * 8 * n / (now() - t0) / 1e9;
-        best = gbs > best ? gbs : best;
+    struct triad_arg arg[MAXTHR];
+    for (int k = 0; k < nthr; k++) {
+        const size_t lo = n * k / nthr, hi = n * (k + 1) / nthr;
+        arg[k] = (struct triad_arg){a + lo, b + lo, c + lo, hi - lo};
     }
-    free(a), free(b), free(c);
-    return best;
+    return 2.0 * 3 * 8 * n / run_threads(triad_run, arg, sizeof arg[0], nthr) / 1e9;
 }
 
 /* ================================ matmul ==================================================== */
@@ -95,15 +124,15 @@ static double triad(int nthr)
 struct mm_job {
     enum kq_type t;
     int64_t rows, n, nt;
-    uint8_t **mats; /* ncopies weight matrices */
+    uint8_t **mats; /* [ncopies] weight matrices, rows x kq_row_bytes */
     int ncopies, iters;
-    const uint8_t *act;
-    float *y;
+    const uint8_t *act; /* [nt] activation rows */
+    float *y;           /* [nt][rows] */
     pthread_barrier_t *bar;
     int nthr, id;
 };
 
-/* Thread id's share of the rows of every matmul in the sequence, with a barrier after each. */
+/* Thread id's share of the rows of `iters` matmuls, with a barrier after each. */
 static void *mm_run(void *p)
 {
     const struct mm_job *j = p;
@@ -118,73 +147,84 @@ static void *mm_run(void *p)
     return NULL;
 }
 
-/* Seconds per matmul (best of 3 runs of `iters` matmuls) with nthr threads. */
-static double mm_time(struct mm_job base, int nthr)
+/* Seconds per matmul of one measurement with nthr threads. */
+static double mm_once(const struct mm_job *base, int nthr)
 {
     pthread_barrier_t bar;
+    struct mm_job job[MAXTHR];
     pthread_barrier_init(&bar, NULL, (unsigned)nthr);
-    double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        pthread_t th[8];
-        struct mm_job job[8];
-        const double t0 = now();
-        for (int k = 0; k < nthr; k++) {
-            job[k] = base;
-            job[k].bar = &bar, job[k].nthr = nthr, job[k].id = k;
-            if (k > 0)
-                pthread_create(&th[k], NULL, mm_run, &job[k]);
-        }
-        mm_run(&job[0]);
-        for (int k = 1; k < nthr; k++)
-            pthread_join(th[k], NULL);
-        const double dt = (now() - t0) / base.iters;
-        best = dt < best ? dt : best;
+    for (int k = 0; k < nthr; k++) {
+        job[k] = *base;
+        job[k].bar = &bar, job[k].nthr = nthr, job[k].id = k;
     }
+    const double dt = run_threads(mm_run, job, sizeof job[0], nthr) / base->iters;
     pthread_barrier_destroy(&bar);
-    return best;
+    return dt;
 }
 
-static void bench_type(enum kq_type t, int64_t rows, int64_t n, const double tri[2])
+/* Weights (ncopies identical matrices) and 64 activation rows for type t. */
+static void make_problem(struct mm_job *j, enum kq_type t, int64_t rows, int64_t n)
 {
-    const size_t wbytes = kq_row_bytes(t, n) * (size_t)rows;
-    const int ncopies = (int)((workset_bytes + wbytes - 1) / wbytes);
+    const size_t rb = kq_row_bytes(t, n), wbytes = rb * (size_t)rows;
     float *x = xalloc(sizeof(float) * (size_t)n);
-    uint8_t **mats = xalloc(sizeof(uint8_t *) * ncopies);
-    srand(1);
-    for (int64_t i = 0; i < n; i++) /* one random row, quantised, repeated: content is irrelevant */
+    *j = (struct mm_job){.t = t, .rows = rows, .n = n, .nt = 1};
+    j->ncopies = (int)((workset_bytes + wbytes - 1) / wbytes);
+    j->iters = j->ncopies * (int)(1 + (1u << 30) / (j->ncopies * wbytes)); /* >= 1 GiB read */
+    j->mats = xalloc(sizeof(uint8_t *) * j->ncopies);
+    for (int64_t i = 0; i < n; i++) /* one random row, repeated: the content is irrelevant */
         x[i] = frand();
-    mats[0] = xalloc(wbytes);
-    kq_quantize_row(t, x, mats[0], n);
-    for (int64_t r = 1; r < rows; r++)
-        memcpy(mats[0] + r * kq_row_bytes(t, n), mats[0], kq_row_bytes(t, n));
-    for (int c = 1; c < ncopies; c++) {
-        mats[c] = xalloc(wbytes);
-        memcpy(mats[c], mats[0], wbytes);
+    for (int c = 0; c < j->ncopies; c++) {
+        j->mats[c] = xalloc(wbytes);
+        kq_quantize_row(t, x, j->mats[c], n);
+        for (int64_t r = 1; r < rows; r++)
+            memcpy(j->mats[c] + r * rb, j->mats[c], rb);
     }
-    const size_t as = kq_act_row_bytes(t, n);
-    uint8_t *act = xalloc(as * 64);
+    uint8_t *act = xalloc(kq_act_row_bytes(t, n) * 64);
     for (int tok = 0; tok < 64; tok++) {
         for (int64_t i = 0; i < n; i++)
             x[i] = frand();
-        kq_quantize_act(t, x, act + tok * as, n);
+        kq_quantize_act(t, x, act + tok * kq_act_row_bytes(t, n), n);
     }
-    float *y = xalloc(sizeof(float) * (size_t)rows * 64);
-    const int iters = ncopies * (int)(1 + (1u << 30) / (ncopies * wbytes)); /* >= 1 GiB read */
-    struct mm_job job = {t, rows, n, 1, mats, ncopies, iters, act, y, NULL, 1, 0};
-    for (int thr = 1; thr <= 2; thr++) {
-        const double dt = mm_time(job, thr), gbs = wbytes / dt / 1e9;
-        printf("%-5s decode  %d thr: %7.2f ms  %6.2f GB/s  %3.0f%% of triad\n", kq_type_name(t),
-               thr, dt * 1e3, gbs, 100.0 * gbs / tri[thr - 1]);
+    j->act = act;
+    j->y = xalloc(sizeof(float) * (size_t)rows * 64);
+    free(x);
+}
+
+static void free_problem(struct mm_job *j)
+{
+    for (int c = 0; c < j->ncopies; c++)
+        free(j->mats[c]);
+    free(j->mats), free((void *)j->act), free(j->y);
+}
+
+static void bench_type(enum kq_type t, int64_t rows, int64_t n, double *a, const double *b,
+                       const double *c, size_t tn)
+{
+    struct mm_job job;
+    make_problem(&job, t, rows, n);
+    const double wbytes = (double)kq_row_bytes(t, n) * rows;
+    for (int thr = 1; thr <= MAXTHR; thr++) {
+        double tri = 0.0, dt = 1e30;
+        for (int rep = 0; rep < reps; rep++) {
+            const double g = triad_once(a, b, c, tn, thr), d = mm_once(&job, thr);
+            tri = g > tri ? g : tri;
+            dt = d < dt ? d : dt;
+        }
+        printf("%-5s decode  %d thr: %7.3f ms  %6.2f GB/s  triad %6.2f GB/s  %3.0f%%\n",
+               kq_type_name(t), thr, dt * 1e3, wbytes / dt / 1e9, tri,
+               100.0 * wbytes / dt / 1e9 / tri);
     }
-    job.nt = 64, job.ncopies = 1, job.iters = 3;
-    for (int thr = 1; thr <= 2; thr++) {
-        const double dt = mm_time(job, thr);
-        printf("%-5s prefill %d thr: %7.2f ms  %6.1f GFLOP/s (64 tokens)\n", kq_type_name(t), thr,
+    job.nt = 64, job.ncopies = 1, job.iters = 2;
+    for (int thr = 1; thr <= MAXTHR; thr++) {
+        double dt = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            const double d = mm_once(&job, thr);
+            dt = d < dt ? d : dt;
+        }
+        printf("%-5s prefill %d thr: %7.3f ms  %6.1f GFLOP/s (64 tokens)\n", kq_type_name(t), thr,
                dt * 1e3, 2.0 * rows * n * 64 / dt / 1e9);
     }
-    for (int c = 0; c < ncopies; c++)
-        free(mats[c]);
-    free(mats), free(x), free(act), free(y);
+    free_problem(&job);
 }
 
 static int parse_type(const char *s, enum kq_type *t)
@@ -195,6 +235,13 @@ static int parse_type(const char *s, enum kq_type *t)
         if (strcmp(s, kq_type_name(all[i])) == 0)
             return *t = all[i], 0;
     return -1;
+}
+
+static enum kq_isa parse_isa(const char *s)
+{
+    return strcmp(s, "scalar") == 0 ? KQ_ISA_SCALAR
+           : strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
+                                    : KQ_ISA_AVX512;
 }
 
 int main(int argc, char **argv)
@@ -208,27 +255,36 @@ int main(int argc, char **argv)
             n = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "--ws") == 0)
             workset_bytes = (size_t)atoll(argv[i + 1]) << 20;
+        else if (strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : 1;
         else if (strcmp(argv[i], "--types") == 0)
             snprintf(types, sizeof types, "%s", argv[i + 1]);
+        else if (strcmp(argv[i], "--cpu-time") == 0)
+            use_cpu_time = atoi(argv[i + 1]) != 0;
         else if (strcmp(argv[i], "--isa") == 0)
-            kq_isa_force(strcmp(argv[i + 1], "scalar") == 0 ? KQ_ISA_SCALAR
-                         : strcmp(argv[i + 1], "avx2") == 0 ? KQ_ISA_AVX2
-                                                            : KQ_ISA_AVX512);
-        else {
-            fprintf(stderr, "usage: kqbench [--rows R] [--n N] [--types a,b] [--isa I] [--ws MiB]\n");
-            return 2;
-        }
+            kq_isa_force(parse_isa(argv[i + 1]));
+        else
+            argc = 0; /* unknown option: usage */
     }
-    const double tri[2] = {triad(1), triad(2)};
-    printf("isa %s, %lld x %lld weights\ntriad: 1 thr %.2f GB/s, 2 thr %.2f GB/s\n",
-           kq_isa_name(kq_isa_active()), (long long)rows, (long long)n, tri[0], tri[1]);
+    if (argc % 2 == 0) {
+        fprintf(stderr, "usage: kqbench [--rows R] [--n N] [--types a,b] [--isa I] [--ws MiB] "
+                        "[--reps K] [--cpu-time 0|1]\n");
+        return 2;
+    }
+    const size_t tn = (128u << 20) / sizeof(double);
+    double *a = xalloc(tn * 8), *b = xalloc(tn * 8), *c = xalloc(tn * 8);
+    for (size_t i = 0; i < tn; i++)
+        a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
+    printf("isa %s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()),
+           (long long)rows, (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
     for (char *s = strtok(types, ","); s; s = strtok(NULL, ",")) {
         enum kq_type t;
         if (parse_type(s, &t) != 0 || n % kq_block_elems(t) != 0) {
             fprintf(stderr, "kqbench: bad type %s (or n not a multiple of its block)\n", s);
             return 2;
         }
-        bench_type(t, rows, n, tri);
+        bench_type(t, rows, n, a, b, c, tn);
     }
+    free(a), free(b), free(c);
     return 0;
 }

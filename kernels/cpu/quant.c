@@ -26,12 +26,14 @@
 
 /* ================================ type facts ================================================ */
 
+/* What the type-fact functions report; block_elems == 0 marks an unknown type. */
 struct type_info {
-    const char *name;
-    int block_elems;
-    size_t block_bytes;
+    const char *name;   /* ggml's spelling, as in GGUF dumps */
+    int block_elems;    /* elements per block; 1 for the float types */
+    size_t block_bytes; /* bytes per block */
 };
 
+/* The single table of type facts (ggml type ids are sparse, hence a switch). */
 static struct type_info type_info(uint32_t t)
 {
     switch (t) {
@@ -48,6 +50,7 @@ static struct type_info type_info(uint32_t t)
     }
 }
 
+/* Q8_K is an activation format only: no weight tensor may use it. */
 bool kq_type_supported(uint32_t type)
 {
     return type != KQ_Q8_K && type_info(type).block_elems > 0;
@@ -93,6 +96,7 @@ size_t kq_act_row_bytes(enum kq_type w, int64_t n)
 
 /* ================================ f16 / bf16 ================================================ */
 
+/* Bit casts through memcpy (no aliasing games; compiles to a register move). */
 static uint32_t f32_bits(float f)
 {
     uint32_t u;
@@ -107,6 +111,7 @@ static float bits_f32(uint32_t u)
     return f;
 }
 
+/* Exact for every input: each f16 value, subnormals included, is representable in f32. */
 float kq_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -118,13 +123,15 @@ float kq_f16_to_f32(uint16_t h)
     return bits_f32(sign | (exp + 112) << 23 | mant << 13);
 }
 
-/* Round-to-nearest-even right shift of a 24-bit significand (1 <= s <= 24). */
+/* m >> s (1 <= s <= 24) rounded to nearest, ties to even; a carry out of the kept bits simply
+ * increments the result, which is what both callers want. */
 static uint32_t shift_rne(uint32_t m, int s)
 {
     const uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
     return q + (rem > half || (rem == half && (q & 1)));
 }
 
+/* Round to nearest even, overflow to infinity, like the F16C instruction (the test compares). */
 uint16_t kq_f32_to_f16(float f)
 {
     const uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
@@ -146,6 +153,7 @@ float kq_bf16_to_f32(uint16_t h)
     return bits_f32((uint32_t)h << 16);
 }
 
+/* Round to nearest even by adding 0x7fff plus the lowest kept bit; NaNs stay NaN (quieted). */
 uint16_t kq_f32_to_bf16(float f)
 {
     const uint32_t x = f32_bits(f);
@@ -186,6 +194,7 @@ static int q6_get(const struct kq__q6_k *b, int e)
     return lo | hi << 4;
 }
 
+/* One Q4_K (qh NULL) or Q5_K super-block into y [256]: x = d * sc[j] * q - dmin * m[j]. */
 static void deq_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qh,
                         const uint8_t *qs, float *y)
 {
@@ -198,6 +207,7 @@ static void deq_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, cons
     }
 }
 
+/* One block of a quantised type t at p into y [kq_block_elems(t)]. */
 static void deq_block(enum kq_type t, const uint8_t *p, float *y)
 {
     if (t == KQ_Q8_0) {
@@ -227,6 +237,7 @@ static void deq_block(enum kq_type t, const uint8_t *p, float *y)
     }
 }
 
+/* Float types convert element-wise; quantised ones go block by block (n / block_elems). */
 void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
 {
     const uint16_t *h = src;
@@ -249,6 +260,7 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
 
 /* ================================ reference quantisers ====================================== */
 
+/* Nearest integer, ties to even (the default rounding mode; cvtps2dq does the same). */
 static int iround(float v)
 {
     return (int)lrintf(v);
@@ -259,6 +271,7 @@ static int clampi(int v, int lo, int hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* max |x[i]|; order-independent, so SIMD reductions get the same value. */
 static float absmax(const float *x, int n)
 {
     float m = 0.0f;
@@ -267,7 +280,11 @@ static float absmax(const float *x, int n)
     return m;
 }
 
-/* Q8_0 (weights and activations): d = amax / 127, q = round(x / d). */
+/*
+ * Q8_0 (weights and activations): d = amax / 127, q = round(x / d), so |q| <= 127 and the SIMD
+ * kernels may take |w| and sign(a, w) without overflow. id is computed from the unrounded d,
+ * while the block stores d rounded to f16.
+ */
 static void quant_q8_0(const float *x, struct kq__q8_0 *b)
 {
     const float d = absmax(x, KQ__QK) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -276,7 +293,8 @@ static void quant_q8_0(const float *x, struct kq__q8_0 *b)
         b->qs[i] = (int8_t)iround(x[i] * id);
 }
 
-/* Q4_0: the value of largest magnitude maps to level -8 exactly. */
+/* Q4_0: the value of largest magnitude maps to level -8 exactly (as ggml does), so the 16
+ * levels cover [-|max|, 7/8 |max|] with the extreme value reproduced without error. */
 static void quant_q4_0(const float *x, struct kq__q4_0 *b)
 {
     float vmax = 0.0f;
@@ -291,7 +309,8 @@ static void quant_q4_0(const float *x, struct kq__q4_0 *b)
     }
 }
 
-/* Q8_K (activations): as Q8_0 over 256 elements with an f32 scale, plus the 16-element sums. */
+/* Q8_K (activations): as Q8_0 over 256 elements with an f32 scale, plus the 16-element sums
+ * that carry the K-quant min / offset terms (|bsum| <= 16 * 127 fits int16). */
 static void quant_q8_k(const float *x, struct kq__q8_k *b)
 {
     const float d = absmax(x, KQ__QK_K) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -313,7 +332,7 @@ static void quant_q8_k(const float *x, struct kq__q8_k *b)
  */
 static void fit_affine(const float *x, int len, int qmax, float *scale, float *min)
 {
-    float lo = 0.0f, hi = -INFINITY;
+    float lo = 0.0f, hi = -INFINITY; /* lo <= 0: the stored min is non-negative */
     for (int i = 0; i < len; i++) {
         lo = fminf(lo, x[i]);
         hi = fmaxf(hi, x[i]);
@@ -337,14 +356,18 @@ static void fit_affine(const float *x, int len, int qmax, float *scale, float *m
         if (det <= 0.0)
             break;
         double ns = (len * sxq - sq * sx) / det, noff = (sqq * sx - sq * sxq) / det;
-        if (noff > 0.0)
+        if (noff > 0.0) /* the constraint binds: refit the scale alone */
             noff = 0.0, ns = sxq / sqq;
         s = (float)ns;
         off = (float)noff;
     }
 }
 
-/* Symmetric least-squares fit x ~ s * q, q in [-32, 31]; returns s (either sign). */
+/*
+ * Symmetric least-squares fit x ~ s * q, q in [-32, 31]; returns s (either sign). Starts with
+ * the largest-magnitude value on level -32 (using the asymmetric level range), then refits
+ * s = <x, q> / <q, q> a few times.
+ */
 static float fit_symmetric(const float *x, int len)
 {
     float vmax = 0.0f;
@@ -377,7 +400,10 @@ static void pack_scales(const int sc[8], const int m[8], uint8_t s[12])
     }
 }
 
-/* Q4_K/Q5_K levels: fit each sub-block, quantise the fits to 6 bits, then assign q [256]. */
+/*
+ * Q4_K/Q5_K levels: fit each sub-block of 32 (scale, min), quantise the 8 scales and 8 mins to 6
+ * bits against the f16 super-scales d and dmin, then assign q [256] from the stored values.
+ */
 static void quant_kaffine(const float *x, int qmax, uint16_t *hd, uint16_t *hdmin,
                           uint8_t scales[12], int *q)
 {
@@ -401,6 +427,7 @@ static void quant_kaffine(const float *x, int qmax, uint16_t *hd, uint16_t *hdmi
     pack_scales(sc, mi, scales);
 }
 
+/* Levels q [256] (low 4 bits used) into the Q4_K/Q5_K nibble order of kq__q4_k. */
 static void pack_nibbles(const int *q, uint8_t qs[128])
 {
     for (int g = 0; g < 4; g++)
@@ -415,6 +442,7 @@ static void quant_q4_k(const float *x, struct kq__q4_k *b)
     pack_nibbles(q, b->qs);
 }
 
+/* As Q4_K with 32 levels; bit 4 of each level goes to qh (bit j of qh[l] for sub-block j). */
 static void quant_q5_k(const float *x, struct kq__q5_k *b)
 {
     int q[KQ__QK_K];
@@ -425,6 +453,10 @@ static void quant_q5_k(const float *x, struct kq__q5_k *b)
         b->qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
 }
 
+/*
+ * Q6_K: a symmetric fit per sub-block of 16, the 16 scales quantised to int8 against one f16 d,
+ * then levels from the quantised scales (so the stored scale is the one they were fitted to).
+ */
 static void quant_q6_k(const float *x, struct kq__q6_k *b)
 {
     float s[16], smax = 0.0f;
@@ -447,6 +479,7 @@ static void quant_q6_k(const float *x, struct kq__q6_k *b)
     }
 }
 
+/* One block of x into type t at p. */
 static void quant_block(enum kq_type t, const float *x, uint8_t *p)
 {
     switch (t) {
@@ -482,6 +515,7 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n)
 
 /* ================================ scalar dot products ======================================= */
 
+/* F32 / F16 / BF16 weights [n] against f32 activations [n], summed in order in f32. */
 static float dot_float(enum kq_type w, int64_t n, const void *wrow, const float *a)
 {
     const float *f = wrow;
@@ -494,6 +528,7 @@ static float dot_float(enum kq_type w, int64_t n, const void *wrow, const float 
     return s;
 }
 
+/* nb Q8_0 weight blocks against nb Q8_0 activation blocks: exact int sum, one scale each. */
 static float dot_q8_0(int64_t nb, const struct kq__q8_0 *w, const struct kq__q8_0 *a)
 {
     float s = 0.0f;
@@ -506,6 +541,7 @@ static float dot_q8_0(int64_t nb, const struct kq__q8_0 *w, const struct kq__q8_
     return s;
 }
 
+/* nb Q4_0 weight blocks against nb Q8_0 activation blocks. */
 static float dot_q4_0(int64_t nb, const struct kq__q4_0 *w, const struct kq__q8_0 *a)
 {
     float s = 0.0f;
@@ -518,7 +554,10 @@ static float dot_q4_0(int64_t nb, const struct kq__q4_0 *w, const struct kq__q8_
     return s;
 }
 
-/* One Q4_K/Q5_K super-block (qh NULL for Q4_K) against one Q8_K block. */
+/*
+ * One Q4_K/Q5_K super-block (qh NULL for Q4_K) against one Q8_K block. The min term uses the
+ * activation's bsums, as the SIMD kernels do; the quantiser keeps them consistent with qs.
+ */
 static float dot_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qh,
                          const uint8_t *qs, const struct kq__q8_k *a)
 {
@@ -534,6 +573,7 @@ static float dot_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, con
     return (float)isum * (h2f(hd) * a->d) - (float)msum * (h2f(hdmin) * a->d);
 }
 
+/* One Q6_K super-block against one Q8_K block (levels centred by -32 before the product). */
 static float dot_q6_k(const struct kq__q6_k *w, const struct kq__q8_k *a)
 {
     int isum = 0;
@@ -546,6 +586,7 @@ static float dot_q6_k(const struct kq__q6_k *w, const struct kq__q8_k *a)
     return (float)isum * (h2f(w->d) * a->d);
 }
 
+/* The reference kq_dot: weight row wrow of type w [n] against its activation row. */
 static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void *act)
 {
     const struct kq__q8_k *ak = act;
@@ -580,6 +621,8 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
 
 static _Atomic int isa_state = -1; /* enum kq_isa once chosen, -1 before first use */
 
+/* The AVX-512 kernels need F, BW, VL, DQ and VNNI (vpdpbusd, vpdpwssd); the AVX2 ones FMA and
+ * F16C. __builtin_cpu_supports also checks that the OS saves the wide registers. */
 enum kq_isa kq_isa_best(void)
 {
     __builtin_cpu_init();
@@ -638,6 +681,8 @@ const char *kq_isa_name(enum kq_isa isa)
 
 /* ================================ activations, dot, matmul ================================== */
 
+/* The SIMD quantisers produce the reference's bytes exactly (tested), so the choice of ISA
+ * never changes a result beyond float summation order in the dot products. */
 void kq_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
 {
     const enum kq_isa isa = kq_isa_active();
@@ -648,6 +693,7 @@ void kq_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
     kq_quantize_row(kq_act_type(w), x, dst, n);
 }
 
+/* A SIMD dot is a 1 x 1 matmul: the decode kernel, with its several accumulators. */
 float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act)
 {
     if (kq_isa_active() == KQ_ISA_SCALAR)
@@ -657,6 +703,7 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act)
     return y;
 }
 
+/* SIMD first; the scalar loop is the reference and the fallback for a declined type. */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride)
 {
@@ -688,6 +735,8 @@ static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, int tm, int64_t n
 /*
  * Tokens go in chunks whose activations fit in L2 (~512 KiB); within a chunk each block of rm
  * weight rows is read from memory once and met with every token while it sits in L1/L2.
+ * Decode (nt == 1) goes row after row instead: one sequential stream through the matrix reads
+ * DRAM faster than rm interleaved ones.
  */
 void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size_t w_stride,
                     int64_t r0, int64_t r1, const void *act, size_t act_stride, int64_t nt,
@@ -699,7 +748,7 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
         int64_t r = r0;
-        for (; r + ts->rm <= r1; r += ts->rm)
+        for (; nt > 1 && r + ts->rm <= r1; r += ts->rm)
             drive_tokens(ts->full, ts->rows, ts->tm, n, w8 + r * w_stride, w_stride, a8,
                          act_stride, t0, t1, y + r, y_stride);
         for (; r < r1; r++)

@@ -4,7 +4,8 @@
  *
  * The same register-tile scheme as quant_avx512.c (R weight rows x T tokens per kernel, walked by
  * kq__tile_drive), sized for 16 ymm registers. A step is 32 elements (one Q8_0/Q4_0 block, one
- * K-quant sub-block of 32 or two of 16) or 8 floats.
+ * K-quant sub-block of 32 or two of 16) or 8 floats. The decode 1 x 1 tile keeps 4 accumulator
+ * chains for the Q8_0/Q4_0 and float types.
  *
  * Integer products (no VNNI here): vpmaddubsw (u8 x s8 -> pairs of i16), then vpmaddwd with
  * ones (Q8_0/Q4_0) or with the sub-block scale (K-quants) to i32, exact as in the scalar
@@ -20,18 +21,31 @@
 #include <immintrin.h>
 
 #define INLINE static inline __attribute__((always_inline))
-/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers. */
+/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
+ * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
+#ifdef __clang__
+#define UNROLL _Pragma("unroll")
+#else
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
 #define RMAX 4
 #define TMAX 4
 
 /* ================================ helpers =================================================== */
 
+/* f16 to f32 with the F16C instruction (exact, like kq_f16_to_f32). */
 INLINE float h2f(uint16_t h)
 {
     return _cvtsh_ss(h);
 }
 
+/* f16 *p broadcast to 8 f32 lanes (a broadcast from memory and one conversion). */
+INLINE __m256 f16_bcast(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)*p));
+}
+
+/* Horizontal sum / max of the 8 lanes. */
 INLINE float hsum_ps(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -68,6 +82,7 @@ INLINE __m256i pairdup8(uint64_t v, bool is_signed)
                            _mm256_slli_epi32(d, 16));
 }
 
+/* All RMAX x TMAX accumulators, so a 1 x 1 tile may use [0][1..3] as extra chains. */
 INLINE void zero_tile(__m256 acc[RMAX][TMAX])
 {
     UNROLL for (int r = 0; r < RMAX; r++)
@@ -110,6 +125,7 @@ INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t y
 
 /* ================================ F32 / F16 / BF16 weights ================================== */
 
+/* 8 weights from element i of a float-type row as f32 (bf16: the bits shifted into place). */
 INLINE __m256 load_wf(enum kq_type wt, const uint8_t *row, int64_t i)
 {
     if (wt == KQ_F32)
@@ -138,12 +154,17 @@ INLINE float scalar_wf(enum kq_type wt, const uint8_t *row, int64_t i)
     return f;
 }
 
+/* Float-type weights against f32 activations; the n % 8 tail is added in scalar code. */
 INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *W, size_t ws,
                        const uint8_t *A, size_t as, float *y, int64_t ys)
 {
     __m256 acc[RMAX][TMAX];
     zero_tile(acc);
     int64_t i = 0;
+    for (; R * T == 1 && i + 32 <= n; i += 32) /* 1 x 1: four chains, as in BLOCK32_TILE */
+        UNROLL for (int k = 0; k < 4; k++)
+            acc[0][k] = _mm256_fmadd_ps(load_wf(wt, W, i + 8 * k),
+                                        _mm256_loadu_ps((const float *)A + i + 8 * k), acc[0][k]);
     for (; i + 8 <= n; i += 8) {
         __m256 w[RMAX];
         UNROLL for (int r = 0; r < R; r++)
@@ -154,6 +175,9 @@ INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *
                 acc[r][t] = _mm256_fmadd_ps(w[r], a, acc[r][t]);
         }
     }
+    if (R * T == 1)
+        acc[0][0] = _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[0][1]),
+                                  _mm256_add_ps(acc[0][2], acc[0][3]));
     store_tile(R, T, acc, y, ys);
     for (int64_t k = i; k < n; k++)
         UNROLL for (int t = 0; t < T; t++)
@@ -170,8 +194,9 @@ TILESET(bf16, 4, 2);
 
 /* ================================ Q8_0 / Q4_0 weights ======================================= */
 
+/* Block ib of R Q8_0 rows x T tokens into acc[r][t + k] (k > 0 only for the 1 x 1 tile). */
 INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      int64_t ib, __m256 acc[RMAX][TMAX])
+                      int64_t ib, __m256 acc[RMAX][TMAX], int k)
 {
     __m256i w[RMAX], wabs[RMAX];
     __m256 wd[RMAX];
@@ -179,21 +204,23 @@ INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
         const struct kq__q8_0 *b = (const struct kq__q8_0 *)(W + r * ws) + ib;
         w[r] = _mm256_loadu_si256((const void *)b->qs);
         wabs[r] = _mm256_abs_epi8(w[r]);
-        wd[r] = _mm256_set1_ps(h2f(b->d));
+        wd[r] = f16_bcast(&b->d);
     }
     UNROLL for (int t = 0; t < T; t++) {
         const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
         const __m256i a = _mm256_loadu_si256((const void *)c->qs);
-        const __m256 ad = _mm256_set1_ps(h2f(c->d));
+        const __m256 ad = f16_bcast(&c->d);
         UNROLL for (int r = 0; r < R; r++) {
             const __m256i p = dot_u8s8(wabs[r], _mm256_sign_epi8(a, w[r]));
-            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad), acc[r][t]);
+            acc[r][t + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad),
+                                            acc[r][t + k]);
         }
     }
 }
 
+/* As q8_0_step for Q4_0 rows: nibbles unpacked to bytes 0..15 in element order. */
 INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      int64_t ib, __m256 acc[RMAX][TMAX])
+                      int64_t ib, __m256 acc[RMAX][TMAX], int k)
 {
     __m256i wq[RMAX];
     __m256 wd[RMAX];
@@ -202,28 +229,38 @@ INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
         const __m128i v = _mm_loadu_si128((const void *)b->qs);
         const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
         wq[r] = _mm256_and_si256(both, _mm256_set1_epi8(15)); /* elements 0..15, 16..31 */
-        wd[r] = _mm256_set1_ps(h2f(b->d));
+        wd[r] = f16_bcast(&b->d);
     }
     UNROLL for (int t = 0; t < T; t++) {
         const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
         const __m256i a = _mm256_loadu_si256((const void *)c->qs);
-        const __m256 ad = _mm256_set1_ps(h2f(c->d));
+        const __m256 ad = f16_bcast(&c->d);
         const __m256i a8 = dot_u8s8(_mm256_set1_epi8(8), a); /* the "- 8" of every level */
         UNROLL for (int r = 0; r < R; r++) {
             const __m256i p = _mm256_sub_epi32(dot_u8s8(wq[r], a), a8);
-            acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad), acc[r][t]);
+            acc[r][t + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(wd[r], ad),
+                                            acc[r][t + k]);
         }
     }
 }
 
+/* A 1 x 1 tile (the decode kernel) rotates four accumulators so steps do not wait on FMAs. */
 #define BLOCK32_TILE(NAME)                                                                        \
     INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
                             const uint8_t *A, size_t as, float *y, int64_t ys)                    \
     {                                                                                             \
         __m256 acc[RMAX][TMAX];                                                                   \
         zero_tile(acc);                                                                           \
-        for (int64_t ib = 0; ib < n / KQ__QK; ib++)                                               \
-            NAME##_step(R, T, W, ws, A, as, ib, acc);                                             \
+        const int64_t nb = n / KQ__QK;                                                            \
+        int64_t ib = 0;                                                                           \
+        for (; R * T == 1 && ib + 4 <= nb; ib += 4)                                               \
+            UNROLL for (int k = 0; k < 4; k++)                                                    \
+                NAME##_step(1, 1, W, ws, A, as, ib + k, acc, k);                                  \
+        for (; ib < nb; ib++)                                                                     \
+            NAME##_step(R, T, W, ws, A, as, ib, acc, 0);                                          \
+        if (R * T == 1)                                                                           \
+            acc[0][0] = _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[0][1]),                        \
+                                      _mm256_add_ps(acc[0][2], acc[0][3]));                       \
         store_tile(R, T, acc, y, ys);                                                             \
     }
 
@@ -242,6 +279,7 @@ struct krow {
     float d, dmin;
 };
 
+/* Unpack super-block ib of a K-quant row: scales as pair-duplicated dwords, f32 d / dmin. */
 INLINE struct krow krow_load(enum kq_type wt, const uint8_t *row, int64_t ib)
 {
     struct krow k = {0};
@@ -376,7 +414,8 @@ INLINE __m256 abs_ps(__m256 v)
     return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
 }
 
-/* round(x[0..32) * id) as 32 bytes in element order, plus the sums of each 16 (for bsums). */
+/* round(x[0..32) * id) as 32 bytes in element order, plus the sums of each 16 (for bsums).
+ * Rounding is cvtps2dq's nearest-even, matching the reference's lrintf. */
 INLINE __m256i quant32(const float *x, __m256 id, int sums[2])
 {
     __m256i q[4];
@@ -398,6 +437,7 @@ static float amax8(const float *x, int n)
     return hmax_ps(m);
 }
 
+/* nb Q8_0 blocks from x [32 nb]; the same arithmetic as the reference, step by step. */
 static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += KQ__QK) {
@@ -408,6 +448,7 @@ static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
     }
 }
 
+/* nb Q8_K blocks from x [256 nb], with the 16-element sums. */
 static void act_q8_k(const float *x, struct kq__q8_k *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += KQ__QK_K) {
@@ -433,6 +474,7 @@ bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
     }
 }
 
+/* Tile shapes above were picked by measurement (prefill, 64 tokens) within 16 registers. */
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)

@@ -5,7 +5,11 @@
  * Every kernel is a register tile of R weight rows x T tokens (kq__tile_drive walks the matrix):
  * the rows' blocks are loaded and unpacked once per step and met with T activation rows, so a
  * weight byte comes from memory once per token chunk. A step covers 64 elements (two Q8_0/Q4_0
- * blocks, one 64-element group of a K-quant super-block) or 16 floats.
+ * blocks, one 64-element group of a K-quant super-block) or 16 floats. Decode (one token) runs
+ * the 1 x 1 tile row after row, one sequential DRAM stream; it keeps 2 (Q8_0/Q4_0) or 4 (floats)
+ * accumulator chains so it is not bound by FMA latency. K-quant super-blocks are independent
+ * integer chains already. Q8_0/Q4_0 decode first prepares the activation once per call (see
+ * "decode with a prepared activation"), which removes most per-row work on the activation side.
  *
  * Integer products are exact and summed per block / super-block as in the scalar reference:
  *   Q8_0 x Q8_0  |w| (u8) . sign(a, w) (s8) with vpdpbusd (activations are within +-127)
@@ -15,29 +19,38 @@
  *   Q6_K         q (u8 0..63) . a likewise, minus 32 * sum_j scale_j * bsum_j
  * Only the float accumulation order differs from the reference.
  *
- * Threads: pure functions.
+ * Threads: any number may call concurrently; the only state is the thread-local scratch of the
+ * Q8_0/Q4_0 decode, filled and used within one call.
  */
 #include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx512_*
 
 #include <immintrin.h>
 
 #define INLINE static inline __attribute__((always_inline))
-/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers. */
+/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
+ * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
+#ifdef __clang__
+#define UNROLL _Pragma("unroll")
+#else
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
 #define RMAX 4
 #define TMAX 4
 
 /* ================================ helpers =================================================== */
 
+/* f16 to f32 with the F16C instruction (exact, like kq_f16_to_f32). */
 INLINE float h2f(uint16_t h)
 {
     return _cvtsh_ss(h);
 }
 
-/* [a x8 | b x8] */
-INLINE __m512 bcast2(float a, float b)
+/* [f16 *p0 as f32 x8 | *p1 x8]; p1 NULL gives zeros. Broadcasts from memory, one conversion. */
+INLINE __m512 f16_bcast2(const uint16_t *p0, const uint16_t *p1)
 {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a)), _mm256_set1_ps(b), 1);
+    const __m128i lo = _mm_set1_epi16((short)*p0);
+    const __m128i hi = p1 ? _mm_set1_epi16((short)*p1) : _mm_setzero_si128();
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
 
 /* 32 bytes at lo then 32 at hi; with hi NULL the upper half is zero (a lone tail block). */
@@ -47,11 +60,10 @@ INLINE __m512i load_2x32(const void *lo, const void *hi)
     return hi ? _mm512_inserti64x4(v, _mm256_loadu_si256(hi), 1) : v;
 }
 
-/* Two 16-bit copies of each unsigned byte of v in a dword each: dword j = (v_j, v_j) as i16. */
-INLINE __m256i pairdup_u8(uint64_t v)
+/* int32 lanes: lo in the first 256 bits, hi in the rest. */
+INLINE __m512i split32(int lo, int hi)
 {
-    const __m256i d = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)v));
-    return _mm256_or_si256(d, _mm256_slli_epi32(d, 16));
+    return _mm512_inserti64x4(_mm512_set1_epi32(lo), _mm256_set1_epi32(hi), 1);
 }
 
 /* int16 lanes: lo in the first 256 bits, hi in the rest. */
@@ -60,6 +72,7 @@ INLINE __m512i split16(short lo, short hi)
     return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
 }
 
+/* All RMAX x TMAX accumulators, so a 1 x 1 tile may use [0][1..3] as extra chains. */
 INLINE void zero_tile(__m512 acc[RMAX][TMAX])
 {
     UNROLL for (int r = 0; r < RMAX; r++)
@@ -115,9 +128,10 @@ INLINE __m512 load_wf(enum kq_type wt, const uint8_t *row, int64_t i, __mmask16 
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* 16 elements from i (lanes in m) of R rows x T tokens into acc[r][t + k]. */
 INLINE void float_step(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws,
                        const uint8_t *A, size_t as, int64_t i, __mmask16 m,
-                       __m512 acc[RMAX][TMAX])
+                       __m512 acc[RMAX][TMAX], int k)
 {
     __m512 w[RMAX];
     UNROLL for (int r = 0; r < R; r++)
@@ -125,7 +139,7 @@ INLINE void float_step(enum kq_type wt, int R, int T, const uint8_t *W, size_t w
     UNROLL for (int t = 0; t < T; t++) {
         const __m512 a = _mm512_maskz_loadu_ps(m, (const float *)(A + t * as) + i);
         UNROLL for (int r = 0; r < R; r++)
-            acc[r][t] = _mm512_fmadd_ps(w[r], a, acc[r][t]);
+            acc[r][t + k] = _mm512_fmadd_ps(w[r], a, acc[r][t + k]);
     }
 }
 
@@ -135,10 +149,16 @@ INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *
     __m512 acc[RMAX][TMAX];
     zero_tile(acc);
     int64_t i = 0;
+    for (; R * T == 1 && i + 64 <= n; i += 64) /* 1 x 1: four chains, as in BLOCK32_TILE */
+        UNROLL for (int k = 0; k < 4; k++)
+            float_step(wt, 1, 1, W, ws, A, as, i + 16 * k, 0xffff, acc, k);
     for (; i + 16 <= n; i += 16)
-        float_step(wt, R, T, W, ws, A, as, i, 0xffff, acc);
+        float_step(wt, R, T, W, ws, A, as, i, 0xffff, acc, 0);
     if (i < n)
-        float_step(wt, R, T, W, ws, A, as, i, (__mmask16)((1u << (n - i)) - 1), acc);
+        float_step(wt, R, T, W, ws, A, as, i, (__mmask16)((1u << (n - i)) - 1), acc, 0);
+    if (R * T == 1)
+        acc[0][0] = _mm512_add_ps(_mm512_add_ps(acc[0][0], acc[0][1]),
+                                  _mm512_add_ps(acc[0][2], acc[0][3]));
     store_tile(R, T, acc, y, ys);
 }
 
@@ -151,9 +171,10 @@ TILESET(bf16, 4, 4);
 
 /* ================================ Q8_0 / Q4_0 weights ======================================= */
 
-/* One step over blocks ib, ib + 1 (two == false: block ib only) of Q8_0 weights. */
+/* Blocks ib, ib + 1 (two == false: block ib only) of R Q8_0 rows x T tokens into
+ * acc[r][t + k]; lanes 0-7 carry the first block, 8-15 the second, each with its own scale. */
 INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      int64_t ib, bool two, __m512 acc[RMAX][TMAX])
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX], int k)
 {
     __m512i wabs[RMAX];
     __mmask64 wneg[RMAX];
@@ -163,16 +184,17 @@ INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
         const __m512i v = load_2x32(b[0].qs, two ? b[1].qs : NULL);
         wabs[r] = _mm512_abs_epi8(v);
         wneg[r] = _mm512_movepi8_mask(v);
-        wd[r] = bcast2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+        wd[r] = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
     }
     UNROLL for (int t = 0; t < T; t++) {
         const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
         const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
-        const __m512 ad = bcast2(h2f(c[0].d), two ? h2f(c[1].d) : 0.0f);
+        const __m512 ad = f16_bcast2(&c[0].d, two ? &c[1].d : NULL);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512i sa = _mm512_mask_sub_epi8(a, wneg[r], _mm512_setzero_si512(), a);
             const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs[r], sa);
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wd[r], ad), acc[r][t]);
+            acc[r][t + k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wd[r], ad),
+                                            acc[r][t + k]);
         }
     }
 }
@@ -189,30 +211,35 @@ INLINE __m512i q4_0_unpack(const struct kq__q4_0 *b, bool two)
     return _mm512_and_si512(sh, _mm512_set1_epi8(15));
 }
 
+/* As q8_0_step for Q4_0 rows; the level offset -8 is taken off as 8 * sum(a) per lane. */
 INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      int64_t ib, bool two, __m512 acc[RMAX][TMAX])
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX], int k)
 {
     __m512i wq[RMAX];
     __m512 wd[RMAX];
     UNROLL for (int r = 0; r < R; r++) {
         const struct kq__q4_0 *b = (const struct kq__q4_0 *)(W + r * ws) + ib;
         wq[r] = q4_0_unpack(b, two);
-        wd[r] = bcast2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+        wd[r] = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
     }
     UNROLL for (int t = 0; t < T; t++) {
         const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
         const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
-        const __m512 ad = bcast2(h2f(c[0].d), two ? h2f(c[1].d) : 0.0f);
+        const __m512 ad = f16_bcast2(&c[0].d, two ? &c[1].d : NULL);
         /* 8 * sum(a) per lane: the "- 8" of every weight level. */
         const __m512i a8 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), a);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], a);
             const __m512 pf = _mm512_cvtepi32_ps(_mm512_sub_epi32(p, a8));
-            acc[r][t] = _mm512_fmadd_ps(pf, _mm512_mul_ps(wd[r], ad), acc[r][t]);
+            acc[r][t + k] = _mm512_fmadd_ps(pf, _mm512_mul_ps(wd[r], ad), acc[r][t + k]);
         }
     }
 }
 
+/*
+ * A 1 x 1 tile (the decode kernel) alternates two accumulators so that consecutive steps do not
+ * wait on each other's FMA; larger tiles have independent chains already.
+ */
 #define BLOCK32_TILE(NAME)                                                                        \
     INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
                             const uint8_t *A, size_t as, float *y, int64_t ys)                    \
@@ -221,10 +248,16 @@ INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
         zero_tile(acc);                                                                           \
         const int64_t nb = n / KQ__QK;                                                            \
         int64_t ib = 0;                                                                           \
+        for (; R * T == 1 && ib + 4 <= nb; ib += 4) {                                             \
+            NAME##_step(1, 1, W, ws, A, as, ib, true, acc, 0);                                    \
+            NAME##_step(1, 1, W, ws, A, as, ib + 2, true, acc, 1);                                \
+        }                                                                                         \
         for (; ib + 2 <= nb; ib += 2)                                                             \
-            NAME##_step(R, T, W, ws, A, as, ib, true, acc);                                       \
+            NAME##_step(R, T, W, ws, A, as, ib, true, acc, 0);                                    \
         if (ib < nb)                                                                              \
-            NAME##_step(R, T, W, ws, A, as, ib, false, acc);                                      \
+            NAME##_step(R, T, W, ws, A, as, ib, false, acc, 0);                                   \
+        if (R * T == 1)                                                                           \
+            acc[0][0] = _mm512_add_ps(acc[0][0], acc[0][1]);                                      \
         store_tile(R, T, acc, y, ys);                                                             \
     }
 
@@ -243,36 +276,59 @@ TILESET(q4_0, 4, 4);
 struct krow {
     const uint8_t *qs, *qh; /* qh: Q5_K high bits or Q6_K qh; NULL for Q4_K */
     const uint8_t *ql;      /* Q6_K low bits */
-    __m512i sc;             /* dword j = (scale_j, scale_j) as i16; 8 (Q4/5_K) or 16 (Q6_K) */
-    __m256i mins;           /* Q4/5_K: dword j = (m_j, m_j); Q6_K: 16 x i16 scales */
+    __m512i sc;             /* i16 words (low 256 bits): Q4/5_K sc0..7 m0..7; Q6_K s0..15 */
+    __m256i mins;           /* i16 partners of the bsums: Q4/5_K m0 m0 m1 m1 ..; Q6_K s0..15 */
     float d, dmin;
 };
 
+/*
+ * The 12 packed scale bytes of Q4_K/Q5_K as words [sc0..sc7, m0..m7] (the vector form of
+ * kq__unpack_scales). Gathers [s0-3 s8-11 s4-7 s8-11] and [0 s0-3 0 s4-7], then per byte keeps
+ * the low 6 bits, the low / high nibble, and moves the top 2 bits of bytes 0-7 to bits 4-5.
+ * Reads 16 bytes: the 4 past the scales are still inside the block.
+ */
+INLINE __m256i kscale_words(const uint8_t *scales)
+{
+    const __m128i v = _mm_loadu_si128((const void *)scales);
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8,
+                                                        9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1,
+                                                        -1, 4, 5, 6, 7));
+    const __m128i keep = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0);
+    const __m128i lo = _mm_or_si128(_mm_and_si128(a, keep),
+                                    _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi32(0, 0, 0, 0x0f0f0f0f)));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+}
+
+/* Super-block ib of a K-quant row: scale words, the min / offset partners, f32 d and dmin. */
 INLINE struct krow krow_load(enum kq_type wt, const uint8_t *row, int64_t ib)
 {
     struct krow k = {0};
     if (wt == KQ_Q6_K) {
         const struct kq__q6_k *b = (const struct kq__q6_k *)row + ib;
-        const __m128i s8 = _mm_loadu_si128((const void *)b->scales);
-        const __m512i s32 = _mm512_cvtepi8_epi32(s8);
-        k.sc = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xffff)),
-                               _mm512_slli_epi32(s32, 16));
-        k.mins = _mm256_cvtepi8_epi16(s8);
+        k.mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const void *)b->scales));
+        k.sc = _mm512_zextsi256_si512(k.mins);
         k.ql = b->ql, k.qh = b->qh, k.d = h2f(b->d);
         return k;
     }
-    uint64_t sc, m;
+    const uint8_t *p = row + ib * (wt == KQ_Q4_K ? sizeof(struct kq__q4_k) : sizeof(struct kq__q5_k));
+    uint32_t ddmin; /* d and dmin, adjacent f16 at the block start, converted together */
+    memcpy(&ddmin, p, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin));
+    k.d = _mm_cvtss_f32(dd), k.dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
     if (wt == KQ_Q4_K) {
-        const struct kq__q4_k *b = (const struct kq__q4_k *)row + ib;
-        kq__unpack_scales(b->scales, &sc, &m);
-        k.qs = b->qs, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+        const struct kq__q4_k *b = (const void *)p;
+        k.sc = _mm512_zextsi256_si512(kscale_words(b->scales));
+        k.qs = b->qs;
     } else {
-        const struct kq__q5_k *b = (const struct kq__q5_k *)row + ib;
-        kq__unpack_scales(b->scales, &sc, &m);
-        k.qs = b->qs, k.qh = b->qh, k.d = h2f(b->d), k.dmin = h2f(b->dmin);
+        const struct kq__q5_k *b = (const void *)p;
+        k.sc = _mm512_zextsi256_si512(kscale_words(b->scales));
+        k.qs = b->qs, k.qh = b->qh;
     }
-    k.sc = _mm512_zextsi256_si512(pairdup_u8(sc));
-    k.mins = pairdup_u8(m);
+    k.mins = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
+                                                        14, 14, 15, 15),
+                                      _mm512_castsi512_si256(k.sc));
     return k;
 }
 
@@ -302,17 +358,17 @@ INLINE __m512i krow_levels(enum kq_type wt, const struct krow *k, int s)
     return q;
 }
 
-/* Per-lane int16 scales of step s for the vpmaddubsw output (32 lanes, 2 per 4 bytes). */
+/* Per-lane i16 scales of step s for the vpmaddubsw output (32 lanes: 16 per 32 levels). */
 INLINE __m512i krow_scales(enum kq_type wt, const struct krow *k, int s)
 {
-    __m512i idx; /* dword j of the result takes dword idx_j of k->sc */
-    if (wt == KQ_Q6_K) /* 4 sub-blocks of 16 per step: 4 dwords each */
-        idx = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_setr_m128i(_mm_set1_epi32(4 * s), _mm_set1_epi32(4 * s + 1))),
-            _mm256_setr_m128i(_mm_set1_epi32(4 * s + 2), _mm_set1_epi32(4 * s + 3)), 1);
-    else /* 2 sub-blocks of 32 per step: 8 dwords each */
-        idx = _mm512_inserti64x4(_mm512_set1_epi32(2 * s), _mm256_set1_epi32(2 * s + 1), 1);
-    return _mm512_permutexvar_epi32(idx, k->sc);
+    if (wt == KQ_Q6_K) { /* 4 sub-blocks of 16 per step: 8 lanes each */
+        const __m256i lo = _mm256_setr_m128i(_mm_set1_epi16((short)(4 * s)),
+                                             _mm_set1_epi16((short)(4 * s + 1)));
+        const __m256i hi = _mm256_setr_m128i(_mm_set1_epi16((short)(4 * s + 2)),
+                                             _mm_set1_epi16((short)(4 * s + 3)));
+        return _mm512_permutexvar_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), k->sc);
+    }
+    return _mm512_permutexvar_epi16(split16((short)(2 * s), (short)(2 * s + 1)), k->sc);
 }
 
 /* Super-block ib of R rows x T tokens (kept whole: the steps share iacc, see the comment above). */
@@ -375,9 +431,100 @@ TILESET(q4_k, 4, 4);
 TILESET(q5_k, 4, 4);
 TILESET(q6_k, 4, 4);
 
+/* ================================ decode with a prepared activation ========================= */
+
+/*
+ * Decode (one token) of Q8_0 / Q4_0 weights would spend most of its instructions on the
+ * activation side, which is the same for every row, so the matmul prepares it once per call:
+ *   qs         the levels, contiguous, the last step zero-padded
+ *   step[i]    for blocks 2i, 2i + 1: their scales as f32 and their offsets -k * sum(levels),
+ *              k = 128 for Q8_0, 8 for Q4_0
+ * The weight levels are then taken as unsigned bytes (Q8_0: w + 128 by flipping the top bit;
+ * Q4_0: the nibble, whose offset is 8), so one vpdpbusd started from the offsets yields the
+ * exact signed block sums. The scratch stays compact (1.25 bytes per element) because it is
+ * re-read for every row and must share L1 with the weight stream: an expanded lane-layout
+ * version measured faster in cache but slower from DRAM. Thread-local; longer rows use the
+ * tile kernels.
+ */
+#define PREP_MAX_N 32768
+
+struct prep {
+    _Alignas(64) int8_t qs[PREP_MAX_N];
+    struct {
+        float d[2];
+        int32_t off[2];
+    } step[PREP_MAX_N / 64];
+};
+
+static _Thread_local struct prep prep_tls;
+
+/* Prepare nb Q8_0 activation blocks with level offset k (see above). */
+static void prep_act(const struct kq__q8_0 *a, int64_t nb, int k, struct prep *p)
+{
+    for (int64_t i = 0; 2 * i < nb; i++) {
+        const bool two = 2 * i + 1 < nb;
+        const __m512i v = load_2x32(a[2 * i].qs, two ? a[2 * i + 1].qs : NULL);
+        const __m512i ksum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)k), v);
+        _mm512_store_si512(p->qs + 64 * i, v);
+        p->step[i].d[0] = h2f(a[2 * i].d);
+        p->step[i].d[1] = two ? h2f(a[2 * i + 1].d) : 0.0f;
+        p->step[i].off[0] = -_mm512_mask_reduce_add_epi32(0x00ff, ksum);
+        p->step[i].off[1] = -_mm512_mask_reduce_add_epi32(0xff00, ksum);
+    }
+}
+
+/* Step i (blocks 2i, 2i + 1; the second absent when !two) of a row against the prepared act. */
+INLINE __m512 prep_step(enum kq_type wt, const uint8_t *row, const struct prep *p, int64_t i,
+                        bool two, __m512 acc)
+{
+    __m512i wu;
+    __m512 wd;
+    if (wt == KQ_Q8_0) {
+        const struct kq__q8_0 *b = (const struct kq__q8_0 *)row + 2 * i;
+        wu = _mm512_xor_si512(load_2x32(b[0].qs, two ? b[1].qs : NULL), _mm512_set1_epi8((char)0x80));
+        wd = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    } else {
+        const struct kq__q4_0 *b = (const struct kq__q4_0 *)row + 2 * i;
+        wu = q4_0_unpack(b, two);
+        wd = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    }
+    /* rec = [d0, d1, off0, off1]: d to lanes 0-7 / 8-15, the offsets to lanes 0 and 8 only */
+    const __m512 rec = _mm512_castps128_ps512(_mm_loadu_ps(p->step[i].d));
+    const __m512 ad = _mm512_permutexvar_ps(split32(0, 1), rec);
+    const __m512i off = _mm512_maskz_permutexvar_epi32(0x0101, split32(2, 3), _mm512_castps_si512(rec));
+    const __m512i sum = _mm512_dpbusd_epi32(off, wu, _mm512_load_si512(p->qs + 64 * i));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, ad), acc);
+}
+
+/* One row of nb blocks against the prepared activation; two accumulator chains. */
+INLINE float prep_dot(enum kq_type wt, int64_t nb, const uint8_t *row, const struct prep *p)
+{
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; 2 * i + 4 <= nb; i += 2) {
+        acc0 = prep_step(wt, row, p, i, true, acc0);
+        acc1 = prep_step(wt, row, p, i + 1, true, acc1);
+    }
+    for (; 2 * i < nb; i++)
+        acc0 = prep_step(wt, row, p, i, 2 * i + 1 < nb, acc0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* Rows [r0, r1) of Q8_0 / Q4_0 weights against one token: prepare, then stream the rows. */
+static void decode_prepared(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                            int64_t r1, const void *act, float *y)
+{
+    struct prep *p = &prep_tls;
+    prep_act(act, n / KQ__QK, wt == KQ_Q8_0 ? 128 : 8, p);
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = wt == KQ_Q8_0 ? prep_dot(KQ_Q8_0, n / KQ__QK, W + r * ws, p)
+                             : prep_dot(KQ_Q4_0, n / KQ__QK, W + r * ws, p);
+}
+
 /* ================================ activation quantisers ===================================== */
 
-/* Q8_0 blocks from 32 floats each; same arithmetic as the scalar reference. */
+/* nb Q8_0 blocks from x [32 nb]; the same arithmetic as the scalar reference, step by step
+ * (cvtps2dq rounds to nearest even like lrintf; vpmovdb truncation is exact for |q| <= 127). */
 static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += KQ__QK) {
@@ -392,7 +539,7 @@ static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
     }
 }
 
-/* Q8_K blocks from 256 floats each, with the 16-element sums. */
+/* nb Q8_K blocks from x [256 nb]; each zmm of 16 levels is exactly one bsums group. */
 static void act_q8_k(const float *x, struct kq__q8_k *b, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, x += KQ__QK_K) {
@@ -421,11 +568,16 @@ bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t 
     }
 }
 
+/* 4 x 4 tiles measured best for prefill across types (32 zmm registers; 2 x 4 and 4 x 2 lose). */
 bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                        int64_t y_stride)
 {
     const struct kq__tileset *ts;
+    if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
+        decode_prepared(w, n, W, w_stride, r0, r1, act, y);
+        return true;
+    }
     switch (w) {
     case KQ_F32: ts = &f32_tiles; break;
     case KQ_F16: ts = &f16_tiles; break;

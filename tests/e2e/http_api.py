@@ -3,13 +3,14 @@ test_http_api.sh. Every endpoint and error: health, models, 404/405/413/401, the
 docs/openai-api.md 7.3 and numeric edges, context overflow (stream and not), tokenize round trip,
 metrics series, slots, CORS; generation: response shapes, usage invariants, SSE framing, stop
 strings, max_tokens -> length, logprobs shapes, n=2, seeded determinism alone and under load,
-8 parallel streams equal to their solo runs, cancel mid-stream frees the slot, queue full ->
+8 parallel streams equal to their solo runs, cancel mid-stream (and a vanished non-streaming
+client) frees the slot, SIGTERM drains (503 meanwhile, [DONE] for the stream), queue full ->
 429/503 with Retry-After, a slowloris client does not block others and is cut when idle.
 """
 
 import json
-import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, post_json, request, sse_parse, stream  # noqa: E402
+from harness import Checks, Daemon, post_json, request, stream  # noqa: E402
 
 B = sys.argv[1]
 MODEL = B + "/models/tiny-qwen35.gguf"
@@ -470,9 +471,12 @@ def check_cancel(d, bias):
     body = json.dumps({"messages": USER, "max_tokens": 100000, "logit_bias": bias}).encode()
     s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n%s" % (CHAT.encode(), len(body), body))
-    time.sleep(0.3)
-    _, _, slots = request(d.port, "GET", "/slots")
-    busy = any(x["state"] != "idle" for x in json.loads(slots))
+    busy, t0 = False, time.time()
+    while not busy and time.time() - t0 < 5:
+        _, _, slots = request(d.port, "GET", "/slots")
+        busy = any(x["state"] != "idle" for x in json.loads(slots))
+        time.sleep(0.02)
+    time.sleep(0.2)
     s.close()
     t0 = time.time()
     idle = wait_idle(d.port, 10)
@@ -585,8 +589,39 @@ def check_auth_cors():
     st, _, body = request(d.port, "GET", "/slots", headers=good)
     C.ok(st == 501 and err_of(json.loads(body)).get("type") == "not_supported_error",
          "disabled /slots -> 501", body)
+    # this daemon runs with the default ctx (4096, above the model's 2048 training context):
+    # validation must use the engine's context, not the model's
+    st, _, r = post_json(d.port, COMPL, {"prompt": [5] * 3000, "max_tokens": 1}, headers=good)
+    C.ok(st == 200, "a 3000-token prompt fits ctx 4096", r)
+    st, _, r = post_json(d.port, COMPL, {"prompt": [5] * 5000, "max_tokens": 1}, headers=good)
+    C.ok(st == 400 and err_of(r).get("n_ctx") == 4096, "a 5000-token prompt exceeds ctx 4096", r)
     C.ok(key not in d.log_text(), "the key never appears in the log")
     C.ok(d.stop() == 0, "clean exit after SIGTERM (auth daemon)")
+
+
+def check_drain():
+    """SIGTERM drains: a stream in flight ends with [DONE]; /health and new requests get 503
+    (unavailable_error, Retry-After) meanwhile; the daemon exits 0."""
+    d = Daemon(B, MODEL, ["--slots", "2", "--ctx", "2048", "--drain-timeout", "30"],
+               name="http_api_drain").start()
+    bias = eog_bias(d.port)
+    body = json.dumps({"messages": USER, "max_tokens": 1200, "logit_bias": bias, "stream": True})
+    curl = subprocess.Popen(["curl", "-sN", "--max-time", "60", "-d", body,
+                             "http://127.0.0.1:%d%s" % (d.port, CHAT)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = curl.stdout.read(600)
+    d.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    st_h, _, _ = request(d.port, "GET", "/health")
+    st, hd, obj = post_json(d.port, CHAT, {"messages": USER, "max_tokens": 2})
+    rest = curl.stdout.read()
+    curl.wait()
+    C.ok(first.startswith(b"data: ") and st_h == 503, "/health 503 while draining", st_h)
+    C.ok(st == 503 and err_of(obj).get("type") == "unavailable_error" and "retry-after" in hd,
+         "new request 503 while draining", (st, obj))
+    C.ok((first + rest).rstrip().endswith(b"data: [DONE]"), "in-flight stream completes",
+         (first + rest)[-200:])
+    C.ok(d.stop() == 0, "drain ends with exit 0")
 
 
 def check_access_log(d):
@@ -619,6 +654,7 @@ def main():
     check_access_log(d)
     C.ok(d.stop() == 0, "clean exit after SIGTERM")
     check_auth_cors()
+    check_drain()
     check_queue_full(429)
     check_queue_full(503)
     return C.finish()

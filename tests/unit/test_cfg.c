@@ -192,7 +192,7 @@ static void file_error(const char *text, int line, const char *needle)
 TEST(file_errors)
 {
     file_error("port = 1\nbogus_key = 3\n", 2, "key 'bogus_key': unknown key");
-    file_error("\n\nport = 70000\n", 3, "key 'port': expected an integer in [1, 65535]");
+    file_error("\n\nport = 70000\n", 3, "key 'port': expected an integer in [0, 65535]");
     file_error("port = 1\nport = 2\n", 2, "key 'port': set twice (first on line 1)");
     file_error("port 8080\n", 1, "expected 'key = value'");
     file_error("host = \"abc\n", 1, "key 'host': unterminated quoted value");
@@ -294,8 +294,10 @@ TEST(cross_checks)
     char *a[] = {"--slots", "8", "--max_batch_tokens", "4"};
     check_fails(4, a, "command line --max_batch_tokens: key 'max_batch_tokens': 4 is less than "
                       "slots (8)");
-    char *b[] = {"--devices", "cpu:2"};
-    check_fails(2, b, "key 'devices': only cpu:1 is supported");
+    char *b[] = {"--devices", "cpu:65"};
+    check_fails(2, b, "key 'devices': expected cpu:N");
+    char *b1[] = {"--spec_ngram_n", "2", "--spec_ngram_min", "3"};
+    check_fails(4, b1, "key 'spec_ngram_min': 3 exceeds spec_ngram_n (2)");
     char *b2[] = {"--devices", "cuda:0"};
     check_fails(2, b2, "key 'devices': CUDA devices are not supported");
     char *b3[] = {"--devices", "gpu"};

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tools/train/make-demo-model.sh [BUILD_DIR] — what `make demo-model` does: train the demo model
+# from scratch (seeded), write models/demo.gguf, regenerate the golden fixture
+# tests/fixtures/demo/ and measure quality through the engine.
+#
+# Environment: SEED (default 1), STEPS (default: train.py's), THREADS (default 1), PYTHON
+# (default /usr/bin/python3), SKIP_EVAL=1 to stop after the fixture.
+# Needs Debian's python3-torch (1.13) and python3-numpy; nothing is downloaded. The natural
+# text comes from /usr/share/{common-licenses,doc/*/copyright,man} (and fortunes if installed).
+set -eu
+B=${1:-build/cpu}
+cd "$(dirname "$0")/../.." || exit 1
+PY=${PYTHON:-/usr/bin/python3}
+WORK=build/demo-model
+
+if ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
+  echo "make-demo-model: $PY lacks torch or numpy; on Debian: apt-get install python3-torch python3-numpy" >&2
+  exit 1
+fi
+[ -d /usr/share/common-licenses ] || { echo "make-demo-model: /usr/share/common-licenses missing (base-files)" >&2; exit 1; }
+[ -x "$B/deltad" ] || { echo "make-demo-model: $B/deltad not built (run make)" >&2; exit 1; }
+
+mkdir -p "$WORK"
+args=(--out models/demo.gguf --work "$WORK" --seed "${SEED:-1}" --threads "${THREADS:-1}")
+[ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
+start=$(date +%s)
+"$PY" tools/train/train.py "${args[@]}" 2>&1 | tee "$WORK/train.log"
+"$PY" tools/train/make_fixture.py models/demo.gguf tests/fixtures/demo
+echo "make-demo-model: trained in $(( $(date +%s) - start ))s; models/demo.gguf $(stat -c %s models/demo.gguf) bytes"
+if [ "${SKIP_EVAL:-0}" != 1 ]; then
+  "$PY" tools/train/eval_demo.py --model models/demo.gguf --deltad "$B/deltad" \
+    --json "$WORK/eval.json" 2>&1 | tee "$WORK/eval.log"
+fi

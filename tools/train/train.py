@@ -1,0 +1,234 @@
+"""train.py — build the demo model end to end: corpus -> BPE tokenizer -> qwen35 + MTP training
+-> models/demo.gguf (F16 matrices, F32 norms / conv / ssm_a / ssm_dt).
+
+    /usr/bin/python3 tools/train/train.py --out models/demo.gguf --work build/demo-model \
+        [--seed 1] [--steps N] [--threads 1]
+
+Everything is a function of --seed and the installed Debian text files (corpus.py). With the
+same thread count on the same machine the result is bit-for-bit reproducible.
+
+Loss: cross-entropy of the trunk on the next token plus MTP_WEIGHT x the MTP head's loss on the
+same target (the token two ahead of the hidden state it reads), both weighted per token:
+assistant answers (and their <|im_end|>) and natural text 1, prompts and template 0.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bpe                                   # noqa: E402
+import corpus                                # noqa: E402
+from qwen35 import Config, Qwen35, write_gguf  # noqa: E402
+
+N_VOCAB = 2048
+MTP_WEIGHT = 0.5
+NAT_CHUNK = 128          # natural-text training window (tokens)
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+def build_tokenizer(nat, dlg, work):
+    path = os.path.join(work, "merges.json")
+    texts = nat[:6000] + ["".join(t for t, _ in d) for d in dlg[:20000]]
+    counts = bpe.count_pieces(texts)
+    merges = bpe.train(counts, N_VOCAB - 256 - len(bpe.SPECIALS), log=log)
+    with open(path, "w") as f:
+        json.dump(merges, f)
+    tok = bpe.Tokenizer(merges, N_VOCAB)
+    log(f"tokenizer: {len(merges)} merges, {tok.n_vocab()} tokens")
+    return tok
+
+
+def encode_dialogue(tok, segs):
+    ids, w = [], []
+    for text, wt in segs:
+        t = tok.encode(text)
+        ids += t
+        w += [wt] * len(t)
+    return ids, w
+
+
+def natural_chunks(tok, paras, n_tokens):
+    """Concatenate paragraphs ("\\n\\n" between) into NAT_CHUNK-token windows."""
+    sep = tok.encode("\n\n")
+    out, buf = [], []
+    for p in paras:
+        buf += tok.encode(p, specials=False) + sep
+        while len(buf) >= NAT_CHUNK:
+            out.append((buf[:NAT_CHUNK], [1] * NAT_CHUNK))
+            buf = buf[NAT_CHUNK:]
+        if len(out) * NAT_CHUNK >= n_tokens:
+            break
+    return out
+
+
+def make_batches(examples, budget, rng):
+    """Group examples of similar length into [B, T] batches with B*T <= budget."""
+    idx = list(range(len(examples)))
+    rng.shuffle(idx)
+    batches = []
+    for s in range(0, len(idx), 1024):
+        grp = sorted(idx[s:s + 1024], key=lambda i: len(examples[i][0]))
+        cur = []
+        for i in grp:
+            T = max(len(examples[j][0]) for j in cur + [i])
+            if cur and T * (len(cur) + 1) > budget:
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(examples, ids, pad):
+    T = max(len(examples[i][0]) for i in ids)
+    tok = torch.full((len(ids), T), pad, dtype=torch.long)
+    wt = torch.zeros((len(ids), T))
+    for r, i in enumerate(ids):
+        t, w = examples[i]
+        tok[r, :len(t)] = torch.tensor(t)
+        wt[r, :len(w)] = torch.tensor(w, dtype=torch.float32)
+    return tok, wt
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+def loss_fn(model, tok, wt):
+    """Weighted next-token CE of the trunk and of the MTP head. Only rows with a non-zero
+    target weight go through the LM head."""
+    h = model.trunk(tok)
+    hm = model.mtp_hidden(tok, h)
+    tgt = tok[:, 1:]
+    w = wt[:, 1:]
+    sel = w > 0
+    wsel = w[sel]
+    norm = wsel.sum()
+    y = tgt[sel]
+    lo = model.output(h[:, :-1][sel]).float()
+    lm = model.output(hm[:, :-1][sel]).float()
+    l_main = (F.cross_entropy(lo, y, reduction="none") * wsel).sum() / norm
+    l_mtp = (F.cross_entropy(lm, y, reduction="none") * wsel).sum() / norm
+    return l_main, l_mtp
+
+
+def param_groups(model, wd):
+    decay, no_decay = [], []
+    for n, p in model.named_parameters():
+        (decay if p.dim() == 2 and "ssm_conv1d" not in n else no_decay).append(p)
+    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="models/demo.gguf")
+    ap.add_argument("--work", default="build/demo-model")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--budget", type=int, default=3072, help="tokens per batch incl. padding")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n-layer", type=int, default=4)
+    ap.add_argument("--n-ff", type=int, default=768)
+    ap.add_argument("--nat-frac", type=float, default=0.2, help="share of natural-text tokens")
+    args = ap.parse_args(argv)
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    os.makedirs(args.work, exist_ok=True)
+
+    paras = corpus.natural_paragraphs(log=log)
+    random.Random(args.seed).shuffle(paras)
+    words = corpus.word_list(paras)
+    sents = corpus.sentences(paras)
+    gen = corpus.Dialogues(words, sents, args.seed)
+    n_dlg = args.steps * args.budget // 70 + 1000     # enough dialogues for every step
+    dlg = [gen.dialogue() for _ in range(n_dlg)]
+    log(f"{len(dlg)} dialogues generated")
+
+    tok = build_tokenizer(paras, dlg, args.work)
+    examples = [encode_dialogue(tok, d) for d in dlg]
+    n_dlg_tok = sum(len(e[0]) for e in examples)
+    nat_tokens = int(n_dlg_tok * args.nat_frac / (1 - args.nat_frac))
+    examples += natural_chunks(tok, paras[6000:], nat_tokens)
+    n_all = sum(len(e[0]) for e in examples)
+    log(f"examples: {len(examples)} ({n_dlg_tok} dialogue tokens, {n_all - n_dlg_tok} natural)")
+
+    c = Config(n_vocab=tok.n_vocab(), n_layer=args.n_layer, n_ff=args.n_ff)
+    model = Qwen35(c)
+    model.init_weights(args.seed)
+    n_par = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_par / 1e6:.2f} M parameters, config {c}")
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    warm = max(1, args.steps // 20)
+
+    def lr_at(s):
+        if s < warm:
+            return args.lr * (s + 1) / warm
+        p = (s - warm) / max(1, args.steps - warm)
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
+
+    batches = []
+    step, t0 = 0, time.time()
+    ema = None
+    seen = 0
+    while step < args.steps:
+        if not batches:
+            batches = make_batches(examples, args.budget, rng)
+        ids = batches.pop()
+        x, w = collate(examples, ids, tok.pad)
+        for gparam in opt.param_groups:
+            gparam["lr"] = lr_at(step)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            l_main, l_mtp = loss_fn(model, x, w)
+            loss = l_main + MTP_WEIGHT * l_mtp
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        seen += x.numel()
+        cur = (l_main.item(), l_mtp.item())
+        ema = cur if ema is None else tuple(0.95 * a + 0.05 * b for a, b in zip(ema, cur))
+        step += 1
+        if step % 25 == 0 or step == args.steps:
+            el = time.time() - t0
+            log(f"step {step}/{args.steps} loss {ema[0]:.3f} mtp {ema[1]:.3f} "
+                f"lr {lr_at(step - 1):.2e} {seen / el:.0f} tok/s elapsed {el:.0f}s")
+
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_gguf(model, tok, args.out, chat_template=CHATML)
+    torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
+    meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
+            "threads": args.threads, "config": c.__dict__, "params": n_par,
+            "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
+            "tokens_seen": seen, "final_loss": ema}
+    with open(os.path.join(args.work, "train.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    log(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB); training "
+        f"{time.time() - t0:.0f}s, total {time.time() - t_start:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
