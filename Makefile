@@ -7,13 +7,16 @@
 #   make asan         tests under AddressSanitizer + UBSan (build/cpu-asan)
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
 #   make cuda-check   compile every .cu with nvcc -c, no GPU needed
-#   make fuzz         libFuzzer targets (clang)
+#   make fuzz         libFuzzer targets (clang, build/fuzz), each run FUZZ_TIME seconds (60)
+#   make FAULT=1      fault-injection build (build/cpu-fault): DELTAD_FAIL_ALLOC / _FAIL_STEP
 
 CC       ?= cc
 NVCC     ?= /usr/local/cuda/bin/nvcc
 CUDA     ?= 0
 NCCL     ?= 0
 SANITIZE ?=
+FAULT    ?= 0
+FUZZ     ?= 0
 
 ifeq ($(NCCL),1)
 ifneq ($(CUDA),1)
@@ -33,8 +36,15 @@ ifeq ($(NCCL),1)
 FLAVOUR := cuda-nccl
 endif
 endif
+ifeq ($(FAULT),1)
+FLAVOUR := $(FLAVOUR)-fault
+endif
 ifneq ($(SANITIZE),)
 FLAVOUR := $(FLAVOUR)-$(subst +,-,$(SANITIZE))
+endif
+ifeq ($(FUZZ),1)
+FLAVOUR := fuzz
+CC      := clang
 endif
 B := build/$(FLAVOUR)
 comma := ,
@@ -48,9 +58,15 @@ CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter -pthread -MMD 
             -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lm -pthread
 
+ifeq ($(FAULT),1)
+CFLAGS  += -DDELTAD_FAULT_INJECTION=1
+endif
+ifeq ($(FUZZ),1)
+CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver $(PKG_CFLAGS) -pthread \
+           -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+           -fno-omit-frame-pointer
+endif
 ifneq ($(SANITIZE),)
-
-
 CFLAGS  += -fsanitize=$(subst +,$(comma),$(SANITIZE)) -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(subst +,$(comma),$(SANITIZE))
 endif
@@ -156,14 +172,38 @@ cuda-check:
 	@if [ -x $(NVCC) ]; then echo "✓ nvcc $(NVCC)"; else echo "✗ nvcc not found at $(NVCC)"; exit 1; fi
 	@$(MAKE) --no-print-directory CUDA=1 all
 
-FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
-fuzz:
-	@mkdir -p build/fuzz
-	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  echo "clang $$f"; \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver -fsanitize=fuzzer,address,undefined \
-	    $$f engine/gguf.c engine/util.c -o build/fuzz/$$n -lcjson -lm -pthread || exit 1; done
+# ---- fuzzing (FUZZ=1 is the flavour: clang, coverage + ASan + UBSan, objects in build/fuzz) -----
+# Each tests/fuzz/fuzz_NAME.c links the objects of FUZZ_DEPS_NAME (default: engine/util.c);
+# fuzz_jinja includes the interpreter's .c files itself. `make fuzz` builds every target and
+# runs each for FUZZ_TIME seconds on its committed corpus (tests/fuzz/run.sh); `make
+# fuzz-build` only builds. tests/fuzz/smoke.sh is the short form that make test runs.
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES := $(basename $(notdir $(FUZZ_SRC)))
+FUZZ_TIME  ?= 60
+FUZZ_TOK   := engine/util.c engine/gguf.c engine/tokenizer.c engine/pretok.c engine/unicode.c
+FUZZ_DEPS_fuzz_gguf := engine/util.c engine/gguf.c
+FUZZ_DEPS_fuzz_tok  := $(FUZZ_TOK)
+FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api.c server/json.c server/chat.c server/resp.c \
+                       $(sort $(wildcard server/jinja_*.c))
+FUZZ_DEPS_fuzz_cfg  := engine/util.c server/cfg.c server/cfg_check.c
 
+.PHONY: fuzz-build
+ifeq ($(FUZZ),1)
+define FUZZ_RULE
+$(B)/$(1): $(B)/obj/tests/fuzz/$(1).o $(patsubst %.c,$(B)/obj/%.o,$(or $(FUZZ_DEPS_$(1)),engine/util.c))
+	$$(CC) -fsanitize=fuzzer,address,undefined $$^ $$(PKG_LIBS) -lm -pthread -o $$@
+endef
+$(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(t))))
+fuzz-build: $(FUZZ_NAMES:%=$(B)/%) $(B)/gguf_seeds
+$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c engine/gguf.c engine/util.c
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine $^ -lm -pthread -o $@
+else
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-build
+endif
+
+fuzz: fuzz-build
+	@FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh build/cpu
 
 format:
 	clang-format -i $(LIB_SRC) $(SERVER_SRC) $(TOOL_SRC) $(wildcard engine/*.h kernels/cpu/*.h server/*.h)

@@ -166,6 +166,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     const int64_t p0 = s->n_cached;
     int64_t kept = 0, matched = 0;
     bool alive = true;
+    s->drafted += n; /* counted before accepting: a request may finish inside the loop */
     for (int64_t i = 0; i <= n && alive; i++) {
         int32_t t = eng__sample_row(e, s, logits + (s->row0 + i) * V);
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i]; /* the fed token of this row stays */
@@ -174,12 +175,11 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
         if (i == n || t != s->draft[i])
             break;
         matched++;
+        s->accepted++;
         atomic_fetch_add(&e->st_accepted_at[i < ENG_MAX_DRAFT ? i : ENG_MAX_DRAFT - 1], 1);
     }
     for (int64_t i = 0; i < n && i < ENG_MAX_DRAFT; i++)
         atomic_fetch_add(&e->st_drafted_at[i], 1);
-    s->drafted += n;
-    s->accepted += matched;
     s->miss_streak = matched ? 0 : s->miss_streak + 1;
     s->skip_rounds = matched ? 0 : (1 << (s->miss_streak < 5 ? s->miss_streak : 5)) - 1;
     atomic_fetch_add(&e->st_drafted, n);

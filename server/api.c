@@ -324,6 +324,32 @@ static int parse_logprobs(const cJSON *o, struct api_req *r, struct api_error *e
     return 0;
 }
 
+/* deltad extension "speculative": "none" | "ngram" | "mtp" | "ngram,mtp" (or a boolean:
+ * false = none, true = the server's setting): a per-request override, limited to what the
+ * server enabled. */
+static int parse_spec(const cJSON *o, struct api_req *r, struct api_error *e)
+{
+    static const char *const names[] = {"none", "ngram", "mtp", "ngram,mtp"};
+    static const unsigned masks[] = {0, ENG_SPEC_NGRAM, ENG_SPEC_MTP, ENG_SPEC_NGRAM | ENG_SPEC_MTP};
+    const cJSON *v = field(o, "speculative");
+    if (!v || cJSON_IsTrue(v))
+        return 0;
+    if (cJSON_IsFalse(v)) {
+        r->spec_override = true;
+        r->spec_types = 0;
+        return 0;
+    }
+    for (int i = 0; i < 4 && cJSON_IsString(v); i++)
+        if (strcmp(v->valuestring, names[i]) == 0) {
+            r->spec_override = true;
+            r->spec_types = masks[i];
+            return 0;
+        }
+    api_error_set(e, E400, NULL, "speculative",
+                  "'speculative' must be a boolean or one of none, ngram, mtp, ngram,mtp");
+    return -1;
+}
+
 /* Fields both endpoints share. model and user are type-checked and otherwise ignored: one
  * model is served whatever the name (docs 7.1), and the response names it. */
 static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_req *r,
@@ -337,7 +363,7 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
         get_int(o, "n", 1, n_max, &r->n, e) || get_bool(o, "cache_prompt", &r->cache_prompt, e) ||
         parse_sampling(o, r, e) || parse_logit_bias(o, tok_n_vocab(ctx->model->tok), r, e) ||
         parse_stop(o, r, e) || parse_max_tokens(o, ctx, r, e) || parse_stream(o, r, e) ||
-        parse_logprobs(o, r, e))
+        parse_logprobs(o, r, e) || parse_spec(o, r, e))
         return -1;
     return 0;
 }
@@ -640,6 +666,8 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
     }
     out->deadline = deadline;
     out->cache_prompt = r->cache_prompt;
+    out->spec_override = r->spec_override;
+    out->spec_types = r->spec_types;
 }
 
 

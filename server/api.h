@@ -59,6 +59,8 @@ struct api_prompt {
 struct api_req {
     enum api_kind kind;
     bool stream, include_usage, logprobs, echo, cache_prompt;
+    bool spec_override;   /* "speculative" given: use spec_types instead of the server's */
+    unsigned spec_types;  /* ENG_SPEC_* mask */
     int32_t top_logprobs; /* alternatives per position, 0 .. ENG_MAX_TOP_LOGPROBS */
     int64_t n;            /* choices per prompt */
     int64_t max_tokens;   /* requested cap, 0 = none; clamped per prompt by api_req_params */

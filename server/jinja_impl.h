@@ -1,15 +1,22 @@
 /*
  * jinja_impl.h — internals shared by the jinja_*.c files; users include jinja.h only.
  *
- * Pipeline: jinja_lex.c turns the source into tokens (applying trim_blocks, lstrip_blocks and
- * {%- -%} to the text between tags), jinja_parse.c builds an AST in the template's arena,
- * jinja_exec.c runs statements and owns the render state, jinja_eval.c evaluates expressions,
- * jinja_filters.c and jinja_methods.c hold the builtins, jinja_value.c the value model and
- * jinja_text.c UTF-8, whitespace, JSON and the arena.
+ * Pipeline and files:
+ *   jinja_lex.c      source -> tokens, applying trim_blocks, lstrip_blocks and {%- -%}
+ *   jinja_parse.c    parser plumbing, statements, jinja_compile   (AST in the template arena)
+ *   jinja_expr.c     the expression grammar
+ *   jinja_exec.c     statements, scopes, macros, limits, errors, jinja_render
+ *   jinja_eval.c     expressions: names, literals, attributes, items, slices, calls, arguments
+ *   jinja_ops.c      Python's operators
+ *   jinja_filters.c  string/number filters and the tests;  jinja_seq.c  sequence filters
+ *   jinja_methods.c  globals and dict/list/loop methods;    jinja_str.c  str methods
+ *   jinja_value.c    the value model;  jinja_json.c  tojson;  jinja_text.c  arena, buffers,
+ *                    UTF-8, whitespace, float repr, case mapping
  *
  * Ownership: every function returning jinja_value * returns a new reference (NULL = error, the
  * message is in the render state) unless its comment says "borrowed". AST nodes and token
- * strings live in the template arena and are never freed one by one.
+ * strings live in the template arena and are never freed one by one; the AST never holds a
+ * value, which is what lets threads render one template concurrently.
  */
 #ifndef DELTAD_JINJA_IMPL_H
 #define DELTAD_JINJA_IMPL_H

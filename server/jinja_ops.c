@@ -95,8 +95,8 @@ static jinja_value *int_arith(struct jinja__rs *rs, const struct jinja__node *at
         /* C truncates towards zero; Python floors */
         r = a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
         break;
-    default: /* OP_MOD */
-        r = b == -1 ? 0 : a % b; /* INT64_MIN % -1 traps in C */
+    default:                                /* OP_MOD */
+        r = b == -1 ? 0 : a % b;            /* INT64_MIN % -1 traps in C */
         if (r != 0 && ((r < 0) != (b < 0))) /* Python: the result takes the divisor's sign */
             r += b;
         break;
@@ -156,8 +156,7 @@ static jinja_value *float_arith(struct jinja__rs *rs, const struct jinja__node *
 }
 
 /* s * k or l * k. */
-static jinja_value *repeat(struct jinja__rs *rs, const struct jinja__node *at, jinja_value *seq,
-                           int64_t k)
+static jinja_value *repeat(struct jinja__rs *rs, jinja_value *seq, int64_t k)
 {
     size_t unit = seq->kind == JK_STR ? seq->u.s.n : seq->u.l.n, total;
     if (k < 0)
@@ -215,9 +214,9 @@ jinja_value *jinja__binop(struct jinja__rs *rs, const struct jinja__node *at, in
         (x->flags & JF_TUPLE) == (y->flags & JF_TUPLE))
         return join2(rs, x, y);
     if (op == OP_MUL && seq_x && is_intlike(y))
-        return repeat(rs, at, x, ival(y));
+        return repeat(rs, x, ival(y));
     if (op == OP_MUL && seq_y && is_intlike(x))
-        return repeat(rs, at, y, ival(x));
+        return repeat(rs, y, ival(x));
     if (op == OP_ADD && seq_x) /* Python words this case differently */
         jinja__fail(rs, at, "can only concatenate %s (not \"%s\") to %s", jinja__py_type(x),
                     jinja__py_type(y), jinja__py_type(x));

@@ -77,6 +77,7 @@ struct choice {
     const char *echo;             /* prompt text to echo first (borrowed from the job), or NULL */
     size_t echo_len;
     int64_t prompt_tokens, cached_tokens, completion_tokens;
+    int64_t drafted_tokens, accepted_tokens;
 };
 
 /* A generation request. The fields above the "connection thread only" line are set at
@@ -361,6 +362,8 @@ static void record_done(job_t *j, struct choice *c, const struct eng_delta *d)
     c->prompt_tokens = d->prompt_tokens;
     c->cached_tokens = d->cached_tokens;
     c->completion_tokens = d->completion_tokens;
+    c->drafted_tokens = d->drafted_tokens;
+    c->accepted_tokens = d->accepted_tokens;
     snprintf(c->error, sizeof c->error, "%s", d->error);
     struct metrics_gen g = {d->finish, d->t_queued, d->t_first_token, d->t_done,
                             d->completion_tokens};
@@ -444,6 +447,8 @@ static struct resp_usage usage(const job_t *j)
             u.cached += j->ch[i].cached_tokens;
         }
         u.completion += j->ch[i].completion_tokens;
+        u.drafted += j->ch[i].drafted_tokens;
+        u.accepted += j->ch[i].accepted_tokens;
     }
     return u;
 }

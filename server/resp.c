@@ -235,6 +235,11 @@ static cJSON *usage_json(const struct resp_usage *u)
     cJSON_AddNumberToObject(o, "total_tokens", (double)(u->prompt + u->completion));
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", (double)u->cached);
+    if (u->drafted > 0) { /* deltad extension: clients ignore unknown usage fields */
+        cJSON *s = cJSON_AddObjectToObject(o, "speculative");
+        cJSON_AddNumberToObject(s, "drafted_tokens", (double)u->drafted);
+        cJSON_AddNumberToObject(s, "accepted_tokens", (double)u->accepted);
+    }
     return o;
 }
 
@@ -393,6 +398,8 @@ char *resp_slots(const struct eng_slot_stats *s, int64_t n, size_t *len)
         cJSON_AddNumberToObject(o, "n_prompt", (double)s[i].n_prompt);
         cJSON_AddNumberToObject(o, "n_generated", (double)s[i].n_generated);
         cJSON_AddNumberToObject(o, "n_cached_tokens", (double)s[i].n_cached_tokens);
+        cJSON_AddNumberToObject(o, "spec_drafted", (double)s[i].drafted);
+        cJSON_AddNumberToObject(o, "spec_accepted", (double)s[i].accepted);
         cJSON_AddItemToArray(arr, o);
     }
     return print(arr, len);

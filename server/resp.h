@@ -43,6 +43,7 @@ struct resp_meta {
 
 struct resp_usage {
     int64_t prompt, completion, cached;
+    int64_t drafted, accepted; /* speculation (extension field, only when drafted > 0) */
 };
 
 /* Logprobs of consecutive tokens; text_offset = where the first token's text starts in the

@@ -216,7 +216,7 @@ TEST(snippets)
     struct jinja_opts o;
     jinja_opts_init(&o);
     o.now = fixed_now();
-    int total = 0, match = 0;
+    int total = 0, match = 0, errors = 0, same_msg = 0;
     const cJSON *list = cJSON_GetObjectItem(root, "snippets");
     for (const cJSON *s = list ? list->child : NULL; s; s = s->next, total++) {
         const char *name = cJSON_GetObjectItem(s, "name")->valuestring;
@@ -233,6 +233,11 @@ TEST(snippets)
         } else {
             int raised = strncmp(werr->valuestring, "raise: ", 7) == 0;
             ok = rc != 0 && (!raised || strcmp(err, werr->valuestring + 7) == 0);
+            /* informative: does our text (after "line:col: ") equal Python's message? */
+            const char *py = strstr(werr->valuestring, ": "), *ours = strstr(err, ": ");
+            py = py && !raised ? strstr(py + 2, ": ") : NULL;
+            errors += !raised;
+            same_msg += py && ours && rc && strcmp(py + 2, ours + 2) == 0;
             if (!ok)
                 printf("  snippet %s: want failure \"%s\", got \"%s\"\n", name, werr->valuestring,
                        rc ? err : got);
@@ -240,7 +245,8 @@ TEST(snippets)
         match += ok;
         free(got);
     }
-    printf("  snippets: %d/%d match jinja2\n", match, total);
+    printf("  snippets: %d/%d match jinja2 (%d/%d error messages word for word)\n", match, total,
+           same_msg, errors);
     CHECK_EQ(match, total);
     jinja_value_release(ctx);
     cJSON_Delete(root);
@@ -290,6 +296,10 @@ TEST(syntax_errors)
     expect_fail("{% for x in y recursive %}{% endfor %}", DD_EINVAL, "1:15: recursive");
     expect_fail("{% macro m(a=1, b) %}{% endmacro %}", DD_EINVAL, "1:18: non-default argument");
     expect_fail("{{ 99999999999999999999 }}", DD_EINVAL, "1:4: integer literal too large");
+    expect_fail("{% if 1 %}{% break %}{% endif %}", DD_EINVAL, "1:14: 'break' outside of a loop");
+    expect_fail("{% for x in l %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}",
+                DD_EINVAL, "1:35: 'continue' outside of a loop");
+    expect_fail("{% set 1 = 2 %}", DD_EINVAL, "1:10: can't assign");
 }
 
 TEST(runtime_errors)

@@ -68,7 +68,7 @@ TEST(sse_chunks)
     resp_sse_finish(&b, &m, 0, "length", NULL);
     CHECK(strstr(b.p, "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"length\"") != NULL);
     cJSON_Delete(one_event(&b));
-    struct resp_usage u = {10, 5, 8};
+    struct resp_usage u = {.prompt = 10, .completion = 5, .cached = 8};
     resp_sse_usage(&b, &m, &u);
     CHECK(strstr(b.p, "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,"
                       "\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":8}}") !=
@@ -88,7 +88,7 @@ TEST(completion_with_logprobs)
                                  .top_id = {'a' - 32, 'b' - 32}, .top_logprob = {-0.5f, -1.0f}},
                                 {.id = 'c' - 32, .logprob = -INFINITY}};
     struct resp_choice c = {"ac", 2, "stop", {t, 2, 0}};
-    struct resp_usage u = {3, 2, 0};
+    struct resp_usage u = {.prompt = 3, .completion = 2};
     struct resp_meta m = meta(API_CHAT, true);
     char *s = resp_completion(&m, &c, 1, &u, NULL);
     cJSON *o = cJSON_Parse(s);
