@@ -180,7 +180,8 @@ cuda-check:
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_NAMES := $(basename $(notdir $(FUZZ_SRC)))
 FUZZ_TIME  ?= 60
-FUZZ_TOK   := engine/util.c engine/gguf.c engine/tokenizer.c engine/pretok.c engine/unicode.c
+FUZZ_TOK   := engine/util.c engine/gguf.c engine/tokenizer.c engine/pretok.c engine/unicode.c \
+              tests/fuzz/fz_model.c
 FUZZ_DEPS_fuzz_gguf := engine/util.c engine/gguf.c
 FUZZ_DEPS_fuzz_tok  := $(FUZZ_TOK)
 FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api.c server/json.c server/chat.c server/resp.c \

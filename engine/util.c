@@ -1,10 +1,13 @@
 /*
- * util — checked allocation, error strings, assertions and logging.
+ * util — checked allocation, error strings, assertions, logging, and the fault-injection
+ * counters of test builds.
  *
- * Invariant: nothing here keeps state except the log sink, written once at start-up.
+ * Invariant: nothing here keeps state except the log sink, written once at start-up, and (in
+ * DELTAD_FAULT_INJECTION builds only) the fault counters.
  */
 #include "util.h" // defines: xmalloc, dd_log, dd_strerror
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +72,62 @@ void *xaligned_alloc(size_t n)
         oom(n);
     return p;
 }
+
+void *dd_try_malloc(size_t n)
+{
+    return dd_fault_hit(DD_FAULT_ALLOC) ? NULL : malloc(n ? n : 1);
+}
+
+void *dd_try_realloc(void *p, size_t n)
+{
+    return dd_fault_hit(DD_FAULT_ALLOC) ? NULL : realloc(p, n ? n : 1);
+}
+
+/* ---- fault injection ---------------------------------------------------------------------- */
+#ifdef DELTAD_FAULT_INJECTION
+/* One fault point: calls counted so far, and the schedule read from its variable ("N" or
+ * "N+M"; first = 0 disables it). */
+struct fault {
+    const char *env;
+    _Atomic long long calls;
+    _Atomic int ready; /* 0 unread, 1 being read, 2 read */
+    long long first, every;
+};
+
+static struct fault faults[DD_FAULT_N] = {{.env = "DELTAD_FAIL_ALLOC"},
+                                          {.env = "DELTAD_FAIL_STEP"}};
+
+/* Read the schedule once; concurrent first callers wait for the one that reads it. */
+static void fault_read(struct fault *f)
+{
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&f->ready, &expect, 1)) {
+        const char *v = getenv(f->env);
+        char *end = NULL;
+        f->first = v ? strtoll(v, &end, 10) : 0;
+        f->every = end && *end == '+' ? strtoll(end + 1, NULL, 10) : 0;
+        if (f->first < 0)
+            f->first = 0;
+        atomic_store(&f->ready, 2);
+    }
+    while (atomic_load(&f->ready) != 2)
+        ;
+}
+
+bool dd_fault_hit(enum dd_fault which)
+{
+    struct fault *f = &faults[which];
+    if (atomic_load_explicit(&f->ready, memory_order_acquire) != 2)
+        fault_read(f);
+    if (f->first == 0)
+        return false;
+    long long n = atomic_fetch_add(&f->calls, 1) + 1;
+    bool hit = n == f->first || (f->every > 0 && n > f->first && (n - f->first) % f->every == 0);
+    if (hit)
+        fprintf(stderr, "<4>deltad: fault injection: %s call %lld fails\n", f->env, n);
+    return hit;
+}
+#endif
 
 void dd_errf(char *buf, size_t cap, const char *fmt, ...)
 {

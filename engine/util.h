@@ -9,6 +9,7 @@
 #define DELTAD_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,30 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* 64-byte aligned allocation for SIMD buffers; release with free(). Aborts on OOM. */
 void *xaligned_alloc(size_t n);
+/* Fallible allocation for user-sized buffers (request bodies, parsed request trees): NULL on
+ * failure, which the caller turns into an error reply. Release with free(). These are the only
+ * allocations DELTAD_FAIL_ALLOC fails (docs/bad-inputs.md lists the paths that use them). */
+void *dd_try_malloc(size_t n);
+void *dd_try_realloc(void *p, size_t n);
+
+/* ---- fault injection (STYLE rule 35) ------------------------------------------------------ */
+/* Compiled in only with -DDELTAD_FAULT_INJECTION (make FAULT=1); otherwise dd_fault_hit is a
+ * constant false. Each fault point counts its calls process-wide and fails the ones its
+ * environment variable names: "N" fails call N (1-based) only, "N+M" fails call N and every
+ * M-th call after it.
+ *   DD_FAULT_ALLOC  DELTAD_FAIL_ALLOC  dd_try_malloc / dd_try_realloc return NULL
+ *   DD_FAULT_STEP   DELTAD_FAIL_STEP   the engine's forward step reports failure
+ * Thread safety: any thread (atomic counters; the variables are read once). */
+enum dd_fault { DD_FAULT_ALLOC = 0, DD_FAULT_STEP, DD_FAULT_N };
+#ifdef DELTAD_FAULT_INJECTION
+bool dd_fault_hit(enum dd_fault f);
+#else
+static inline bool dd_fault_hit(enum dd_fault f)
+{
+    (void)f;
+    return false;
+}
+#endif
 
 /* Format into a caller buffer; always NUL-terminates (no-op when cap == 0). */
 void dd_errf(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -37,6 +37,7 @@
 
 #include "api.h"     // defines: api_parse, api_tokenize, struct api_error
 #include "job.h"     // defines: job_start, job_poll, job_end
+#include "json.h"    // defines: json_hooks_install
 #include "metrics.h" // defines: metrics_request, metrics_render
 #include "resp.h"    // defines: resp_error, resp_models, resp_slots
 #include "util.h"    // defines: LOG_I, xcalloc, dd_now
@@ -120,6 +121,7 @@ struct hreq {
     char *body;             /* [len] received bytes (cap allocated), at most max_body */
     size_t len, cap;
     bool too_large;         /* the body went over max_body */
+    bool oom;               /* the body buffer could not grow (dd_try_realloc): 503 */
     bool responded;         /* a response is queued: later calls only drain MHD */
     bool stream;            /* the job answers with SSE */
     size_t discarded;       /* bytes dropped after the cap */
@@ -470,6 +472,22 @@ static enum MHD_Result on_headers(struct hreq *q, struct MHD_Connection *c)
     return MHD_YES; /* answer once the request is complete, so the connection can be reused */
 }
 
+/* The body buffer could not grow (a user-sized allocation, STYLE rule 16): drop what was
+ * received and answer 503 (the server, not the request, is short), at once if MHD lets us,
+ * else at the end; the rest of the body is swallowed like a 413's. */
+static enum MHD_Result body_oom(struct hreq *q, struct MHD_Connection *c, size_t n)
+{
+    LOG_W("id=%s: out of memory for a request body of %zu+ bytes", q->id, q->len + n);
+    free(q->body);
+    q->body = NULL;
+    q->len = q->cap = 0;
+    q->oom = true;
+    q->discarded = n;
+    fail(q, c, 503, "unavailable_error", "out_of_memory",
+         "the server is out of memory for the request body; retry later");
+    return MHD_YES;
+}
+
 /* Body bytes: copy within the cap; past it, answer 413 at once if MHD lets us, else drop the
  * bytes (up to another max_body, then the connection) and answer at the end. */
 static enum MHD_Result on_data(struct hreq *q, struct MHD_Connection *c, const char *data,
@@ -477,6 +495,10 @@ static enum MHD_Result on_data(struct hreq *q, struct MHD_Connection *c, const c
 {
     size_t n = *size, max = q->h->o.max_body;
     *size = 0;
+    if (q->oom) {
+        q->discarded += n;
+        return q->discarded > max ? MHD_NO : MHD_YES;
+    }
     if (q->too_large || q->len + n > max) {
         if (!q->too_large && fail(q, c, 413, "invalid_request_error", "request_too_large",
                                   "the request body is larger than the configured limit") ==
@@ -490,7 +512,10 @@ static enum MHD_Result on_data(struct hreq *q, struct MHD_Connection *c, const c
         size_t cap = q->cap ? q->cap : 4096;
         while (cap < q->len + n)
             cap *= 2;
-        q->body = xrealloc(q->body, cap < max ? cap : max);
+        char *grown = dd_try_realloc(q->body, cap < max ? cap : max);
+        if (!grown)
+            return body_oom(q, c, n);
+        q->body = grown;
         q->cap = cap < max ? cap : max;
     }
     memcpy(q->body + q->len, data, n);
@@ -504,6 +529,9 @@ static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const c
     if (q->too_large)
         return fail(q, c, 413, "invalid_request_error", "request_too_large",
                     "the request body is larger than the configured limit");
+    if (q->oom)
+        return fail(q, c, 503, "unavailable_error", "out_of_memory",
+                    "the server is out of memory for the request body; retry later");
     switch (q->rt->id) {
     case R_HEALTH: return do_health(q, c);
     case R_MODELS:
@@ -671,6 +699,7 @@ static void http_free(http_t *h)
 
 int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen)
 {
+    json_hooks_install(); /* before this function starts the first thread */
     http_t *h = xcalloc(1, sizeof *h);
     h->o = *o;
     h->o.host = dup_or_null(o->host);

@@ -7,11 +7,17 @@
  *
  * Invariant: json_utf8_sanitize's output always passes json_utf8_valid.
  *
+ * Allocation (json_hooks_install): cJSON allocates through hook_malloc, which aborts on OOM
+ * except while this thread is inside json_parse_body, the one place where the size of what
+ * cJSON builds is chosen by a client; there a failure makes cJSON free its partial tree and
+ * return NULL, and json_parse_body reports "out of memory" (json_parse_oom).
+ *
  * Thread safety: no state; any thread.
  */
 #include "json.h" // defines: json_parse_body, json_utf8_sanitize
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h" // defines: xmalloc, dd_errf
@@ -69,6 +75,37 @@ char *json_utf8_sanitize(const char *s, size_t n, size_t *out_len)
     if (out_len)
         *out_len = w;
     return o;
+}
+
+/* ---- cJSON allocation hooks ------------------------------------------------------------ */
+
+static _Thread_local bool parse_fallible; /* inside json_parse_body */
+static _Thread_local bool parse_oom;      /* an allocation failed there */
+
+static void *hook_malloc(size_t n)
+{
+    if (!parse_fallible)
+        return xmalloc(n);
+    void *p = dd_try_malloc(n);
+    if (!p)
+        parse_oom = true;
+    return p;
+}
+
+static void hook_free(void *p)
+{
+    free(p);
+}
+
+void json_hooks_install(void)
+{
+    cJSON_Hooks h = {hook_malloc, hook_free};
+    cJSON_InitHooks(&h);
+}
+
+bool json_parse_oom(void)
+{
+    return parse_oom;
 }
 
 /* ---- body guards ------------------------------------------------------------------------ */
@@ -130,10 +167,17 @@ static bool precheck(const char *body, size_t len, int max_depth, char *err, siz
 
 cJSON *json_parse_body(const char *body, size_t len, int max_depth, char *err, size_t errlen)
 {
+    parse_oom = false;
     if (!precheck(body, len, max_depth, err, errlen))
         return NULL;
     const char *end = NULL;
+    parse_fallible = true;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    parse_fallible = false;
+    if (!root && parse_oom) {
+        dd_errf(err, errlen, "out of memory while parsing the request body; retry later");
+        return NULL;
+    }
     if (!root) {
         size_t at = end && end >= body ? (size_t)(end - body) : 0;
         dd_errf(err, errlen, "invalid JSON near byte %zu", at);

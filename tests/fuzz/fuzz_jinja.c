@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         err[0] = 0;
         rc = jinja_render(t, ctx, &out, &n, err, sizeof(err));
         require(rc == 0 ? out != NULL && strlen(out) <= n : out == NULL);
-        require(rc == 0 || err[0] != 0 || strstr((const char *)data, "raise_exception"));
+        require(rc == 0 || err[0] != 0 || memmem(data, size, "raise_exception", 15));
         free(out);
         jinja_free(t);
     }

@@ -330,8 +330,8 @@ class Dialogues:
         k = self.rng.randint(2, max(2, len(w) // 2))
         return "Continue this text: " + " ".join(w[:k]), " ".join(w[k:])
 
-    TASKS = [("repeat", 22), ("reverse", 9), ("arith", 30), ("count", 6), ("sequence", 7),
-             ("passage", 13), ("chat", 3), ("complete", 4)]
+    TASKS = [("repeat", 28), ("reverse", 7), ("arith", 34), ("count", 5), ("sequence", 6),
+             ("passage", 12), ("chat", 4), ("complete", 4)]
 
     def turn(self):
         names, weights = zip(*self.TASKS)

@@ -32,8 +32,8 @@ import corpus                                # noqa: E402
 from qwen35 import Config, Qwen35, write_gguf  # noqa: E402
 
 N_VOCAB = 2048
-MTP_WEIGHT = 0.5
-NAT_CHUNK = 128          # natural-text training window (tokens)
+MTP_WEIGHT = 0.3
+NAT_CHUNK = 64           # natural-text training window (tokens)
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
           "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
