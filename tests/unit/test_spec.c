@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <math.h>
 
 #include "device.h"  // defines: dev_cpu_create
 #include "eng.h"     // defines: eng_*
@@ -83,6 +84,9 @@ static int64_t make_prompt(int32_t *p, int i)
             p[n++] = (int32_t)((k * 13 + i * 7 + 3) % 256);
     return n;
 }
+
+/* Draft hook of sample_runs. */
+static int64_t (*second_tokens_fn)(void *, int64_t, const int32_t *, int64_t, int64_t, int32_t *);
 
 /* The oracle drafter: proposes the non-speculative continuation (recorded beforehand) with a
  * deliberate mistake in most rounds, so that acceptance lengths 0 .. max all occur. */
@@ -233,6 +237,129 @@ TEST(oracle_drafts)
     oracle_case("tiny-qwen3.gguf", 2, 0.0f, 8);
 }
 
+/* ---- distribution at temperature > 0 ----------------------------------------------------- */
+
+/* Tokens 2 and 3 of many independently seeded requests on one fixed prompt. */
+static void sample_runs(unsigned spec, uint64_t seed0, int n, int32_t (*out)[3])
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/tiny-qwen35.gguf", models);
+    struct model *m = NULL;
+    struct dev *d = NULL;
+    eng_t *e = NULL;
+    struct eng_params p = {.n_slots = 8, .n_ctx = 64, .max_batch_tokens = 64, .queue_max = 1024,
+                           .checkpoint_every = 64, .draft_max = 3, .spec_types = spec,
+                           .draft_fn = second_tokens_fn};
+    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
+        eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
+        CHECK(0);
+        return;
+    }
+    for (int i = 0; i < n; i += 64) {
+        eng_req_t *r[64];
+        int k = n - i < 64 ? n - i : 64;
+        for (int j = 0; j < k; j++) {
+            struct eng_req_params rp = {.max_tokens = 3, .n_prompt = 12};
+            rp.prompt = malloc(12 * sizeof(int32_t));
+            for (int t = 0; t < 12; t++)
+                rp.prompt[t] = (int32_t)(t * 5 + 7);
+            rp.s = (struct eng_sampling){.temperature = 0.2f, .top_p = 1.0f,
+                                         .repetition_penalty = 1.0f,
+                                         .seed = seed0 + (uint64_t)(i + j), .logprobs = true};
+            r[j] = eng_req_create(&rp, NULL, NULL);
+            CHECK_EQ(eng_submit(e, r[j], err, sizeof err), 0);
+        }
+        for (int j = 0; j < k; j++) {
+            struct run_out o;
+            drain(r[j], &o);
+            for (int t = 0; t < 3; t++)
+                out[i + j][t] = o.n > t ? o.ids[t] : -1;
+            eng_req_release(r[j]);
+        }
+    }
+    eng_destroy(e);
+    dev_destroy(d);
+    model_free(m);
+}
+
+/* Most frequent second token after each first token, learnt from the plain run. */
+static int32_t mode2[272];
+
+static int64_t mode_oracle(void *ud, int64_t slot, const int32_t *hist, int64_t n, int64_t max,
+                           int32_t *out)
+{
+    (void)ud;
+    (void)slot;
+    (void)max;
+    int32_t last = hist[n - 1];
+    if (last < 0 || last >= 272 || mode2[last] < 0)
+        return 0;
+    out[0] = mode2[last];
+    return 1;
+}
+
+/* Two independent samples (different seeds), without and with drafts that are usually right:
+ * the third token is sampled from a verification row whenever the draft of the second one was
+ * accepted, so its distribution must still match plain sampling. Two-sample chi-square over
+ * the categories with enough counts (Wilson-Hilferty z < 4). */
+TEST(distribution_with_drafts)
+{
+    enum { N = 1200 };
+    static int32_t a[N][3], b[N][3];
+    second_tokens_fn = NULL;
+    sample_runs(0, 1, N, a);
+    static int cnt[272][272];
+    memset(cnt, 0, sizeof cnt);
+    for (int i = 0; i < N; i++)
+        if (a[i][0] >= 0 && a[i][1] >= 0)
+            cnt[a[i][0]][a[i][1]]++;
+    for (int t = 0; t < 272; t++) {
+        mode2[t] = -1;
+        for (int u = 0, best = 0; u < 272; u++)
+            if (cnt[t][u] > best) {
+                best = cnt[t][u];
+                mode2[t] = u;
+            }
+    }
+    second_tokens_fn = mode_oracle;
+    sample_runs(ENG_SPEC_EXTERNAL, 1000003, N, b);
+    second_tokens_fn = NULL;
+    static int ca[272], cb[272];
+    memset(ca, 0, sizeof ca);
+    memset(cb, 0, sizeof cb);
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        if (a[i][2] >= 0)
+            ca[a[i][2]]++;
+        if (b[i][2] >= 0)
+            cb[b[i][2]]++;
+        hits += b[i][0] >= 0 && b[i][1] == mode2[b[i][0]];
+    }
+    double chi = 0.0;
+    int df = -1, rest_a = 0, rest_b = 0;
+    for (int v = 0; v < 272; v++) {
+        if (ca[v] + cb[v] < 20) {
+            rest_a += ca[v];
+            rest_b += cb[v];
+            continue;
+        }
+        double e = (ca[v] + cb[v]) / 2.0;
+        chi += (ca[v] - e) * (ca[v] - e) / e + (cb[v] - e) * (cb[v] - e) / e;
+        df++;
+    }
+    if (rest_a + rest_b > 0) {
+        double e = (rest_a + rest_b) / 2.0;
+        chi += (rest_a - e) * (rest_a - e) / e + (rest_b - e) * (rest_b - e) / e;
+        df++;
+    }
+    double z = df > 0 ? (pow(chi / df, 1.0 / 3) - (1 - 2.0 / (9 * df))) / sqrt(2.0 / (9 * df)) : 0;
+    printf("  third-token distribution, %d samples each, %d drafts accepted: chi2 %.1f on %d df "
+           "(z %.2f)\n", N, hits, chi, df, z);
+    CHECK(hits > N / 10); /* the verification rows really were used */
+    CHECK(df >= 3);
+    CHECK(z < 4.0);
+}
+
 TEST(ngram_on_pure_kv_model)
 {
     struct run_out base[2], spec[2];
@@ -305,5 +432,6 @@ int main(int argc, char **argv)
     RUN(lossless_sampling);
     RUN(ngram_on_pure_kv_model);
     RUN(oracle_drafts);
+    RUN(distribution_with_drafts);
     TEST_MAIN_END("test_spec");
 }
