@@ -75,6 +75,9 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
 LIB_SRC    := $(sort $(wildcard engine/*.c kernels/cpu/*.c))
+ifneq ($(NCCL),1)
+LIB_SRC    := $(filter-out engine/comm_nccl.c,$(LIB_SRC))
+endif
 SERVER_SRC := $(sort $(wildcard server/*.c))
 TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC   := $(sort $(wildcard tests/unit/test_*.c tests/golden/test_*.c))
@@ -170,7 +173,9 @@ check: asan
 
 cuda-check:
 	@if [ -x $(NVCC) ]; then echo "✓ nvcc $(NVCC)"; else echo "✗ nvcc not found at $(NVCC)"; exit 1; fi
-	@$(MAKE) --no-print-directory CUDA=1 all
+	@if [ -f /usr/local/cuda/include/nccl.h ]; then echo "✓ NCCL"; \
+	  $(MAKE) --no-print-directory CUDA=1 NCCL=1 all; \
+	else echo "✗ NCCL (nccl.h not found): CUDA only"; $(MAKE) --no-print-directory CUDA=1 all; fi
 
 # ---- fuzzing (FUZZ=1 is the flavour: clang, coverage + ASan + UBSan, objects in build/fuzz) -----
 # Each tests/fuzz/fuzz_NAME.c links the objects of FUZZ_DEPS_NAME (default: engine/util.c);

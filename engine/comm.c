@@ -19,6 +19,7 @@
 #define MAX_RANKS 64
 
 struct comm {
+    const struct comm_ops *ops; /* first member: every implementation starts with it */
     int n;
     float *bufs[MAX_RANKS]; /* published by each rank for the current call */
     float *result;          /* [cap] */
@@ -29,10 +30,20 @@ struct comm {
     int64_t calls;
 };
 
+static void host_allreduce(struct comm *c, int rank, float *buf, int64_t n);
+static void host_destroy(struct comm *c);
+
+static const struct comm_ops host_ops = {
+    .name = "host",
+    .allreduce = host_allreduce,
+    .destroy = host_destroy,
+};
+
 struct comm *comm_create_host(int n_ranks)
 {
     ASSERT(n_ranks >= 1 && n_ranks <= MAX_RANKS);
     struct comm *c = xcalloc(1, sizeof *c);
+    c->ops = &host_ops;
     c->n = n_ranks;
     atomic_init(&c->arrived, 0);
     atomic_init(&c->phase, 0);
@@ -41,24 +52,34 @@ struct comm *comm_create_host(int n_ranks)
 
 void comm_reserve(struct comm *c, int64_t n)
 {
-    if (n <= c->cap)
+    if (c->ops != &host_ops || n <= c->cap)
         return;
     free(c->result);
     c->result = xaligned_alloc((size_t)n * sizeof(float));
     c->cap = n;
 }
 
-void comm_destroy(struct comm *c)
+static void host_destroy(struct comm *c)
 {
-    if (!c)
-        return;
     free(c->result);
     free(c);
+}
+
+void comm_destroy(struct comm *c)
+{
+    if (c)
+        c->ops->destroy(c);
 }
 
 int comm_size(const struct comm *c)
 {
     return c->n;
+}
+
+void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n)
+{
+    if (n > 0) /* zero-element calls are skipped (NCCL rejects some of them) */
+        c->ops->allreduce(c, rank, buf, n);
 }
 
 /* Sense-counting barrier: the last rank to arrive advances the generation. */
@@ -75,9 +96,9 @@ static void barrier(struct comm *c)
             sched_yield();
 }
 
-void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n)
+static void host_allreduce(struct comm *c, int rank, float *buf, int64_t n)
 {
-    if (c->n == 1 || n == 0)
+    if (c->n == 1)
         return;
     ASSERT(n <= c->cap); /* comm_reserve sized the result at start-up */
     double t0 = rank == 0 ? dd_now() : 0.0;
@@ -100,6 +121,6 @@ void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n)
 
 void comm_stats(const struct comm *c, double *seconds, int64_t *calls)
 {
-    *seconds = c->seconds;
-    *calls = c->calls;
+    *seconds = c->ops == &host_ops ? c->seconds : 0.0;
+    *calls = c->ops == &host_ops ? c->calls : 0;
 }

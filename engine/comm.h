@@ -10,9 +10,26 @@
 #ifndef DELTAD_COMM_H
 #define DELTAD_COMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct comm;
+
+/* The operations table of an implementation (STYLE rule 7). Every implementation's struct
+ * starts with a pointer to its table; comm_impl users are comm.c, comm_nccl.c and the registry. */
+struct comm_ops {
+    const char *name;
+    void (*allreduce)(struct comm *c, int rank, float *buf, int64_t n);
+    void (*destroy)(struct comm *c);
+};
+
+enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1 };
+
+/* Create a communicator of the given kind for n_ranks ranks (backend_registry.c). For NCCL,
+ * cuda_devices[rank] is each rank's GPU and buffers are device pointers. Returns NULL with a
+ * message when the kind is not built in or fails to start. */
+struct comm *comm_create(enum comm_kind kind, int n_ranks, const int *cuda_devices, char *err,
+                         size_t errlen);
 
 /* A host communicator for n_ranks ranks (1 .. 64). Transferred: comm_destroy. */
 struct comm *comm_create_host(int n_ranks);

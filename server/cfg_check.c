@@ -176,6 +176,9 @@ int cfg_check(struct cfg *c, char *err, size_t errlen)
     if (!*c->model)
         return fail_check(c, "model", "model = /path/to/model.gguf", err, errlen,
                           "must not be empty");
+    if (c->model[strlen(c->model) - 1] == '/') /* no base name to derive model_name from */
+        return fail_check(c, "model", "model = /path/to/model.gguf", err, errlen,
+                          "'%s' names a directory, not a GGUF file", c->model);
     if (c->queue_full_status != 429 && c->queue_full_status != 503)
         return fail_check(c, "queue_full_status", "use 429 (Too Many Requests) or 503", err,
                           errlen, "expected 429 or 503, got %lld",

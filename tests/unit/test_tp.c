@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm.h"    // defines: comm_create
 #include "device.h"  // defines: dev_cpu_create
 #include "eng.h"     // defines: eng_create_group
 #include "forward.h" // defines: fwd_create_group
@@ -250,6 +251,21 @@ TEST(speculation_on_two_devices)
     }
 }
 
+TEST(comm_registry)
+{
+    char err[256] = "";
+    struct comm *c = comm_create(COMM_HOST, 3, NULL, err, sizeof err);
+    CHECK(c != NULL);
+    float a[4] = {1, 2, 3, 4};
+    comm_allreduce(c, 0, a, 0); /* zero elements: skipped, no rendezvous */
+    CHECK(a[0] == 1.0f);
+    comm_destroy(c);
+    struct comm *n = comm_create(COMM_NCCL, 1, (int[]){0}, err, sizeof err);
+    if (!n) /* a CPU-only build or no GPU: a clear refusal */
+        CHECK(strstr(err, "NCCL") != NULL);
+    comm_destroy(n);
+}
+
 int main(int argc, char **argv)
 {
     const char *b = argc > 1 ? argv[1] : "build/cpu";
@@ -261,5 +277,6 @@ int main(int argc, char **argv)
     RUN(every_arch_on_1_to_4_devices);
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
+    RUN(comm_registry);
     TEST_MAIN_END("test_tp");
 }
