@@ -1,8 +1,9 @@
 /*
- * chat — ChatML rendering of an OpenAI messages array (see chat.h).
+ * chat — message validation and the built-in ChatML rendering of an OpenAI messages array
+ * (see chat.h); model templates render in chat_tmpl.c.
  *
- * What it is not: a Jinja interpreter. It renders the one layout the Qwen family shares, so the
- * daemon serves chat before the template engine lands; the GGUF's chat_template will replace it.
+ * What it is not: a Jinja interpreter. The ChatML renderer is the fallback for a GGUF without
+ * a chat template: the one layout the Qwen family shares, with Qwen's tools block.
  *
  * Invariant: every byte that came from the request (contents, tool JSON, call arguments) is
  * covered by exactly one span, and nothing the template adds is; the api module tokenizes the
@@ -12,7 +13,7 @@
  *
  * Sections: output buffer, message pieces, turns (rendering), validation.
  */
-#include "chat.h" // defines: chat_render, struct chat_prompt
+#include "chat_impl.h" // defines: chat__put, chat_render, struct chat_prompt
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 /* ---- output buffer --------------------------------------------------------------------- */
 
 /* Append template text (tokenized with special-token parsing). */
-static void put(struct chat_prompt *p, const char *s, size_t n)
+void chat__put(struct chat_prompt *p, const char *s, size_t n)
 {
     if (p->len + n + 1 > p->cap_text) {
         size_t cap = p->cap_text ? p->cap_text : 256;
@@ -38,14 +39,14 @@ static void put(struct chat_prompt *p, const char *s, size_t n)
     p->text[p->len] = '\0';
 }
 
-/* put() for a C string. */
+/* chat__put() for a C string. */
 static void puts_(struct chat_prompt *p, const char *s)
 {
-    put(p, s, strlen(s));
+    chat__put(p, s, strlen(s));
 }
 
 /* Append user text and record its span (adjacent spans merge). */
-static void put_user(struct chat_prompt *p, const char *s, size_t n)
+void chat__put_user(struct chat_prompt *p, const char *s, size_t n)
 {
     if (n == 0)
         return;
@@ -59,7 +60,7 @@ static void put_user(struct chat_prompt *p, const char *s, size_t n)
         }
         p->spans[p->n_spans++] = (struct chat_span){p->len, n};
     }
-    put(p, s, n);
+    chat__put(p, s, n);
 }
 
 /* Append a cJSON value printed compactly, as user text. */
@@ -67,7 +68,7 @@ static void put_user_json(struct chat_prompt *p, const cJSON *v)
 {
     char *s = cJSON_PrintUnformatted(v);
     if (s) {
-        put_user(p, s, strlen(s));
+        chat__put_user(p, s, strlen(s));
         free(s);
     }
 }
@@ -120,7 +121,7 @@ static void put_content(struct chat_prompt *p, const cJSON *msg)
     char *owned;
     const char *text = chat_content_text(cJSON_GetObjectItemCaseSensitive(msg, "content"), &owned);
     if (text)
-        put_user(p, text, strlen(text));
+        chat__put_user(p, text, strlen(text));
     free(owned);
 }
 
@@ -156,10 +157,10 @@ static void put_tool_calls(struct chat_prompt *p, const cJSON *calls, bool had_c
         puts_(p, first ? "<tool_call>\n{\"name\": \"" : "\n<tool_call>\n{\"name\": \"");
         first = false;
         if (cJSON_IsString(name))
-            put_user(p, name->valuestring, strlen(name->valuestring));
+            chat__put_user(p, name->valuestring, strlen(name->valuestring));
         puts_(p, "\", \"arguments\": ");
         if (cJSON_IsString(args))
-            put_user(p, args->valuestring, strlen(args->valuestring));
+            chat__put_user(p, args->valuestring, strlen(args->valuestring));
         else if (args)
             put_user_json(p, args);
         else
@@ -234,15 +235,17 @@ static int render_precheck(const cJSON *messages, char *err, size_t errlen)
 
 /* Layout: [system turn with the tools block] turns... [open assistant turn]. With tools and
  * no leading system message, a system turn carrying only the tools block comes first. */
-int chat_render(const struct model *m, const cJSON *messages, const cJSON *tools,
+int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
                 const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out,
                 char *err, size_t errlen)
 {
-    (void)m; /* ChatML needs nothing from the model; the Jinja path will read its template */
     memset(out, 0, sizeof *out);
     int rc = render_precheck(messages, err, errlen);
     if (rc)
         return rc;
+    if (t && chat__tmpl_is_jinja(t))
+        return chat__render_jinja(t, messages, tools, kwargs, add_generation_prompt, out, err,
+                                  errlen);
     if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) == 0))
         tools = NULL;
     const cJSON *first = cJSON_GetArrayItem(messages, 0);

@@ -235,6 +235,10 @@ static cJSON *usage_json(const struct resp_usage *u)
     cJSON_AddNumberToObject(o, "total_tokens", (double)(u->prompt + u->completion));
     cJSON *d = cJSON_AddObjectToObject(o, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", (double)u->cached);
+    if (u->reasoning > 0) {
+        cJSON *c = cJSON_AddObjectToObject(o, "completion_tokens_details");
+        cJSON_AddNumberToObject(c, "reasoning_tokens", (double)u->reasoning);
+    }
     if (u->drafted > 0) { /* deltad extension: clients ignore unknown usage fields */
         cJSON *s = cJSON_AddObjectToObject(o, "speculative");
         cJSON_AddNumberToObject(s, "drafted_tokens", (double)u->drafted);
@@ -243,16 +247,46 @@ static cJSON *usage_json(const struct resp_usage *u)
     return o;
 }
 
+/* {"id", "type": "function", "function": {"name", "arguments"}} of a whole message. */
+static cJSON *call_json(const struct resp_call *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", c->id);
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON *fn = cJSON_AddObjectToObject(o, "function");
+    cJSON_AddItemToObject(fn, "name", str_n(c->name, strlen(c->name)));
+    cJSON_AddItemToObject(fn, "arguments", str_n(c->args, c->args_len));
+    return o;
+}
+
+/* The assistant message: content (null when only tool calls came), refusal, then the
+ * extension reasoning_content and tool_calls when there are any (docs section 2). */
+static cJSON *message_json(const struct resp_choice *c)
+{
+    cJSON *msg = cJSON_CreateObject();
+    cJSON_AddStringToObject(msg, "role", "assistant");
+    if (c->content_null)
+        cJSON_AddNullToObject(msg, "content");
+    else
+        cJSON_AddItemToObject(msg, "content", str_n(c->text, c->len));
+    cJSON_AddNullToObject(msg, "refusal");
+    if (c->reasoning)
+        cJSON_AddItemToObject(msg, "reasoning_content", str_n(c->reasoning, c->reasoning_len));
+    if (c->n_calls > 0) {
+        cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+        for (int64_t i = 0; i < c->n_calls; i++)
+            cJSON_AddItemToArray(calls, call_json(&c->calls[i]));
+    }
+    return msg;
+}
+
 /* One choice of a whole response: message (chat) or text (completions). */
 static cJSON *final_choice(const struct resp_meta *m, const struct resp_choice *c, int64_t i)
 {
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", (double)i);
     if (m->kind == API_CHAT) {
-        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddItemToObject(msg, "content", str_n(c->text, c->len));
-        cJSON_AddNullToObject(msg, "refusal");
+        cJSON_AddItemToObject(ch, "message", message_json(c));
     } else {
         cJSON_AddItemToObject(ch, "text", str_n(c->text, c->len));
     }
@@ -306,6 +340,42 @@ void resp_sse_text(struct resp_buf *b, const struct resp_meta *m, int64_t index,
         cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "delta"), "content", str_n(text, len));
     else
         cJSON_AddItemToObject(ch, "text", str_n(text, len));
+    add_logprobs(ch, m, toks && toks->n ? toks : NULL);
+    cJSON_AddNullToObject(ch, "finish_reason");
+    sse(b, o);
+}
+
+void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+                        const char *text, size_t len, const struct resp_toks *toks)
+{
+    ASSERT(len > 0);
+    cJSON *ch, *o = chunk(m, index, &ch);
+    cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+    cJSON_AddItemToObject(delta, "reasoning_content", str_n(text, len));
+    add_logprobs(ch, m, toks && toks->n ? toks : NULL);
+    cJSON_AddNullToObject(ch, "finish_reason");
+    sse(b, o);
+}
+
+/* The shapes llama.cpp's test client asserts (docs section 3): a new index comes with id, type
+ * and a non-empty name; "function" never holds an id. */
+void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+                        int64_t call, const char *id, const char *name, const char *args,
+                        size_t args_len, const struct resp_toks *toks)
+{
+    cJSON *ch, *o = chunk(m, index, &ch);
+    cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+    cJSON *tc = cJSON_CreateObject();
+    cJSON_AddNumberToObject(tc, "index", (double)call);
+    if (id) {
+        cJSON_AddStringToObject(tc, "id", id);
+        cJSON_AddStringToObject(tc, "type", "function");
+    }
+    cJSON *fn = cJSON_AddObjectToObject(tc, "function");
+    if (name)
+        cJSON_AddItemToObject(fn, "name", str_n(name, strlen(name)));
+    cJSON_AddItemToObject(fn, "arguments", str_n(args, args_len));
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"), tc);
     add_logprobs(ch, m, toks && toks->n ? toks : NULL);
     cJSON_AddNullToObject(ch, "finish_reason");
     sse(b, o);

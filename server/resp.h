@@ -44,6 +44,7 @@ struct resp_meta {
 struct resp_usage {
     int64_t prompt, completion, cached;
     int64_t drafted, accepted; /* speculation (extension field, only when drafted > 0) */
+    int64_t reasoning; /* completion_tokens_details.reasoning_tokens, only when > 0 */
 };
 
 /* Logprobs of consecutive tokens; text_offset = where the first token's text starts in the
@@ -54,12 +55,24 @@ struct resp_toks {
     size_t text_offset;
 };
 
-/* One finished choice of a non-streaming response. */
+/* A tool call of an assistant message: arguments are JSON text. */
+struct resp_call {
+    const char *id, *name, *args;
+    size_t args_len;
+};
+
+/* One finished choice of a non-streaming response. The fields after toks are chat only and
+ * may stay zero: no reasoning, no tool calls. */
 struct resp_choice {
     const char *text; /* valid UTF-8 */
     size_t len;
-    const char *finish; /* "stop" | "length" */
+    const char *finish; /* "stop" | "length" | "tool_calls" */
     struct resp_toks toks;
+    const char *reasoning; /* message.reasoning_content, or NULL for none */
+    size_t reasoning_len;
+    const struct resp_call *calls; /* [n_calls] message.tool_calls */
+    int64_t n_calls;
+    bool content_null; /* message.content is null (only tool calls) */
 };
 
 /* {"error": {message, type, param, code}} (+ n_prompt_tokens, n_ctx for context errors). */
@@ -75,6 +88,15 @@ void resp_sse_role(struct resp_buf *b, const struct resp_meta *m, int64_t index)
 /* A content delta (len > 0) with optional logprobs (toks may be NULL). */
 void resp_sse_text(struct resp_buf *b, const struct resp_meta *m, int64_t index, const char *text,
                    size_t len, const struct resp_toks *toks);
+/* Chat: a delta.reasoning_content (len > 0), like resp_sse_text otherwise. */
+void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+                        const char *text, size_t len, const struct resp_toks *toks);
+/* Chat: a tool-call delta of call `call`. The first one of a call passes id and name (and
+ * args ""): {"index", "id", "type": "function", "function": {"name", "arguments"}}; later ones
+ * pass id = name = NULL and an arguments piece: {"index", "function": {"arguments"}}. */
+void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+                        int64_t call, const char *id, const char *name, const char *args,
+                        size_t args_len, const struct resp_toks *toks);
 /* The finish chunk: delta {} (chat) or text "" (completions) and a finish_reason. */
 void resp_sse_finish(struct resp_buf *b, const struct resp_meta *m, int64_t index,
                      const char *finish, const struct resp_toks *toks);

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ================================ type facts ================================================ */
 
@@ -755,4 +756,43 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
             drive_tokens(ts->toks, ts->single, ts->tm, n, w8 + r * w_stride, w_stride, a8,
                          act_stride, t0, t1, y + r, y_stride);
     }
+}
+
+/* ================================ peak throughput =========================================== */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Scalar stand-in: 8 independent f32 multiply-add chains (int8 has no faster scalar path). */
+static int64_t peak_scalar(int64_t n_iter)
+{
+    volatile float seed = 0.999f;
+    float a[8] = {0, 1, 2, 3, 4, 5, 6, 7}, u = seed, v = 1e-3f;
+    for (int64_t i = 0; i < n_iter; i++)
+        for (int k = 0; k < 8; k++)
+            a[k] = a[k] * u + v;
+    volatile float sink = a[0] + a[7];
+    (void)sink;
+    return n_iter * 8;
+}
+
+double kq_peak_ops(enum kq_type w, double seconds)
+{
+    const bool int8 = kq_act_type(w) != KQ_F32;
+    const enum kq_isa isa = kq_isa_active();
+    const int64_t n_iter = 1 << 16; /* about 1 ms a round on current cores */
+    double best = 0.0, t_end = mono_now() + seconds;
+    do {
+        double t0 = mono_now();
+        int64_t macs = isa == KQ_ISA_AVX512 ? kq__avx512_peak(int8, n_iter)
+                       : isa == KQ_ISA_AVX2 ? kq__avx2_peak(int8, n_iter)
+                                            : peak_scalar(n_iter);
+        double rate = 2.0 * (double)macs / (mono_now() - t0);
+        best = rate > best ? rate : best;
+    } while (mono_now() < t_end);
+    return best;
 }

@@ -75,6 +75,15 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
 
+/* ---- peak throughput --------------------------------------------------------------------- */
+/*
+ * In-cache peak of the inner-product instruction that the matmul of weight type w runs on, on
+ * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512) for the Q8_0 / Q8_K activations,
+ * f32 FMAs for the F32 ones. Runs about `seconds` in short rounds and keeps the best round, so a
+ * busy machine reads low less often. Returns operations per second (a multiply-add counts 2).
+ */
+double kq_peak_ops(enum kq_type w, double seconds);
+
 /* ---- ISA selection ------------------------------------------------------------------------ */
 enum kq_isa kq_isa_best(void);   /* what this CPU supports */
 enum kq_isa kq_isa_active(void); /* what is in use */

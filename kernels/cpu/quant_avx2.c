@@ -474,6 +474,42 @@ bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
     }
 }
 
+/* ================================ peak loops ================================================ */
+
+/* int8: vpmaddubsw + vpmaddwd + vpaddd, the sequence the AVX2 kernels run per 32 bytes. */
+int64_t kq__avx2_peak(bool int8, int64_t n_iter)
+{
+    __m256i ia[12];
+    __m256 fa[12];
+    for (int k = 0; k < 12; k++) {
+        ia[k] = _mm256_set1_epi32(k);
+        fa[k] = _mm256_set1_ps((float)k);
+    }
+    __m256i x = _mm256_set1_epi8(3), z = _mm256_set1_epi8(-5), one = _mm256_set1_epi16(1);
+    __m256 u = _mm256_set1_ps(0.999f), v = _mm256_set1_ps(1e-3f);
+    for (int64_t i = 0; i < n_iter; i++) {
+        if (int8) {
+            for (int k = 0; k < 12; k++)
+                ia[k] = _mm256_add_epi32(ia[k],
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(x, z), one));
+        } else {
+            for (int k = 0; k < 12; k++)
+                fa[k] = _mm256_fmadd_ps(fa[k], u, v);
+        }
+        __asm__ volatile("" : "+x"(x), "+x"(z), "+x"(u), "+x"(v));
+    }
+    volatile int sink = 0;
+    for (int k = 0; k < 12; k++) {
+        int32_t t[8];
+        float f[8];
+        _mm256_storeu_si256((void *)t, ia[k]);
+        _mm256_storeu_ps(f, fa[k]);
+        sink += t[0] + (int)f[0];
+    }
+    (void)sink;
+    return n_iter * 12 * (int8 ? 32 : 8);
+}
+
 /* Tile shapes above were picked by measurement (prefill, 64 tokens) within 16 registers. */
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,

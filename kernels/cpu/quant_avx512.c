@@ -568,6 +568,36 @@ bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t 
     }
 }
 
+/* ================================ peak loops ================================================ */
+
+/* The asm barrier keeps the compiler from hoisting the loop-invariant operands' work. */
+int64_t kq__avx512_peak(bool int8, int64_t n_iter)
+{
+    __m512i ia[12];
+    __m512 fa[12];
+    UNROLL for (int k = 0; k < 12; k++) {
+        ia[k] = _mm512_set1_epi32(k);
+        fa[k] = _mm512_set1_ps((float)k);
+    }
+    __m512i x = _mm512_set1_epi8(3), z = _mm512_set1_epi8(-5);
+    __m512 u = _mm512_set1_ps(0.999f), v = _mm512_set1_ps(1e-3f);
+    for (int64_t i = 0; i < n_iter; i++) {
+        if (int8) {
+            UNROLL for (int k = 0; k < 12; k++)
+                ia[k] = _mm512_dpbusd_epi32(ia[k], x, z);
+        } else {
+            UNROLL for (int k = 0; k < 12; k++)
+                fa[k] = _mm512_fmadd_ps(fa[k], u, v);
+        }
+        __asm__ volatile("" : "+v"(x), "+v"(z), "+v"(u), "+v"(v));
+    }
+    volatile int sink = 0;
+    UNROLL for (int k = 0; k < 12; k++)
+        sink += _mm512_reduce_add_epi32(ia[k]) + (int)_mm512_reduce_add_ps(fa[k]);
+    (void)sink;
+    return n_iter * 12 * (int8 ? 64 : 16);
+}
+
 /* 4 x 4 tiles measured best for prefill across types (32 zmm registers; 2 x 4 and 4 x 2 lose). */
 bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
