@@ -82,7 +82,7 @@ static eng_req_t *inbox_pop(eng_t *e)
  * Slots: finishing, prompt cache, checkpoints
  * ========================================================================================== */
 
-static void slot_set_state(struct slot *s, enum slot_state st)
+void eng__slot_set_state(struct slot *s, enum slot_state st)
 {
     static const bool legal[3][3] = {/* from FREE */ {false, true, false},
                                      /* from PREFILL */ {true, false, true},
@@ -92,7 +92,7 @@ static void slot_set_state(struct slot *s, enum slot_state st)
     s->state = st;
 }
 
-static void finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error)
+void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error)
 {
     eng_req_t *r = s->req;
     eng__req_usage(r, s->n_reused, s->n_gen);
@@ -102,7 +102,7 @@ static void finish(eng_t *e, struct slot *s, enum eng_finish why, const char *er
     eng_req_release(r);
     s->req = NULL;
     s->last_used = dd_now();
-    slot_set_state(s, SLOT_FREE);
+    eng__slot_set_state(s, SLOT_FREE);
     atomic_fetch_sub(&e->st_active, 1);
 }
 
@@ -230,7 +230,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     eng__req_usage(r, reuse, 0);
     atomic_fetch_add(&e->st_cached, reuse);
     atomic_fetch_add(&e->st_active, 1);
-    slot_set_state(s, SLOT_PREFILL);
+    eng__slot_set_state(s, SLOT_PREFILL);
     LOG_D("slot %lld: admitted, prompt %lld tokens, %lld cached", (long long)s->id,
           (long long)r->p.n_prompt, (long long)reuse);
 }
@@ -264,9 +264,9 @@ static void phase_reap(eng_t *e)
         if (s->state == SLOT_FREE)
             continue;
         if (atomic_load(&s->req->cancelled))
-            finish(e, s, ENG_FINISH_CANCELLED, NULL);
+            eng__finish(e, s, ENG_FINISH_CANCELLED, NULL);
         else if (s->req->p.deadline > 0 && now > s->req->p.deadline)
-            finish(e, s, ENG_FINISH_TIMEOUT, "request deadline exceeded");
+            eng__finish(e, s, ENG_FINISH_TIMEOUT, "request deadline exceeded");
     }
 }
 
@@ -340,155 +340,8 @@ static int64_t phase_plan(eng_t *e)
 }
 
 /* ============================================================================================
- * Phases 5 and 7: sample and emit
+ * Phases 5 and 7: sample and emit (the per-token part lives in eng_emit.c)
  * ========================================================================================== */
-
-/* Logit bias, then OpenAI presence / frequency penalties and the multiplicative repetition
- * penalty over the generated tokens, into s->logits. */
-static void apply_penalties(const eng_t *e, struct slot *s, const float *logits)
-{
-    const struct eng_sampling *sp = &s->req->p.s;
-    const int64_t V = e->m->hp.n_vocab;
-    memcpy(s->logits, logits, (size_t)V * sizeof(float));
-    for (int32_t i = 0; i < sp->n_logit_bias; i++)
-        s->logits[sp->logit_bias[i].id] += sp->logit_bias[i].bias;
-    if (sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->repetition_penalty == 1)
-        return;
-    for (int64_t v = 0; v < V; v++) {
-        if (!s->counts[v])
-            continue;
-        float *l = &s->logits[v];
-        if (sp->repetition_penalty != 1)
-            *l = *l > 0 ? *l / sp->repetition_penalty : *l * sp->repetition_penalty;
-        *l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[v];
-    }
-}
-
-/* Log-probability of the sampled token and the top alternatives (over s->logits). */
-static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct eng_tok_info *ti)
-{
-    const int64_t V = e->m->hp.n_vocab;
-    const float *l = s->logits;
-    float mx = l[smp_argmax(l, V)];
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        sum += exp((double)l[v] - mx);
-    const float lse = mx + (float)log(sum);
-    memset(ti, 0, sizeof *ti);
-    ti->id = id;
-    ti->logprob = l[id] - lse;
-    ti->n_top = s->req->p.s.top_logprobs;
-    for (int32_t k = 0; k < ti->n_top; k++) {
-        int64_t best = -1;
-        for (int64_t v = 0; v < V; v++) {
-            bool taken = false;
-            for (int32_t j = 0; j < k; j++)
-                taken |= ti->top_id[j] == v;
-            if (!taken && (best < 0 || l[v] > l[best]))
-                best = v;
-        }
-        ti->top_id[k] = (int32_t)best;
-        ti->top_logprob[k] = l[best] - lse;
-    }
-}
-
-/* Append text to the held-back buffer, release what cannot start a stop string. Returns true
- * when a stop string was found (text up to it released, the rest dropped). */
-static bool emit_text(struct slot *s, const char *text, size_t len, const struct eng_tok_info *ti)
-{
-    const struct eng_req_params *p = &s->req->p;
-    if (s->pend_len + len > s->pend_cap) {
-        s->pend_cap = (s->pend_len + len) * 2;
-        s->pend = xrealloc(s->pend, s->pend_cap);
-    }
-    memcpy(s->pend + s->pend_len, text, len);
-    s->pend_len += len;
-    size_t cut = s->pend_len, hold = 0;
-    bool stopped = false;
-    for (int i = 0; i < p->n_stop; i++) {
-        const char *hit = memmem(s->pend, s->pend_len, p->stop[i], strlen(p->stop[i]));
-        if (hit && (size_t)(hit - s->pend) < cut) {
-            cut = (size_t)(hit - s->pend);
-            stopped = true;
-        }
-    }
-    if (!stopped) {
-        /* hold back the longest tail that is a proper prefix of some stop string */
-        for (int i = 0; i < p->n_stop; i++) {
-            size_t sl = strlen(p->stop[i]);
-            for (size_t k = sl - 1; k > hold; k--)
-                if (k <= s->pend_len && memcmp(s->pend + s->pend_len - k, p->stop[i], k) == 0) {
-                    hold = k;
-                    break;
-                }
-        }
-        cut = s->pend_len - hold;
-    }
-    eng__req_append(s->req, s->pend, cut, ti);
-    memmove(s->pend, s->pend + s->pend_len - hold, stopped ? 0 : hold);
-    s->pend_len = stopped ? 0 : hold;
-    return stopped;
-}
-
-/* Release everything held back (end of generation without a stop string). */
-static void flush_text(struct slot *s)
-{
-    char buf[64];
-    size_t n = tok_stream_flush(&s->ts, buf, sizeof buf);
-    if (n)
-        emit_text(s, buf, n, NULL);
-    eng__req_append(s->req, s->pend, s->pend_len, NULL);
-    s->pend_len = 0;
-}
-
-/* One sampled token: account, emit, decide whether the request is finished. */
-static void accept_token(eng_t *e, struct slot *s, int32_t id)
-{
-    const tok_t *tok = e->m->tok;
-    eng_req_t *r = s->req;
-    struct eng_tok_info ti, *tip = NULL;
-    if (r->p.s.logprobs) {
-        token_info(e, s, id, &ti);
-        tip = &ti;
-    }
-    s->n_gen++;
-    s->counts[id]++;
-    atomic_fetch_add(&e->st_gen, 1);
-    if (tok_is_eog(tok, id)) {
-        if (tip)
-            eng__req_append(r, NULL, 0, tip);
-        flush_text(s);
-        finish(e, s, ENG_FINISH_STOP, NULL);
-        return;
-    }
-    char buf[512];
-    size_t n = tok_stream_push(tok, &s->ts, id, buf, sizeof buf);
-    if (emit_text(s, buf, n, tip)) {
-        finish(e, s, ENG_FINISH_STOP, NULL);
-        return;
-    }
-    bool full = s->n_cached + 1 >= e->p.n_ctx;
-    if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || full) {
-        flush_text(s);
-        finish(e, s, ENG_FINISH_LENGTH, NULL);
-        return;
-    }
-    s->last = id;
-    eng__req_usage(r, s->n_reused, s->n_gen);
-    eng__req_notify(r);
-}
-
-int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
-{
-    apply_penalties(e, s, logits);
-    return smp_sample(&s->smp, s->logits);
-}
-
-bool eng__accept(eng_t *e, struct slot *s, int32_t id)
-{
-    accept_token(e, s, id);
-    return s->state != SLOT_FREE;
-}
 
 /* Append rows [row0, row0 + len) of the batch to the slot's cached tokens. */
 static void keep_rows(eng_t *e, struct slot *s, int64_t len)
@@ -524,10 +377,10 @@ static void phase_sample_emit(eng_t *e)
             atomic_fetch_add(&e->st_prompt, s->run_len);
             if (s->n_prompt_done < s->req->p.n_prompt)
                 continue;
-            slot_set_state(s, SLOT_DECODE);
+            eng__slot_set_state(s, SLOT_DECODE);
         }
         s->n_replay = 0;
-        accept_token(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
+        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
@@ -560,7 +413,7 @@ static void fail_batch(eng_t *e, const char *msg)
 {
     for (int64_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state != SLOT_FREE)
-            finish(e, &e->slots[i], ENG_FINISH_ERROR, msg);
+            eng__finish(e, &e->slots[i], ENG_FINISH_ERROR, msg);
 }
 
 /* One scheduler step; returns false when nothing is runnable. */
@@ -602,7 +455,7 @@ static void cancel_everything(eng_t *e)
 {
     for (int64_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state != SLOT_FREE)
-            finish(e, &e->slots[i], ENG_FINISH_CANCELLED, "server shutting down");
+            eng__finish(e, &e->slots[i], ENG_FINISH_CANCELLED, "server shutting down");
     eng_req_t *r;
     while ((r = inbox_pop(e))) {
         eng__req_finish(r, ENG_FINISH_CANCELLED, "server shutting down");

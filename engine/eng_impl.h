@@ -127,6 +127,9 @@ void eng__spec_draft(eng_t *e);
 void eng__spec_sync(eng_t *e, int64_t n_batch);
 /* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
 void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+/* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
+void eng__slot_set_state(struct slot *s, enum slot_state st);
+void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);
 /* The engine's sampling of one row (penalties, bias, sampler) and token acceptance. */
 int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits);
 bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
