@@ -9,6 +9,7 @@
 #   make cuda-check   compile every .cu with nvcc -c, no GPU needed
 #   make fuzz         libFuzzer targets (clang, build/fuzz), each run FUZZ_TIME seconds (60)
 #   make FAULT=1      fault-injection build (build/cpu-fault): DELTAD_FAIL_ALLOC / _FAIL_STEP
+#   make fault        FAULT=1 + ASan/UBSan build, then the fault-injection test on it
 
 CC       ?= cc
 NVCC     ?= /usr/local/cuda/bin/nvcc
@@ -103,7 +104,7 @@ DELTAD     := $(B)/deltad
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
 
-.PHONY: all run test bench asan ubsan tsan check cuda-check fuzz deps clean format format-check
+.PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps clean format format-check
 
 all: $(DELTAD) $(TOOLS) $(TESTS)
 
@@ -171,6 +172,10 @@ tsan:
 
 check: asan
 
+fault:
+	@$(MAKE) --no-print-directory FAULT=1 SANITIZE=address+undefined all
+	@tests/e2e/test_fault_injection.sh build/$(FLAVOUR)-fault-address-undefined
+
 cuda-check:
 	@if [ -x $(NVCC) ]; then echo "✓ nvcc $(NVCC)"; else echo "✗ nvcc not found at $(NVCC)"; exit 1; fi
 	@if [ -f /usr/local/cuda/include/nccl.h ]; then echo "✓ NCCL"; \
@@ -189,8 +194,8 @@ FUZZ_TOK   := engine/util.c engine/gguf.c engine/tokenizer.c engine/pretok.c eng
               tests/fuzz/fz_model.c
 FUZZ_DEPS_fuzz_gguf := engine/util.c engine/gguf.c
 FUZZ_DEPS_fuzz_tok  := $(FUZZ_TOK)
-FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api.c server/json.c server/chat.c server/resp.c \
-                       $(sort $(wildcard server/jinja_*.c))
+FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api.c server/api_chat.c server/json.c server/chat.c \
+                       server/chat_tmpl.c server/resp.c $(sort $(wildcard server/jinja_*.c))
 FUZZ_DEPS_fuzz_cfg  := engine/util.c server/cfg.c server/cfg_check.c
 
 .PHONY: fuzz-build

@@ -28,6 +28,17 @@ struct dev_mat {
     size_t row_bytes;
 };
 
+/* One product of a matmul_multi: y [T][w.n_out] = x [T][w.n_in] * W^T. */
+struct dev_mm {
+    struct dev_mat w;
+    const float *x;
+    int64_t T;
+    float *y;
+};
+
+/* Most products in one matmul_multi call. */
+#define DEV_MM_MAX 128
+
 typedef void (*dev_task_fn)(void *ctx, int ith, int nth);
 
 struct dev;
@@ -40,6 +51,16 @@ struct dev_ops {
     int (*reserve)(struct dev *d, int64_t max_tokens, int64_t max_in);
     /* y [T][n_out] = x [T][n_in] * W^T (f32 in, f32 out). */
     void (*matmul)(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y);
+    /*
+     * n <= DEV_MM_MAX independent products as one operation: inputs that several products share
+     * (the same x, T, n_in and activation format) are prepared once, and the device may run
+     * the products' rows in any order and split. Every y is what dev_matmul gives for it.
+     * Outputs must not overlap each other or any input. NULL: one matmul per product.
+     */
+    void (*matmul_multi)(struct dev *d, const struct dev_mm *mm, int n);
+    /* Reserve activation scratch of act_bytes for one matmul_multi call (see
+     * dev_mm_act_bytes). NULL: nothing to reserve. */
+    int (*reserve_multi)(struct dev *d, size_t act_bytes);
     /* Run fn(ctx, ith, nth) on all of the device's threads; returns when all are done.
      * NULL on devices without host threads (the wrapper then runs fn(ctx, 0, 1)). */
     void (*parallel)(struct dev *d, dev_task_fn fn, void *ctx);
@@ -62,6 +83,31 @@ static inline void dev_matmul(struct dev *d, const struct dev_mat *w, const floa
                               float *y)
 {
     d->ops->matmul(d, w, x, T, y);
+}
+
+static inline void dev_matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
+{
+    if (d->ops->matmul_multi) {
+        d->ops->matmul_multi(d, mm, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        d->ops->matmul(d, &mm[i].w, mm[i].x, mm[i].T, mm[i].y);
+}
+
+/* Scratch a matmul_multi of these products needs at most on a CPU device: every product's
+ * activation rows in its format, 64 bytes of alignment each (sharing only lowers it). */
+static inline size_t dev_mm_act_bytes(const struct dev_mm *mm, int n)
+{
+    size_t b = 0;
+    for (int i = 0; i < n; i++)
+        b += (size_t)mm[i].T * kq_act_row_bytes(mm[i].w.type, mm[i].w.n_in) + 64;
+    return b;
+}
+
+static inline int dev_reserve_multi(struct dev *d, size_t act_bytes)
+{
+    return d->ops->reserve_multi ? d->ops->reserve_multi(d, act_bytes) : 0;
 }
 
 static inline void dev_parallel(struct dev *d, dev_task_fn fn, void *ctx)

@@ -27,13 +27,10 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "chat.h"      // defines: chat_render, struct chat_prompt
+#include "api_impl.h"  // defines: api__parse_chat, api__field
 #include "json.h"      // defines: json_parse_body, json_utf8_sanitize
 #include "tokenizer.h" // defines: tok_encode, tok_n_vocab
 #include "util.h"      // defines: xmalloc, dd_errf
-
-/* The status and type of every validation failure. */
-#define E400 400, "invalid_request_error"
 
 /* ---- errors ------------------------------------------------------------------- */
 
@@ -65,16 +62,16 @@ cJSON *api_json_parse(const char *body, size_t len, int max_depth, struct api_er
 
 /* A member that is present and not null (clients send null for "default"). Keys are case
  * sensitive, and with duplicate keys the first wins, as in cJSON. */
-static const cJSON *field(const cJSON *o, const char *key)
+const cJSON *api__field(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
 /* A JSON boolean (0 / 1 / "true" are type errors, not truthy). */
-static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
+int api__get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = api__field(o, key);
     if (!v)
         return 0;
     if (!cJSON_IsBool(v)) {
@@ -89,7 +86,7 @@ static int get_bool(const cJSON *o, const char *key, bool *out, struct api_error
 static int get_num(const cJSON *o, const char *key, double lo, double hi, double *out,
                    struct api_error *e)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = api__field(o, key);
     if (!v)
         return 0;
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
@@ -117,7 +114,7 @@ static int get_float(const cJSON *o, const char *key, double lo, double hi, floa
 static int get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *out,
                    struct api_error *e)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = api__field(o, key);
     if (!v)
         return 0;
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
@@ -131,9 +128,9 @@ static int get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int6
 }
 
 /* A string; *out borrows from the tree (valid until cJSON_Delete). */
-static int get_str(const cJSON *o, const char *key, const char **out, struct api_error *e)
+int api__get_str(const cJSON *o, const char *key, const char **out, struct api_error *e)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = api__field(o, key);
     if (!v)
         return 0;
     if (!cJSON_IsString(v)) {
@@ -145,9 +142,9 @@ static int get_str(const cJSON *o, const char *key, const char **out, struct api
 }
 
 /* An object-typed field; absent/null leaves *out NULL. */
-static int get_obj(const cJSON *o, const char *key, const cJSON **out, struct api_error *e)
+int api__get_obj(const cJSON *o, const char *key, const cJSON **out, struct api_error *e)
 {
-    const cJSON *v = field(o, key);
+    const cJSON *v = api__field(o, key);
     *out = NULL;
     if (!v)
         return 0;
@@ -208,7 +205,7 @@ static int parse_logit_bias(const cJSON *o, int64_t n_vocab, struct api_req *r,
                             struct api_error *e)
 {
     const cJSON *lb;
-    if (get_obj(o, "logit_bias", &lb, e))
+    if (api__get_obj(o, "logit_bias", &lb, e))
         return -1;
     int n = lb ? cJSON_GetArraySize(lb) : 0;
     if (n == 0)
@@ -258,7 +255,7 @@ static int add_stop(struct api_req *r, const cJSON *v, struct api_error *e)
 /* stop: a string or an array of strings, at most ENG_MAX_STOP of them. */
 static int parse_stop(const cJSON *o, struct api_req *r, struct api_error *e)
 {
-    const cJSON *v = field(o, "stop");
+    const cJSON *v = api__field(o, "stop");
     if (!v)
         return 0;
     if (cJSON_IsString(v))
@@ -292,9 +289,9 @@ static int parse_max_tokens(const cJSON *o, const struct api_ctx *ctx, struct ap
 static int parse_stream(const cJSON *o, struct api_req *r, struct api_error *e)
 {
     const cJSON *so;
-    if (get_bool(o, "stream", &r->stream, e) || get_obj(o, "stream_options", &so, e))
+    if (api__get_bool(o, "stream", &r->stream, e) || api__get_obj(o, "stream_options", &so, e))
         return -1;
-    if (so && get_bool(so, "include_usage", &r->include_usage, e)) {
+    if (so && api__get_bool(so, "include_usage", &r->include_usage, e)) {
         snprintf(e->param, sizeof e->param, "stream_options.include_usage");
         return -1;
     }
@@ -313,10 +310,10 @@ static int parse_logprobs(const cJSON *o, struct api_req *r, struct api_error *e
         r->top_logprobs = lp > 0 ? (int32_t)lp : 0;
         return 0;
     }
-    if (get_bool(o, "logprobs", &r->logprobs, e) ||
+    if (api__get_bool(o, "logprobs", &r->logprobs, e) ||
         get_int(o, "top_logprobs", 0, ENG_MAX_TOP_LOGPROBS, &top, e))
         return -1;
-    if (field(o, "top_logprobs") && !r->logprobs) {
+    if (api__field(o, "top_logprobs") && !r->logprobs) {
         api_error_set(e, E400, NULL, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
         return -1;
     }
@@ -331,7 +328,7 @@ static int parse_spec(const cJSON *o, struct api_req *r, struct api_error *e)
 {
     static const char *const names[] = {"none", "ngram", "mtp", "ngram,mtp"};
     static const unsigned masks[] = {0, ENG_SPEC_NGRAM, ENG_SPEC_MTP, ENG_SPEC_NGRAM | ENG_SPEC_MTP};
-    const cJSON *v = field(o, "speculative");
+    const cJSON *v = api__field(o, "speculative");
     if (!v || cJSON_IsTrue(v))
         return 0;
     if (cJSON_IsFalse(v)) {
@@ -359,8 +356,9 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
     int64_t n_max = ctx->n_slots > 0 ? ctx->n_slots : 1;
     r->n = 1;
     r->cache_prompt = true;
-    if (get_str(o, "model", &ignored, e) || get_str(o, "user", &ignored, e) ||
-        get_int(o, "n", 1, n_max, &r->n, e) || get_bool(o, "cache_prompt", &r->cache_prompt, e) ||
+    if (api__get_str(o, "model", &ignored, e) || api__get_str(o, "user", &ignored, e) ||
+        get_int(o, "n", 1, n_max, &r->n, e) ||
+        api__get_bool(o, "cache_prompt", &r->cache_prompt, e) ||
         parse_sampling(o, r, e) || parse_logit_bias(o, tok_n_vocab(ctx->model->tok), r, e) ||
         parse_stop(o, r, e) || parse_max_tokens(o, ctx, r, e) || parse_stream(o, r, e) ||
         parse_logprobs(o, r, e) || parse_spec(o, r, e))
@@ -371,7 +369,7 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
 /* ---- prompts --------------------------------------------------------------------------- */
 
 /* Append the tokens of s[0..n) to p->ids (capacity: the caller reserved n + 1 more). */
-static void encode_into(const tok_t *t, const char *s, size_t n, bool special,
+void api__encode_into(const tok_t *t, const char *s, size_t n, bool special,
                         struct api_prompt *p)
 {
     if (n == 0)
@@ -382,27 +380,10 @@ static void encode_into(const tok_t *t, const char *s, size_t n, bool special,
 }
 
 /* The model's BOS when its tokenizer asks for one (Qwen's does not). */
-static void add_bos(const tok_t *t, struct api_prompt *p)
+void api__add_bos(const tok_t *t, struct api_prompt *p)
 {
     if (tok_add_bos(t) && tok_bos(t) >= 0)
         p->ids[p->n_ids++] = tok_bos(t);
-}
-
-/* Tokenize a rendered chat prompt: template text with special tokens, user spans without, so
- * "<|im_end|>" typed by a user stays text. Cutting at span edges can split what whole-text
- * BPE would merge across the edge; the edges sit next to control tokens and newlines, where
- * the pre-tokenizer splits anyway. Capacity: every piece gets its length + 1 ids. */
-static void encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p)
-{
-    p->ids = xmalloc((cp->len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
-    add_bos(t, p);
-    size_t at = 0;
-    for (int64_t i = 0; i < cp->n_spans; i++) {
-        encode_into(t, cp->text + at, cp->spans[i].off - at, true, p);
-        encode_into(t, cp->text + cp->spans[i].off, cp->spans[i].len, false, p);
-        at = cp->spans[i].off + cp->spans[i].len;
-    }
-    encode_into(t, cp->text + at, cp->len - at, true, p);
 }
 
 /* Every prompt must leave room for at least one generated token. */
@@ -428,82 +409,13 @@ static int check_prompts(const struct api_req *r, const struct api_ctx *ctx, con
     return 0;
 }
 
-/* The text of chat_render without its spans (the buffer changes hands). */
-int api_render_chat(const struct model *m, const cJSON *messages, const cJSON *tools,
-                    const cJSON *kwargs, bool add_generation_prompt, char **out, char *err,
-                    size_t errlen)
-{
-    struct chat_prompt cp;
-    int rc = chat_render(m, messages, tools, kwargs, add_generation_prompt, &cp, err, errlen);
-    if (rc)
-        return rc;
-    *out = cp.text;
-    cp.text = NULL;
-    chat_prompt_free(&cp);
-    return 0;
-}
-
-/* response_format: "text" only; JSON modes would need constrained decoding, and a format that
- * is accepted must be enforced, so they are refused rather than silently ignored. */
-static int check_response_format(const cJSON *root, struct api_error *e)
-{
-    const cJSON *rf;
-    if (get_obj(root, "response_format", &rf, e))
-        return -1;
-    const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (!rf || (cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0))
-        return 0;
-    if (cJSON_IsString(type) && (strcmp(type->valuestring, "json_object") == 0 ||
-                                 strcmp(type->valuestring, "json_schema") == 0)) {
-        api_error_set(e, E400, NULL, "response_format",
-                      "'response_format' %s is not supported by this server yet",
-                      type->valuestring);
-        return -1;
-    }
-    api_error_set(e, E400, NULL, "response_format.type",
-                  "'response_format.type' must be text, json_object or json_schema");
-    return -1;
-}
-
-/* Chat: messages, tools and template variables; renders and tokenizes the one prompt. */
-static int parse_chat_fields(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
-                             struct api_error *e)
-{
-    const cJSON *msgs, *tools, *kwargs;
-    const char *effort = NULL;
-    bool ptc = true;
-    struct chat_error ce;
-    if (chat_check(root, &msgs, &tools, &ce)) {
-        api_error_set(e, E400, NULL, ce.param, "%s", ce.message);
-        return -1;
-    }
-    /* reasoning_effort and parallel_tool_calls are type-checked only: no reasoning split or
-     * tool-call parsing exists yet to act on them */
-    if (check_response_format(root, e) || get_obj(root, "chat_template_kwargs", &kwargs, e) ||
-        get_str(root, "reasoning_effort", &effort, e) ||
-        get_bool(root, "parallel_tool_calls", &ptc, e))
-        return -1;
-    /* the template sees the validated tree; nothing of it survives this function */
-    struct chat_prompt cp;
-    char err[256];
-    if (chat_render(ctx->model, msgs, tools, kwargs, true, &cp, err, sizeof err)) {
-        api_error_set(e, E400, NULL, "messages", "%s", err);
-        return -1;
-    }
-    r->prompts = xcalloc(1, sizeof *r->prompts);
-    r->n_prompts = 1;
-    encode_chat(ctx->model->tok, &cp, &r->prompts[0]);
-    chat_prompt_free(&cp);
-    return 0;
-}
-
 /* A text prompt (special tokens parsed: completions prompts are raw model input). */
 static void text_prompt(const tok_t *t, const char *s, struct api_prompt *p)
 {
     size_t n = strlen(s);
     p->ids = xmalloc((n + 2) * sizeof *p->ids);
-    add_bos(t, p);
-    encode_into(t, s, n, true, p);
+    api__add_bos(t, p);
+    api__encode_into(t, s, n, true, p);
     p->text = xstrdup(s);
     p->text_len = n;
 }
@@ -545,7 +457,7 @@ static int id_prompt(const tok_t *t, const cJSON *arr, struct api_prompt *p, str
 /* prompt: a string, an array of strings, an array of ids, or an array of id arrays. */
 static int parse_prompt(const cJSON *root, const tok_t *t, struct api_req *r, struct api_error *e)
 {
-    const cJSON *p = field(root, "prompt");
+    const cJSON *p = api__field(root, "prompt");
     bool batch = cJSON_IsArray(p) && (cJSON_IsString(p->child) || cJSON_IsArray(p->child));
     int n = batch ? cJSON_GetArraySize(p) : 1;
     if (!p || (!cJSON_IsString(p) && !cJSON_IsArray(p)) || (cJSON_IsArray(p) && !p->child)) {
@@ -584,7 +496,7 @@ static int parse_completion_fields(const cJSON *root, const struct api_ctx *ctx,
 {
     const char *suffix = NULL;
     int64_t best_of = 1;
-    if (get_bool(root, "echo", &r->echo, e) || get_str(root, "suffix", &suffix, e) ||
+    if (api__get_bool(root, "echo", &r->echo, e) || api__get_str(root, "suffix", &suffix, e) ||
         get_int(root, "best_of", 1, 1, &best_of, e))
         return -1;
     if (suffix && suffix[0]) {
@@ -612,7 +524,7 @@ int api_parse(enum api_kind kind, const char *body, size_t len, const struct api
     }
     if (parse_common(root, ctx, out, e))
         goto out;
-    if (kind == API_CHAT ? parse_chat_fields(root, ctx, out, e)
+    if (kind == API_CHAT ? api__parse_chat(root, ctx, out, e)
                          : parse_completion_fields(root, ctx, out, e))
         goto out;
     rc = check_prompts(out, ctx, kind == API_CHAT ? "messages" : "prompt", e);
@@ -634,6 +546,8 @@ void api_req_free(struct api_req *r)
         free(r->prompts[i].text);
     }
     free(r->prompts);
+    free(r->tools_json);
+    free(r->forced_output);
     memset(r, 0, sizeof *r);
 }
 
@@ -715,22 +629,22 @@ char *api_tokenize(const struct api_ctx *ctx, const char *body, size_t len, size
     const char *content = NULL;
     bool add_special = false, parse_special = true, with_pieces = false;
     char *out = NULL;
-    if (!cJSON_IsObject(root) || !cJSON_IsString(field(root, "content"))) {
+    if (!cJSON_IsObject(root) || !cJSON_IsString(api__field(root, "content"))) {
         api_error_set(e, E400, NULL, "content", "expected {\"content\": string}");
         goto done;
     }
-    content = field(root, "content")->valuestring;
-    if (get_bool(root, "add_special", &add_special, e) ||
-        get_bool(root, "parse_special", &parse_special, e) ||
-        get_bool(root, "with_pieces", &with_pieces, e))
+    content = api__field(root, "content")->valuestring;
+    if (api__get_bool(root, "add_special", &add_special, e) ||
+        api__get_bool(root, "parse_special", &parse_special, e) ||
+        api__get_bool(root, "with_pieces", &with_pieces, e))
         goto done;
     const tok_t *t = ctx->model->tok;
     struct api_prompt p = {0};
     size_t n = strlen(content);
     p.ids = xmalloc((n + 2) * sizeof *p.ids);
     if (add_special)
-        add_bos(t, &p);
-    encode_into(t, content, n, parse_special, &p);
+        api__add_bos(t, &p);
+    api__encode_into(t, content, n, parse_special, &p);
     out = print_json(tokens_json(t, p.ids, p.n_ids, with_pieces), out_len);
     free(p.ids);
 done:
@@ -745,7 +659,7 @@ char *api_detokenize(const struct api_ctx *ctx, const char *body, size_t len, si
     cJSON *root = api_json_parse(body, len, ctx->max_json_depth, e);
     if (!root)
         return NULL;
-    const cJSON *arr = field(root, "tokens");
+    const cJSON *arr = api__field(root, "tokens");
     char *out = NULL;
     struct api_prompt p = {0};
     if (!cJSON_IsObject(root) || !cJSON_IsArray(arr)) {

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat.h"  // defines: chat_tmpl_t
 #include "eng.h"   // defines: struct eng_sampling, struct eng_req_params, ENG_MAX_STOP
 #include "model.h" // defines: struct model
 
@@ -28,6 +29,13 @@
 #define API_MAX_PROMPTS 32     /* batched completions prompts */
 #define API_MAX_COMPLETION_LOGPROBS 5
 
+/* reasoning_format: what happens to a <think> block in chat output (config key and request
+ * field of the same name). */
+enum api_reasoning {
+    API_REASONING_SEPARATE = 0, /* into message.reasoning_content (the default) */
+    API_REASONING_NONE,         /* left in the content as the model wrote it */
+};
+
 /* What validation needs to know about the server; borrowed. */
 struct api_ctx {
     const struct model *model;
@@ -35,6 +43,9 @@ struct api_ctx {
     int64_t n_slots;            /* upper bound of n */
     int64_t max_tokens_default; /* 0 = until end-of-generation or the context is full */
     int max_json_depth;         /* nesting limit checked before parsing */
+    const chat_tmpl_t *tmpl;    /* the model's chat template; NULL = built-in ChatML */
+    enum api_reasoning reasoning; /* the server's reasoning_format */
+    bool allow_forced_output;   /* honour "debug_forced_output" (tests only) */
 };
 
 struct api_error {
@@ -70,6 +81,15 @@ struct api_req {
     struct api_prompt *prompts; /* [n_prompts] */
     int64_t n_prompts;
     int64_t n_ctx; /* copied from the ctx, for clamping */
+    /* chat output parsing (see reply.h) */
+    bool reasoning;      /* split <think> blocks into reasoning_content */
+    bool think_open;     /* the rendered prompt left a <think> block open */
+    bool tool_calls;     /* parse tool calls (tools given, tool_choice not "none") */
+    int max_calls;       /* 0 = any, 1 = parallel_tool_calls false */
+    char *tools_json;    /* the request's tools array as JSON text, owned, or NULL */
+    /* test-only (debug_allow_forced_output): the exact assistant text to emit instead of the
+     * model's, owned, or NULL */
+    char *forced_output;
 };
 
 /* Set *e to an error (status, type, code may be NULL, param may be NULL). */
@@ -94,7 +114,7 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
 
 /* The chat prompt as one string (template text and user text together), for callers that do
  * not need the user-text spans. *out is malloc'd (caller frees). Returns 0 or DD_EINVAL. */
-int api_render_chat(const struct model *m, const cJSON *messages, const cJSON *tools,
+int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
                     const cJSON *kwargs, bool add_generation_prompt, char **out, char *err,
                     size_t errlen);
 

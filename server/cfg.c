@@ -101,6 +101,13 @@ const struct cfg_row cfg__rows[] = {
      "max_tokens when a request gives none (0 = until end or the context is full)"},
     {"drain_timeout", CFG_FLOAT, "30", 0, 3600, R, OFF(drain_timeout), NULL,
      "seconds SIGTERM waits for running requests before cancelling them"},
+    /* ---- chat templates and output parsing ---- */
+    {"chat_template_file", CFG_STR, "", 0, 4096, R, OFF(chat_template_file), NULL,
+     "Jinja chat template to use instead of the model's (\"\" = the GGUF's, else ChatML)"},
+    {"reasoning_format", CFG_ENUM, "separate", 0, 0, R, OFF(reasoning_format), "separate|none",
+     "separate: <think> blocks go to reasoning_content; none: left in the content"},
+    {"debug_allow_forced_output", CFG_BOOL, "false", 0, 0, R, OFF(debug_allow_forced_output),
+     NULL, "TESTS ONLY: honour the request field debug_forced_output (fixed assistant text)"},
     /* ---- endpoints and logging ---- */
     {"metrics", CFG_BOOL, "true", 0, 0, R, OFF(metrics), NULL, "serve Prometheus /metrics"},
     {"slots_endpoint", CFG_BOOL, "true", 0, 0, R, OFF(slots_endpoint), NULL,

@@ -30,6 +30,8 @@ enum cfg_src { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_ENV, CFG_SRC_CLI };
 
 /* log_format values (the order of the enum row's choices). */
 enum cfg_log_format { CFG_LOG_AUTO = 0, CFG_LOG_PLAIN, CFG_LOG_SYSLOG };
+/* reasoning_format values (the order of the enum row's choices; enum api_reasoning). */
+enum cfg_reasoning { CFG_REASONING_SEPARATE = 0, CFG_REASONING_NONE };
 /* spec_type values (the order of the enum row's choices). */
 enum cfg_spec_type { CFG_SPEC_NONE = 0, CFG_SPEC_NGRAM, CFG_SPEC_MTP, CFG_SPEC_BOTH };
 
@@ -70,6 +72,10 @@ struct cfg {
     double request_timeout;    /* seconds, 0 = none */
     int64_t max_tokens_default;
     double drain_timeout; /* seconds */
+    /* ---- chat ---- */
+    char *chat_template_file;       /* "" = the model's tokenizer.chat_template */
+    int reasoning_format;           /* enum cfg_reasoning */
+    bool debug_allow_forced_output; /* test-only request field debug_forced_output */
     /* ---- endpoints ---- */
     bool metrics;
     bool slots_endpoint;

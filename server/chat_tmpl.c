@@ -228,11 +228,10 @@ static int ctl_at(const chat_tmpl_t *t, const char *s, size_t n)
     return best;
 }
 
-/* s with control-token texts and sentinel-range characters replaced by sentinels; a new
- * Jinja string. */
-static jinja_value *esc_string(struct esc *e, const char *s)
+/* s with control-token texts and sentinel-range characters replaced by sentinels, into b
+ * (NUL-terminated; an empty string still allocates). */
+static void esc_text(struct esc *e, const char *s, struct chat_prompt *b)
 {
-    struct chat_prompt b = {0};
     size_t n = strlen(s), run = 0, i = 0;
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
@@ -243,12 +242,19 @@ static jinja_value *esc_string(struct esc *e, const char *s)
             i++;
             continue;
         }
-        chat__put(&b, s + run, i - run);
-        put_sentinel(&b, k);
+        chat__put(b, s + run, i - run);
+        put_sentinel(b, k);
         i += k < e->t->n_ctl ? e->t->ctl_len[k] : 4;
         run = i;
     }
-    chat__put(&b, s + run, n - run);
+    chat__put(b, s + run, n - run);
+}
+
+/* esc_text as a new Jinja string. */
+static jinja_value *esc_string(struct esc *e, const char *s)
+{
+    struct chat_prompt b = {0};
+    esc_text(e, s, &b);
     jinja_value *v = jinja_value_string(b.text, b.len);
     chat_prompt_free(&b);
     return v;
@@ -290,24 +296,175 @@ static jinja_value *to_value(struct esc *e, const cJSON *j)
         return esc_string(e, j->valuestring);
     if (!cJSON_IsArray(j) && !cJSON_IsObject(j))
         return jinja_value_from_cjson(j);
-    jinja_value *v = cJSON_IsArray(j) ? jinja_value_list() : jinja_value_dict();
+    bool list = cJSON_IsArray(j);
+    jinja_value *v = list ? jinja_value_list() : jinja_value_dict();
     const cJSON *item;
     cJSON_ArrayForEach(item, j)
     {
-        if (cJSON_IsArray(j)) {
+        if (list) {
             jinja_list_append(v, to_value(e, item));
             continue;
         }
-        /* keys go in as their escaped text (NUL-free: JSON keys from the parser are strings) */
-        jinja_value *key = esc_string(e, item->string ? item->string : "");
-        char *k = NULL;
-        size_t klen = 0;
-        jinja_value *w = jinja_value_list(); /* render the key to C text via a tiny template */
-        jinja_value_release(w);
-        (void)k;
-        (void)klen;
-        jinja_value_release(key);
-        jinja_dict_set(v, item->string ? item->string : "", to_value(e, item));
+        struct chat_prompt key = {0};
+        esc_text(e, item->string ? item->string : "", &key);
+        jinja_dict_set(v, key.text, to_value(e, item));
+        chat_prompt_free(&key);
     }
     return v;
+}
+
+/* Replace (or add) o[key] with v (transferred). */
+static void set_item(cJSON *o, const char *key, cJSON *v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(o, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, key, v);
+    else
+        cJSON_AddItemToObject(o, key, v);
+}
+
+/* Tool-call arguments sent as JSON text become the object they encode. */
+static void normalize_calls(cJSON *calls)
+{
+    cJSON *c;
+    cJSON_ArrayForEach(c, calls)
+    {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args))
+            continue;
+        cJSON *o = cJSON_Parse(args->valuestring);
+        if (cJSON_IsObject(o))
+            set_item(fn, "arguments", o);
+        else
+            cJSON_Delete(o);
+    }
+}
+
+/* A copy of messages as the templates expect them (see the file comment). */
+static cJSON *normalize_messages(const cJSON *messages)
+{
+    cJSON *msgs = cJSON_Duplicate(messages, true), *m;
+    cJSON_ArrayForEach(m, msgs)
+    {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        bool assistant = cJSON_IsString(role) && strcmp(role->valuestring, "assistant") == 0;
+        if (cJSON_IsArray(content)) {
+            char *owned;
+            const char *text = chat_content_text(content, &owned);
+            set_item(m, "content", cJSON_CreateString(text ? text : ""));
+            free(owned);
+        } else if (assistant && (!content || cJSON_IsNull(content))) {
+            set_item(m, "content", cJSON_CreateString(""));
+        }
+        normalize_calls(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+    }
+    return msgs;
+}
+
+/* Hugging Face's variables; the request's kwargs first, so they cannot replace them. */
+static jinja_value *context(struct esc *e, const cJSON *msgs, const cJSON *tools,
+                            const cJSON *kwargs, bool add_generation_prompt)
+{
+    const chat_tmpl_t *t = e->t;
+    jinja_value *ctx = jinja_value_dict();
+    const cJSON *kv, *kw = cJSON_IsObject(kwargs) ? kwargs : NULL;
+    cJSON_ArrayForEach(kv, kw)
+    {
+        struct chat_prompt key = {0};
+        esc_text(e, kv->string ? kv->string : "", &key);
+        jinja_dict_set(ctx, key.text, to_value(e, kv));
+        chat_prompt_free(&key);
+    }
+    jinja_dict_set(ctx, "messages", to_value(e, msgs));
+    jinja_dict_set(ctx, "tools", tools ? to_value(e, tools) : jinja_value_none());
+    jinja_dict_set(ctx, "documents", jinja_value_none());
+    jinja_dict_set(ctx, "add_generation_prompt", jinja_value_bool(add_generation_prompt));
+    jinja_dict_set(ctx, "bos_token", t->bos ? jinja_value_cstring(t->bos) : jinja_value_none());
+    jinja_dict_set(ctx, "eos_token", t->eos ? jinja_value_cstring(t->eos) : jinja_value_none());
+    return ctx;
+}
+
+/* ---- rendering ------------------------------------------------------------------------- */
+
+/* Which think tag comes last in s[0..n): 1 "<think>", 0 "</think>", -1 neither. */
+static int last_think(const char *s, size_t n)
+{
+    for (size_t i = n; i-- > 0;) {
+        if (s[i] != '<')
+            continue;
+        if (n - i >= 7 && memcmp(s + i, "<think>", 7) == 0)
+            return 1;
+        if (n - i >= 8 && memcmp(s + i, "</think>", 8) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* Does the generation prompt (the text after the template's last control token other than a
+ * think tag; s is the escaped render, so no such token came from the user) leave a <think>
+ * block open, taking the prefill text into account? */
+static bool think_open(const chat_tmpl_t *t, const char *s, size_t n, const char *prefill)
+{
+    size_t from = 0;
+    for (size_t i = n; i-- > 0 && !from;) {
+        int k = t->first[(unsigned char)s[i]] ? ctl_at(t, s + i, n - i) : -1;
+        if (k >= 0 && strcmp(t->ctl[k], "<think>") != 0 && strcmp(t->ctl[k], "</think>") != 0)
+            from = i + t->ctl_len[k];
+    }
+    int state = last_think(s + from, n - from);
+    int pre = prefill ? last_think(prefill, strlen(prefill)) : -1;
+    return (pre >= 0 ? pre : state) == 1;
+}
+
+/* A failed render: the template's message with the user's text restored. */
+static int render_error(const struct esc *e, int rc, const char *msg, char *err, size_t errlen)
+{
+    struct chat_prompt b = {0};
+    restore(e, msg, strlen(msg), &b, false);
+    dd_errf(err, errlen, "%s", b.text ? b.text : msg);
+    chat_prompt_free(&b);
+    return rc == DD_EFULL ? DD_EFULL : DD_EINVAL;
+}
+
+/* Render with the prefill rule of chat.h: a trailing assistant message (when a generation
+ * prompt is wanted) is left out of the render and its content appended as user text. */
+int chat__render_jinja(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
+                       const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out,
+                       char *err, size_t errlen)
+{
+    struct esc e = {.t = t};
+    cJSON *msgs = normalize_messages(messages);
+    int n = cJSON_GetArraySize(msgs);
+    const cJSON *last = cJSON_GetArrayItem(msgs, n - 1);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    char *prefill = NULL;
+    if (add_generation_prompt && cJSON_IsString(role) &&
+        strcmp(role->valuestring, "assistant") == 0) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content");
+        prefill = xstrdup(cJSON_IsString(c) ? c->valuestring : "");
+        cJSON_DeleteItemFromArray(msgs, n - 1);
+    }
+    jinja_value *ctx = context(&e, msgs, tools, kwargs, add_generation_prompt);
+    char *text = NULL, jerr[512];
+    size_t len = 0;
+    int rc = e.full ? DD_EINVAL : jinja_render(t->jt, ctx, &text, &len, jerr, sizeof jerr);
+    if (e.full)
+        snprintf(jerr, sizeof jerr, "too many distinct private-use characters in the request");
+    jinja_value_release(ctx);
+    cJSON_Delete(msgs);
+    if (rc == 0) {
+        restore(&e, text, len, out, true);
+        if (prefill)
+            chat__put_user(out, prefill, strlen(prefill));
+        if (!out->text)
+            chat__put(out, "", 0);
+        out->think_open = think_open(t, text, len, prefill);
+    } else {
+        rc = render_error(&e, rc, jerr, err, errlen);
+    }
+    free(text);
+    free(prefill);
+    free(e.lit);
+    return rc;
 }

@@ -53,6 +53,7 @@ struct http {
     _Atomic int state;         /* enum state */
     eng_t *eng;                /* borrowed; written before READY */
     const struct model *model; /* borrowed; written before READY */
+    const chat_tmpl_t *chat;   /* borrowed; written before READY */
     char model_name[256];      /* the served id: configured, or the file name at attach */
     int64_t n_ctx;             /* positions per slot, for validation and /v1/models */
     int64_t created;           /* Unix seconds of start-up, for /v1/models */
@@ -358,8 +359,14 @@ static enum MHD_Result do_slots(struct hreq *q, struct MHD_Connection *c)
 /* What the api module validates against (valid only once READY). */
 static struct api_ctx api_ctx_of(const http_t *h)
 {
-    return (struct api_ctx){h->model, h->n_ctx, h->o.n_slots, h->o.max_tokens_default,
-                            h->o.max_json_depth};
+    return (struct api_ctx){.model = h->model,
+                            .n_ctx = h->n_ctx,
+                            .n_slots = h->o.n_slots,
+                            .max_tokens_default = h->o.max_tokens_default,
+                            .max_json_depth = h->o.max_json_depth,
+                            .tmpl = h->chat,
+                            .reasoning = (enum api_reasoning)h->o.reasoning_format,
+                            .allow_forced_output = h->o.allow_forced_output};
 }
 
 /* POST /tokenize and /detokenize. */
@@ -750,10 +757,11 @@ static void default_name(http_t *h, const struct model *m)
         *dot = '\0';
 }
 
-void http_attach(http_t *h, eng_t *e, const struct model *m)
+void http_attach(http_t *h, eng_t *e, const struct model *m, const chat_tmpl_t *chat)
 {
     h->eng = e;
     h->model = m;
+    h->chat = chat;
     h->n_ctx = h->o.n_ctx > 0 ? h->o.n_ctx : m->hp.n_ctx_train;
     if (!h->model_name[0])
         default_name(h, m);

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"  // defines: chat_tmpl_t
 #include "eng.h"   // defines: eng_t
 #include "model.h" // defines: struct model
 
@@ -50,6 +51,8 @@ struct http_opts {
     int retry_after_s;                   /* Retry-After on 429 / 503 */
     int64_t n_ctx; /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
     double sse_ping_s; /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
+    int reasoning_format; /* enum api_reasoning: the default for chat requests */
+    bool allow_forced_output; /* honour the test-only "debug_forced_output" request field */
 };
 
 typedef struct http http_t;
@@ -59,8 +62,9 @@ typedef struct http http_t;
 int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen);
 /* The bound port (useful with port 0). */
 int http_port(const http_t *h);
-/* Serve with this engine and model (borrowed; they must outlive http_stop): state READY. */
-void http_attach(http_t *h, eng_t *e, const struct model *m);
+/* Serve with this engine, model and chat template (borrowed; they must outlive http_stop):
+ * state READY. */
+void http_attach(http_t *h, eng_t *e, const struct model *m, const chat_tmpl_t *chat);
 /* State DRAINING: /health 503, new API requests 503; running requests continue. */
 void http_set_draining(http_t *h);
 /* Generation requests in flight. */

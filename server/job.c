@@ -35,10 +35,12 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "resp.h" // defines: resp_sse_*, resp_completion, struct resp_buf
-#include "util.h" // defines: xcalloc, DD_EFULL
+#include "reply.h" // defines: reply_feed, reply_sse, reply_choice
+#include "resp.h"  // defines: resp_sse_*, resp_completion, struct resp_buf
+#include "util.h"  // defines: xcalloc, DD_EFULL
 
 #define SSE_BLOCK 16384 /* MHD's buffer hint for the streaming reader */
+#define FORCED_PIECE 3  /* bytes per delta of a forced output (test-only), cut at characters */
 
 /* ---- wakers and the pool ---------------------------------------------------------------- */
 
@@ -78,6 +80,10 @@ struct choice {
     size_t echo_len;
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t drafted_tokens, accepted_tokens;
+    reply_t *reply;               /* chat with reasoning or tool-call parsing, else NULL */
+    const char *forced;           /* test-only forced output (the job's copy), or NULL */
+    size_t forced_len, forced_off;
+    int64_t forced_prompt;        /* prompt tokens to report for it */
 };
 
 /* A generation request. The fields above the "connection thread only" line are set at
@@ -97,6 +103,8 @@ struct job {
     int64_t n_choices, n_per_prompt;
     struct choice *ch;    /* [n_choices] */
     char **echo_texts;    /* [n_choices / n_per_prompt] prompt copies, or NULL */
+    cJSON *tools;         /* the request's tools, for the tool-call parsers, or NULL */
+    char *forced;         /* test-only forced output, or NULL */
     struct resp_buf out;  /* streaming: produced, not yet handed to MHD */
     size_t out_off;
     bool started;            /* streaming: the opening events were written */
@@ -332,11 +340,14 @@ static size_t toks_text_len(const job_t *j, const struct choice *c, int64_t n)
     return total;
 }
 
-/* OpenAI's finish_reason: a stop string or end-of-generation is "stop"; the token cap, the
- * context limit and the request deadline all read as "length" (output was cut short). */
-static const char *finish_name(enum eng_finish f)
+/* OpenAI's finish_reason: a stop string or end-of-generation is "stop", or "tool_calls" when
+ * the choice called tools; the token cap, the context limit and the request deadline all read
+ * as "length" (output was cut short). */
+static const char *finish_name(const struct choice *c)
 {
-    return f == ENG_FINISH_STOP ? "stop" : "length";
+    if (c->finish != ENG_FINISH_STOP)
+        return "length";
+    return c->reply && reply_n_calls(c->reply) > 0 ? "tool_calls" : "stop";
 }
 
 /* The pending logprobs of a choice as a resp_toks view (NULL when none). */
@@ -385,7 +396,13 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
     struct resp_toks k;
     if (j->meta.logprobs && d->n_toks)
         toks_append(c, d->toks, d->n_toks);
-    if (d->len > 0) {
+    if (c->reply) {
+        reply_feed(c->reply, d->text, d->len);
+        if (d->done)
+            reply_finish(c->reply);
+        if (reply_sse(c->reply, &j->out, &j->meta, i, pending_toks(c, &k)))
+            toks_sent(j, c);
+    } else if (d->len > 0) {
         resp_sse_text(&j->out, &j->meta, i, d->text, d->len, pending_toks(c, &k));
         toks_sent(j, c);
     }
@@ -393,7 +410,7 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
         return;
     record_done(j, c, d);
     if (d->finish != ENG_FINISH_ERROR && d->finish != ENG_FINISH_CANCELLED) {
-        resp_sse_finish(&j->out, &j->meta, i, finish_name(d->finish), pending_toks(c, &k));
+        resp_sse_finish(&j->out, &j->meta, i, finish_name(c), pending_toks(c, &k));
         toks_sent(j, c);
     }
 }
@@ -402,11 +419,40 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
 static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
 {
     struct choice *c = &j->ch[i];
-    resp_buf_put(&c->text, d->text ? d->text : "", d->len);
+    if (c->reply)
+        reply_feed(c->reply, d->text, d->len);
+    else
+        resp_buf_put(&c->text, d->text ? d->text : "", d->len);
     if (j->meta.logprobs && d->n_toks)
         toks_append(c, d->toks, d->n_toks);
-    if (d->done)
-        record_done(j, c, d);
+    if (!d->done)
+        return;
+    if (c->reply)
+        reply_finish(c->reply);
+    record_done(j, c, d);
+}
+
+/* Test-only (api.h forced_output): the forced text in pieces of a few bytes, cut between
+ * characters, then a final delta with the usage a real run would report. */
+static void forced_take(job_t *j, struct choice *c, struct eng_delta *d)
+{
+    memset(d, 0, sizeof *d);
+    size_t left = c->forced_len - c->forced_off, n = left < FORCED_PIECE ? left : FORCED_PIECE;
+    while (c->forced_off + n < c->forced_len &&
+           ((unsigned char)c->forced[c->forced_off + n] & 0xC0) == 0x80)
+        n++;
+    d->text = xmalloc(n + 1);
+    memcpy(d->text, c->forced + c->forced_off, n);
+    d->text[n] = '\0';
+    d->len = n;
+    c->forced_off += n;
+    if (c->forced_off < c->forced_len)
+        return;
+    d->done = true;
+    d->finish = ENG_FINISH_STOP;
+    d->prompt_tokens = c->forced_prompt;
+    d->completion_tokens = tok_encode(j->env.tok, c->forced, c->forced_len, true, NULL, 0);
+    d->t_queued = d->t_first_token = d->t_done = dd_now();
 }
 
 /* Take everything new from every unfinished choice. Returns true when anything arrived. */
@@ -416,7 +462,11 @@ static bool drain(job_t *j)
     for (int64_t i = 0; i < j->n_choices; i++) {
         struct choice *c = &j->ch[i];
         struct eng_delta d;
-        if (c->done || !eng_req_take(c->r, &d))
+        if (c->done)
+            continue;
+        if (c->forced)
+            forced_take(j, c, &d);
+        else if (!eng_req_take(c->r, &d))
             continue;
         any = true;
         if (j->stream)
@@ -449,6 +499,8 @@ static struct resp_usage usage(const job_t *j)
         u.completion += j->ch[i].completion_tokens;
         u.drafted += j->ch[i].drafted_tokens;
         u.accepted += j->ch[i].accepted_tokens;
+        if (j->ch[i].reply)
+            u.reasoning += reply_reasoning_tokens(j->ch[i].reply, j->env.tok);
     }
     return u;
 }
@@ -559,9 +611,12 @@ static char *final_body(job_t *j, int *status, size_t *len)
     struct resp_choice *rc = xcalloc((size_t)j->n_choices, sizeof *rc);
     for (int64_t i = 0; i < j->n_choices; i++) {
         struct choice *c = &j->ch[i];
-        rc[i] = (struct resp_choice){c->text.p ? c->text.p : "", c->text.len,
-                                     finish_name(c->finish),
-                                     {c->toks, c->n_toks, c->echo_len}};
+        rc[i] = (struct resp_choice){.text = c->text.p ? c->text.p : "",
+                                     .len = c->text.len,
+                                     .finish = finish_name(c),
+                                     .toks = {c->toks, c->n_toks, c->echo_len}};
+        if (c->reply)
+            reply_choice(c->reply, &rc[i]);
     }
     struct resp_usage u = usage(j);
     char *body = resp_completion(&j->meta, rc, j->n_choices, &u, len);
@@ -578,7 +633,8 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
         bool closing = f & F_CLOSING;
         if (f & F_GONE)
             return -1;
-        drain(j);
+        while (drain(j))
+            ; /* a forced output (test-only) comes in many pieces with no notification */
         struct api_error e;
         if ((closing && !all_done(j)) || j->failed) {
             int st = j->failed ? j->fail_status : 503;
@@ -598,6 +654,26 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
+
+/* Chat choices: a reply parser when reasoning or tool calls are split out, and the test-only
+ * forced output, which replaces the engine for every choice. */
+static void chat_outputs(job_t *j, const struct api_req *req)
+{
+    j->tools = req->tools_json ? cJSON_Parse(req->tools_json) : NULL;
+    struct reply_opts o = {req->reasoning, req->think_open, req->tool_calls, req->max_calls,
+                           req->stream, j->tools};
+    j->forced = req->forced_output ? xstrdup(req->forced_output) : NULL;
+    for (int64_t i = 0; i < j->n_choices; i++) {
+        struct choice *c = &j->ch[i];
+        if (req->reasoning || req->tool_calls)
+            c->reply = reply_create(&o);
+        if (j->forced) {
+            c->forced = j->forced;
+            c->forced_len = strlen(j->forced);
+            c->forced_prompt = req->prompts[i / req->n].n_ids;
+        }
+    }
+}
 
 /* Allocate the job and its choices; echo texts are copied once per prompt (choices of one
  * prompt share it). Choice i answers prompt i / n with seed offset i % n. */
@@ -632,6 +708,8 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
     }
     for (int64_t i = 0; i < j->n_choices; i++)
         j->ch[i].tok_off = j->ch[i].echo_len;
+    if (req->kind == API_CHAT)
+        chat_outputs(j, req);
     j->w = waker_get(p, j);
     atomic_fetch_add(&p->live, 1);
     metrics_active_add(env->metrics, 1, j->stream);
@@ -642,6 +720,8 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
 static int submit_all(job_t *j, const struct api_req *req, double deadline, struct api_error *e)
 {
     for (int64_t i = 0; i < j->n_choices; i++) {
+        if (j->ch[i].forced)
+            continue; /* test-only: no engine request */
         struct eng_req_params prm;
         api_req_params(req, i / req->n, i % req->n, deadline, &prm);
         eng_req_t *r = eng_req_create(&prm, on_notify, j->w);
@@ -703,7 +783,10 @@ void job_end(job_t *j)
             eng_req_release(c->r);
         resp_buf_free(&c->text);
         free(c->toks);
+        reply_destroy(c->reply);
     }
+    cJSON_Delete(j->tools);
+    free(j->forced);
     if (cancelled)
         metrics_cancelled(j->env.metrics);
     for (int64_t i = 0; j->echo_texts && i < j->n_choices / j->n_per_prompt; i++)

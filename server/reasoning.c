@@ -15,13 +15,13 @@
 
 enum { RS_START, RS_LEAD, RS_THINK, RS_AFTER, RS_CONTENT };
 
-static const char OPEN[] = "<think>", CLOSE[] = "</think>";
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 
-void reasoning_init(struct reasoning *r, bool inside, reasoning_emit_fn emit, void *ud)
+void reasoning_init(struct reasoning *r, bool inside, reasoning_emit_fn emit_fn, void *ud)
 {
     memset(r, 0, sizeof *r);
     r->state = inside ? RS_LEAD : RS_START;
-    r->emit = emit;
+    r->emit = emit_fn;
     r->ud = ud;
 }
 
@@ -30,13 +30,13 @@ void reasoning_deinit(struct reasoning *r)
     resp_buf_free(&r->hold);
 }
 
-static bool is_ws(char c)
+static bool rs_is_ws(char c)
 {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
 /* Drop the first n held bytes. */
-static void consume(struct reasoning *r, size_t n)
+static void rs_consume(struct reasoning *r, size_t n)
 {
     if (n == 0)
         return;
@@ -45,31 +45,31 @@ static void consume(struct reasoning *r, size_t n)
 }
 
 /* Emit the first n held bytes (nothing for n == 0) and drop them. */
-static void emit_held(struct reasoning *r, bool reasoning, size_t n)
+static void rs_emit(struct reasoning *r, bool reasoning, size_t n)
 {
     if (n)
         r->emit(r->ud, reasoning, r->hold.p, n);
-    consume(r, n);
+    rs_consume(r, n);
 }
 
 /* Index of the first non-whitespace byte at or after i. */
-static size_t skip_ws(const char *s, size_t n, size_t i)
+static size_t rs_skip_ws(const char *s, size_t n, size_t i)
 {
-    while (i < n && is_ws(s[i]))
+    while (i < n && rs_is_ws(s[i]))
         i++;
     return i;
 }
 
 /* Start of the whitespace run that ends at i. */
-static size_t back_ws(const char *s, size_t i)
+static size_t rs_back_ws(const char *s, size_t i)
 {
-    while (i > 0 && is_ws(s[i - 1]))
+    while (i > 0 && rs_is_ws(s[i - 1]))
         i--;
     return i;
 }
 
 /* Length of the longest suffix of s[0..n) that is a proper prefix of tag. */
-static size_t partial_tag(const char *s, size_t n, const char *tag)
+static size_t rs_partial(const char *s, size_t n, const char *tag)
 {
     size_t t = strlen(tag);
     for (size_t k = t - 1 < n ? t - 1 : n; k > 0; k--)
@@ -82,14 +82,15 @@ static size_t partial_tag(const char *s, size_t n, const char *tag)
  * Returns false while undecided. */
 static bool step_start(struct reasoning *r, bool final)
 {
-    size_t p = skip_ws(r->hold.p, r->hold.len, 0), rest = r->hold.len - p, t = strlen(OPEN);
-    if (rest >= t && memcmp(r->hold.p + p, OPEN, t) == 0) {
-        consume(r, p + t);
+    size_t p = rs_skip_ws(r->hold.p, r->hold.len, 0), rest = r->hold.len - p;
+    size_t t = strlen(THINK_OPEN);
+    if (rest >= t && memcmp(r->hold.p + p, THINK_OPEN, t) == 0) {
+        rs_consume(r, p + t);
         r->opened = true;
         r->state = RS_LEAD;
         return true;
     }
-    bool maybe = rest < t && (rest == 0 || memcmp(r->hold.p + p, OPEN, rest) == 0);
+    bool maybe = rest < t && (rest == 0 || memcmp(r->hold.p + p, THINK_OPEN, rest) == 0);
     if (maybe && !final)
         return false;
     r->state = RS_CONTENT;
@@ -101,24 +102,25 @@ static bool step_think(struct reasoning *r, bool final)
 {
     const char *s = r->hold.p;
     size_t n = r->hold.len;
-    const char *hit = n >= strlen(CLOSE) ? memmem(s, n, CLOSE, strlen(CLOSE)) : NULL;
+    size_t k = strlen(THINK_CLOSE);
+    const char *hit = n >= k ? memmem(s, n, THINK_CLOSE, k) : NULL;
     if (hit) {
-        size_t i = (size_t)(hit - s), w = back_ws(s, i);
-        emit_held(r, true, w);
-        consume(r, i - w + strlen(CLOSE)); /* the dropped whitespace and the tag */
+        size_t i = (size_t)(hit - s), w = rs_back_ws(s, i);
+        rs_emit(r, true, w);
+        rs_consume(r, i - w + strlen(THINK_CLOSE)); /* the dropped whitespace and the tag */
         r->closed = true;
         r->state = RS_AFTER;
         return true;
     }
-    size_t keep = final ? 0 : partial_tag(s, n, CLOSE);
-    emit_held(r, true, back_ws(s, n - keep));
+    size_t keep = final ? 0 : rs_partial(s, n, THINK_CLOSE);
+    rs_emit(r, true, rs_back_ws(s, n - keep));
     if (final)
         r->hold.len = 0; /* only trailing whitespace was left */
     return false;
 }
 
 /* Run the state machine over everything held; final = no more text will come. */
-static void run(struct reasoning *r, bool final)
+static void rs_run(struct reasoning *r, bool final)
 {
     for (;;) {
         switch (r->state) {
@@ -128,8 +130,8 @@ static void run(struct reasoning *r, bool final)
             break;
         case RS_LEAD:
         case RS_AFTER: {
-            size_t p = skip_ws(r->hold.p, r->hold.len, 0);
-            consume(r, p);
+            size_t p = rs_skip_ws(r->hold.p, r->hold.len, 0);
+            rs_consume(r, p);
             if (r->hold.len == 0)
                 return;
             r->state = r->state == RS_LEAD ? RS_THINK : RS_CONTENT;
@@ -140,7 +142,7 @@ static void run(struct reasoning *r, bool final)
                 return;
             break;
         default:
-            emit_held(r, false, r->hold.len);
+            rs_emit(r, false, r->hold.len);
             return;
         }
     }
@@ -151,10 +153,10 @@ void reasoning_feed(struct reasoning *r, const char *s, size_t n)
     if (n == 0)
         return;
     resp_buf_put(&r->hold, s, n);
-    run(r, false);
+    rs_run(r, false);
 }
 
 void reasoning_finish(struct reasoning *r)
 {
-    run(r, true);
+    rs_run(r, true);
 }

@@ -52,7 +52,7 @@ struct reply {
 /* Record a stream event, merging with the previous one of the same kind and call. */
 static void event(reply_t *r, enum ev_kind kind, int call, const char *s, size_t n)
 {
-    if (!r->o.stream)
+    if (!r->o.stream || (n == 0 && kind != EV_CALL_START))
         return;
     struct event *last = r->n_ev ? &r->ev[r->n_ev - 1] : NULL;
     bool merge = last && last->kind == kind && last->call == call && kind != EV_CALL_START;
@@ -112,7 +112,7 @@ static void on_toolcall(void *ud, enum toolcall_ev ev, const char *s, size_t n)
 }
 
 /* Content goes through the tool-call parser when it is on. */
-static void put_content(reply_t *r, const char *s, size_t n)
+static void to_content(reply_t *r, const char *s, size_t n)
 {
     if (r->o.tool_calls)
         toolcall_feed(&r->tc, s, n);
@@ -125,7 +125,7 @@ static void on_reasoning(void *ud, bool reasoning, const char *s, size_t n)
 {
     reply_t *r = ud;
     if (!reasoning) {
-        put_content(r, s, n);
+        to_content(r, s, n);
         return;
     }
     resp_buf_put(&r->reasoning, s, n);
@@ -145,10 +145,12 @@ reply_t *reply_create(const struct reply_opts *o)
 
 void reply_feed(reply_t *r, const char *s, size_t n)
 {
+    if (n == 0)
+        return;
     if (r->o.reasoning)
         reasoning_feed(&r->rs, s, n);
     else
-        put_content(r, s, n);
+        to_content(r, s, n);
 }
 
 void reply_finish(reply_t *r)

@@ -360,7 +360,7 @@ void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t i
 /* The shapes llama.cpp's test client asserts (docs section 3): a new index comes with id, type
  * and a non-empty name; "function" never holds an id. */
 void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index,
-                        int64_t call, const char *id, const char *name, const char *args,
+                        int64_t call, const char *id, const char *name, const char *arguments,
                         size_t args_len, const struct resp_toks *toks)
 {
     cJSON *ch, *o = chunk(m, index, &ch);
@@ -374,7 +374,7 @@ void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t i
     cJSON *fn = cJSON_AddObjectToObject(tc, "function");
     if (name)
         cJSON_AddItemToObject(fn, "name", str_n(name, strlen(name)));
-    cJSON_AddItemToObject(fn, "arguments", str_n(args, args_len));
+    cJSON_AddItemToObject(fn, "arguments", str_n(arguments, args_len));
     cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"), tc);
     add_logprobs(ch, m, toks && toks->n ? toks : NULL);
     cJSON_AddNullToObject(ch, "finish_reason");

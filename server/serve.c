@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "cfg.h"      // defines: cfg_load, cfg_get
+#include "chat.h"     // defines: chat_tmpl_create
 #include "device.h"   // defines: dev_cpu_create
 #include "eng.h"      // defines: eng_create, eng_get_stats
 #include "http.h"     // defines: http_start, http_attach
@@ -56,6 +57,7 @@ struct serve {
     struct serve_log log;
     http_t *http;           /* owned, from here down: released by teardown in reverse order */
     struct model *model;
+    chat_tmpl_t *chat;      /* the model's chat template, compiled once */
     struct dev *devs[64];
     int n_dev;
     eng_t *eng;
@@ -245,6 +247,8 @@ static void http_opts_from(const struct cfg *c, struct http_opts *o)
         .queue_full_status = (int)c->queue_full_status,
         .retry_after_s = (int)c->retry_after,
         .n_ctx = c->ctx,
+        .reasoning_format = c->reasoning_format,
+        .allow_forced_output = c->debug_allow_forced_output,
     };
 }
 
@@ -280,6 +284,26 @@ static int load_model(struct serve *s, char *err, size_t errlen)
     if (s->model->hp.n_ctx_train > 0 && c->ctx > s->model->hp.n_ctx_train)
         LOG_W("ctx %lld exceeds the model's training context %lld; quality may drop past it",
               (long long)c->ctx, (long long)s->model->hp.n_ctx_train);
+    return 0;
+}
+
+/* The chat template, compiled once: chat_template_file, else the GGUF's, else ChatML. A syntax
+ * error stops start-up naming the file it came from. */
+static int load_template(struct serve *s, char *err, size_t errlen)
+{
+    const struct cfg *c = s->cfg;
+    int rc = chat_tmpl_create(s->model, c->chat_template_file, &s->chat, err, errlen);
+    if (rc) {
+        bool file = *c->chat_template_file;
+        add_hint(c, file ? "chat_template_file" : "model",
+                 file ? "fix the template file, or set chat_template_file = \"\" to use the "
+                        "model's own"
+                      : "the GGUF's tokenizer.chat_template does not compile; point "
+                        "chat_template_file at a working template",
+                 err, errlen);
+        return rc;
+    }
+    LOG_I("chat template: %s", chat_tmpl_source(s->chat));
     return 0;
 }
 
@@ -354,10 +378,11 @@ static int start(struct serve *s, char *err, size_t errlen)
     }
     LOG_I("listening on %s port %d (loading: /health answers 503 until ready)", c->host,
           http_port(s->http));
-    if ((rc = load_model(s, err, errlen)) || (rc = build_devices(s, err, errlen)) ||
+    if ((rc = load_model(s, err, errlen)) || (rc = load_template(s, err, errlen)) ||
+        (rc = build_devices(s, err, errlen)) ||
         (rc = build_engine(s, err, errlen)))
         return rc;
-    http_attach(s->http, s->eng, s->model);
+    http_attach(s->http, s->eng, s->model, s->chat);
     g_serving = 1;
     char status[512];
     snprintf(status, sizeof status, "serving %s on %s:%d, %lld slots of %lld tokens",
@@ -477,6 +502,7 @@ static void teardown(struct serve *s)
     eng_destroy(s->eng);
     for (int d = 0; d < s->n_dev; d++)
         dev_destroy(s->devs[d]);
+    chat_tmpl_destroy(s->chat);
     model_free(s->model);
 }
 

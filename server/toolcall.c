@@ -418,13 +418,13 @@ static bool parse_whole(struct toolcall *t, const char *s, size_t n)
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
+    const cJSON *arg = cJSON_GetObjectItemCaseSensitive(o, "arguments");
     bool ok = cJSON_IsObject(o) && skip_ws(s, n, (size_t)(end - s)) == n &&
-              cJSON_IsString(name) && (!args || cJSON_IsObject(args) || cJSON_IsString(args)) &&
+              cJSON_IsString(name) && (!arg || cJSON_IsObject(arg) || cJSON_IsString(arg)) &&
               commit(t, name->valuestring, strlen(name->valuestring));
     if (ok) {
-        char *text = cJSON_IsString(args) ? NULL : cJSON_PrintUnformatted(args);
-        const char *a = cJSON_IsString(args) ? args->valuestring : text ? text : "{}";
+        char *text = cJSON_IsString(arg) ? NULL : cJSON_PrintUnformatted(arg);
+        const char *a = cJSON_IsString(arg) ? arg->valuestring : text ? text : "{}";
         call_out(t, TOOLCALL_ARGS, a, strlen(a));
         free(text);
     }
@@ -453,7 +453,7 @@ static bool step_buffer(struct toolcall *t, bool final)
 /* ---- driver ---------------------------------------------------------------------------- */
 
 /* Step until more text is needed; at the end of output settle whatever is still open. */
-static void run(struct toolcall *t, bool final)
+static void tc_run(struct toolcall *t, bool final)
 {
     for (;;) {
         bool more = false;
@@ -480,13 +480,13 @@ static void run(struct toolcall *t, bool final)
     }
 }
 
-void toolcall_init(struct toolcall *t, const cJSON *tools, int max_calls, toolcall_emit_fn emit,
+void toolcall_init(struct toolcall *t, const cJSON *tools, int max_calls, toolcall_emit_fn emit_fn,
                    void *ud)
 {
     memset(t, 0, sizeof *t);
     t->tools = tools;
     t->max_calls = max_calls;
-    t->emit = emit;
+    t->emit = emit_fn;
     t->ud = ud;
 }
 
@@ -495,12 +495,12 @@ void toolcall_feed(struct toolcall *t, const char *s, size_t n)
     if (n == 0)
         return;
     resp_buf_put(t->state == TC_TEXT ? &t->text : &t->call, s, n);
-    run(t, false);
+    tc_run(t, false);
 }
 
 void toolcall_finish(struct toolcall *t)
 {
-    run(t, true);
+    tc_run(t, true);
 }
 
 void toolcall_deinit(struct toolcall *t)

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# tools/bench.sh BUILD_DIR — `make bench`: synthetic models of ~1 GB, deltad bench with 1 and 2
-# threads, medians of 5 runs. Models are generated once into BUILD_DIR/bench-models.
-set -eu
+# tools/bench.sh BUILD_DIR — `make bench`: synthetic qwen35 models (~1 GB Q8_0, ~0.55 GB Q4_K)
+# and a qwen35moe (~1.2 GB Q8_0, 8 of 32 experts routed), each with 1 and 2 threads: prefill of
+# 512 tokens against the in-cache int8 peak, decode at context 128 and 4096 against the
+# bandwidth roofline; medians of 5 repetitions (see server/cmd_bench.c for the method). Each
+# `deltad bench` run prints its own report; the summary table comes last.
+#
+# Models are generated once into BUILD_DIR/bench-models. Knobs (environment):
+#   BENCH_PROMPT (512)  BENCH_GEN (16 tokens per decode repetition)  BENCH_REPS (5)
+#   BENCH_DEPTHS ("128 4096")  BENCH_THREADS ("1 2")  BENCH_MODELS ("q8_0 q4_k moe")
+set -euo pipefail
 B=${1:?usage: tools/bench.sh BUILD_DIR}
 M=$B/bench-models
 mkdir -p "$M"
@@ -10,15 +17,67 @@ gen() { # gen NAME ARGS...
   [ -f "$f" ] || "$B/tools/mkmodel" "$@" -o "$f" >&2
   echo "$f"
 }
-q8=$(gen qwen35-1g-q8_0 --arch qwen35 --preset 1g --type q8_0)
-q4k=$(gen qwen35-1g-q4_k --arch qwen35 --preset 1g --type q4_k)
-moe=$(gen qwen35moe-1g-q8_0 --arch qwen35moe --preset moe-1g --type q8_0)
-for model in "$q8" "$q4k" "$moe"; do
-  for t in 1 2; do
-    for depth in 128 ${BENCH_DEEP:+4096}; do
-      echo "== $(basename "$model") threads=$t depth=$depth"
-      "$B/deltad" bench -m "$model" -t "$t" -p "${BENCH_PROMPT:-512}" -n "${BENCH_GEN:-32}" \
-        -d "$depth" -r "${BENCH_REPS:-5}"
+model_file() {
+  case $1 in
+    q8_0) gen qwen35-1g-q8_0 --arch qwen35 --preset 1g --type q8_0 ;;
+    q4_k) gen qwen35-1g-q4_k --arch qwen35 --preset 1g --type q4_k ;;
+    moe) gen qwen35moe-1g-q8_0 --arch qwen35moe --preset moe-1g --type q8_0 ;;
+    *) echo "bench.sh: unknown model '$1'" >&2; exit 2 ;;
+  esac
+}
+prompt=${BENCH_PROMPT:-512} ngen=${BENCH_GEN:-16} reps=${BENCH_REPS:-5}
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+start=$(date +%s)
+for name in ${BENCH_MODELS:-q8_0 q4_k moe}; do
+  model=$(model_file "$name")
+  for t in ${BENCH_THREADS:-1 2}; do
+    first=1
+    for depth in ${BENCH_DEPTHS:-128 4096}; do
+      # the prefill is measured once per model and thread count, with the first depth
+      p=1; [ $first = 1 ] && p=$prompt
+      echo "== $(basename "$model") threads=$t prefill=$p depth=$depth"
+      out=$("$B/deltad" bench -m "$model" -t "$t" -p "$p" -n "$ngen" -d "$depth" -r "$reps")
+      echo "$out"
+      echo "$out" | sed -n "s/^result /name=$name first=$first /p" >>"$results"
+      first=0
     done
   done
 done
+
+echo
+echo "== summary: medians of $reps runs; decode $ngen tokens per run; $(( $(date +%s) - start )) s"
+awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
+  return ""
+}
+BEGIN {
+  printf "%-6s %3s | %9s %6s %7s | %6s %9s %8s %6s %6s %7s\n", "model", "thr", "prefill", "%peak",
+         "peak", "depth", "decode", "roofline", "%roof", "MiB/t", "triad"
+  printf "%-6s %3s | %9s %6s %7s | %6s %9s %8s %6s %6s %7s\n", "", "", "tok/s", "", "GOP/s", "",
+         "tok/s", "tok/s", "", "", "GB/s"
+}
+{
+  pre = "-"; pct = "-"; pk = "-"
+  if (kv($0, "first") == 1) {
+    pre = sprintf("%.1f", kv($0, "pp_tok")); pct = sprintf("%.1f", kv($0, "pp_pct"))
+    pk = sprintf("%.0f", kv($0, "peak_gops"))
+  }
+  printf "%-6s %3s | %9s %6s %7s | %6s %9.2f %8.2f %6.1f %6.0f %7.1f\n", kv($0, "name"),
+         kv($0, "threads"), pre, pct, pk, kv($0, "depth"), kv($0, "tg_tok"), kv($0, "roof_tok"),
+         kv($0, "roof_pct"), kv($0, "mib_tok"), kv($0, "bw_gbs")
+  if (kv($0, "threads") == 1)
+    cpu = cpu sprintf("%-6s   1 | %9s %6s %7s | %6s %9.2f %8s %6.1f\n", kv($0, "name"),
+                      kv($0, "first") == 1 ? sprintf("%.1f", kv($0, "pp_tok_cpu")) : "-",
+                      kv($0, "first") == 1 ? sprintf("%.1f", kv($0, "pp_pct_cpu")) : "-", "",
+                      kv($0, "depth"), kv($0, "tg_tok_cpu"), "", kv($0, "roof_pct_cpu"))
+}
+END {
+  if (cpu != "") {
+    print ""
+    print "one thread, rates by CPU time (leaves out time the thread was not running):"
+    printf "%s", cpu
+  }
+}' "$results"

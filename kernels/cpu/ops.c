@@ -1,17 +1,34 @@
 /*
- * ops — f32 leaf operations of the forward pass (see ops.h for the contracts).
+ * ops — f32 leaf operations of the forward pass (see ops.h for the contracts): the scalar
+ * reference of every op, and the dispatch to the AVX-512 versions (ops_avx512.c).
  *
  * Numerics follow docs/models.md section 5 in f32 with the sequential order of the gated delta
  * rule that llama.cpp runs (decay, read, delta, update, read-out). Accumulations that feed a
  * normalisation use double to keep batch and token-by-token results within 1e-6.
+ *
+ * Dispatch: each public kop_* tests kq_isa_active() once per call (a relaxed atomic load) and
+ * either runs the AVX-512 version or falls through to the reference below it.
  */
 #include "ops.h" // defines: kop_*
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
+
+#include "ops_impl.h" // defines: kop__avx512_*
+#include "quant.h"    // defines: kq_isa_active
+
+static bool use_avx512(void)
+{
+    return kq_isa_active() == KQ_ISA_AVX512;
+}
 
 void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 {
+    if (use_avx512()) {
+        kop__avx512_rmsnorm(x, w, y, n, eps);
+        return;
+    }
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
@@ -27,6 +44,10 @@ void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
 
 void kop_l2norm(float *x, int64_t n, float eps)
 {
+    if (use_avx512()) {
+        kop__avx512_l2norm(x, n, eps);
+        return;
+    }
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
@@ -36,29 +57,76 @@ void kop_l2norm(float *x, int64_t n, float eps)
         x[i] *= inv;
 }
 
-void kop_rope_neox(float *x, int64_t n_rot, int64_t pos, float base)
+void kop_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float eps)
+{
+    if (use_avx512()) {
+        kop__avx512_rmsnorm_gate(x, w, z, n, eps);
+        return;
+    }
+    kop_rmsnorm(x, w, x, n, eps);
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= kop_silu(z[i]);
+}
+
+void kop_rope_table(int64_t n_rot, int64_t pos, float base, float *cs)
 {
     const int64_t half = n_rot / 2;
     for (int64_t i = 0; i < half; i++) {
         /* theta computed in double: positions up to 10^6 keep ~1e-9 relative phase error */
         double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
-        float c = (float)cos(theta), s = (float)sin(theta);
+        cs[i] = (float)cos(theta);
+        cs[half + i] = (float)sin(theta);
+    }
+}
+
+void kop_rope_neox_cs(float *x, int64_t n_rot, const float *cs)
+{
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float c = cs[i], s = cs[half + i];
         float a = x[i], b = x[i + half];
         x[i] = a * c - b * s;
         x[i + half] = a * s + b * c;
     }
 }
 
+void kop_rope_neox(float *x, int64_t n_rot, int64_t pos, float base)
+{
+    float cs[512]; /* n_rot <= head_dim <= 512 is checked at model load */
+    kop_rope_table(n_rot, pos, base, cs);
+    kop_rope_neox_cs(x, n_rot, cs);
+}
+
 void kop_swiglu(float *restrict g, const float *restrict u, int64_t n)
 {
+    if (use_avx512()) {
+        kop__avx512_swiglu(g, u, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         g[i] = kop_silu(g[i]) * u[i];
+}
+
+void kop_mul_sigmoid(float *restrict x, const float *restrict g, int64_t n)
+{
+    if (use_avx512()) {
+        kop__avx512_mul_sigmoid(x, g, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= kop_sigmoid(g[i]);
 }
 
 void kop_axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
+}
+
+void kop_add(float *restrict y, const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 static float dotf(const float *restrict a, const float *restrict b, int64_t n)
@@ -79,6 +147,10 @@ static float dotf(const float *restrict a, const float *restrict b, int64_t n)
 void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride,
                    int64_t n_kv, int64_t d, float scale, float *scratch, float *out)
 {
+    if (use_avx512() && d % 16 == 0) {
+        kop__avx512_attn_group(q, 0, 1, k, v, kv_stride, n_kv, d, scale, scratch, out, 0);
+        return;
+    }
     float mx = -INFINITY;
     for (int64_t s = 0; s < n_kv; s++) {
         scratch[s] = dotf(q, k + s * kv_stride, d) * scale;
@@ -96,6 +168,20 @@ void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_st
         kop_axpy(out, scratch[s] * inv, v + s * kv_stride, d);
 }
 
+void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
+                    const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
+                    float *scratch, float *out, int64_t out_stride)
+{
+    if (use_avx512() && d % 16 == 0 && n_q <= 64) {
+        kop__avx512_attn_group(q, q_stride, n_q, k, v, kv_stride, n_kv, d, scale, scratch, out,
+                               out_stride);
+        return;
+    }
+    for (int64_t g = 0; g < n_q; g++)
+        kop_attn_head(q + g * q_stride, k, v, kv_stride, n_kv, d, scale, scratch,
+                      out + g * out_stride);
+}
+
 /* Input row t of the virtual matrix [state ; u] (t < K-1 reads the state). */
 static inline const float *conv_row(const float *state, const float *u, int64_t C, int64_t K,
                                     int64_t t)
@@ -106,6 +192,10 @@ static inline const float *conv_row(const float *state, const float *u, int64_t 
 void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t T, int64_t C,
                      int64_t K, int64_t c0, int64_t c1, float *y)
 {
+    if (use_avx512() && K <= 16) {
+        kop__avx512_conv1d_silu(state, u, w, T, C, K, c0, c1, y);
+        return;
+    }
     for (int64_t t = 0; t < T; t++) {
         float *yt = y + t * C;
         for (int64_t c = c0; c < c1; c++)
@@ -141,6 +231,10 @@ void kop_gdn_step(float *M, const float *M_in, const float *restrict q,
                   const float *restrict k, const float *restrict v, float decay, float beta,
                   float scale, int64_t S, float *restrict out)
 {
+    if (use_avx512() && S % 16 == 0) {
+        kop__avx512_gdn_step(M, M_in, q, k, v, decay, beta, scale, S, out);
+        return;
+    }
     float kM[256], delta[256]; /* S <= 256 is checked at model load */
     for (int64_t j = 0; j < S; j++)
         kM[j] = 0.0f;

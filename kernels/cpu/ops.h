@@ -1,11 +1,13 @@
 /*
  * ops — the f32 leaf operations of the forward pass other than matmul (see quant.h): norms,
  * RoPE, activations, attention over a KV run, causal conv1d with state, and the gated delta
- * rule. Scalar reference code written for clarity first; the compiler vectorises the inner
- * loops (contiguous, restrict-qualified).
+ * rule. Each has a scalar reference in ops.c, written for clarity; the hot ones also have an
+ * AVX-512 version (ops_avx512.c) that runs when kq_isa_active() is KQ_ISA_AVX512, so tests
+ * compare the two by forcing the ISA (kq_isa_force). The versions differ only in float
+ * summation order and in exp (a polynomial within 2 ulp of expf).
  *
  * Layer: kernels. Raw pointers and sizes only. All functions are pure and thread-safe on
- * disjoint outputs; callers split work (rows, heads) across threads.
+ * disjoint outputs; callers split work (rows, heads, channels) across threads. None allocates.
  */
 #ifndef DELTAD_OPS_H
 #define DELTAD_OPS_H
@@ -16,10 +18,17 @@
 void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 /* x[0..n) /= max(||x||_2, eps), in place. */
 void kop_l2norm(float *x, int64_t n, float eps);
+/* The gated norm of a GDN head: x = rmsnorm(x) * w * silu(z), in place (w not NULL). */
+void kop_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float eps);
 
 /* NEOX RoPE on the first n_rot dims of one head of dim head_dim, in place: pairs (i, i+n_rot/2).
  * theta_i = pos * base^(-2i/n_rot). */
 void kop_rope_neox(float *x, int64_t n_rot, int64_t pos, float base);
+/* The rotation of one position as a table cs [n_rot]: cos theta_i at i, sin theta_i at
+ * n_rot/2 + i (computed exactly as kop_rope_neox does), and the rotation from the table, so
+ * the heads of a token share one table. kop_rope_neox_cs(x, n_rot, cs) == kop_rope_neox. */
+void kop_rope_table(int64_t n_rot, int64_t pos, float base, float *cs);
+void kop_rope_neox_cs(float *x, int64_t n_rot, const float *cs);
 
 static inline float kop_sigmoid(float x)
 {
@@ -36,8 +45,12 @@ static inline float kop_softplus(float x)
 
 /* g[i] = silu(g[i]) * u[i] for i < n (SwiGLU), in place in g. */
 void kop_swiglu(float *g, const float *u, int64_t n);
+/* x[i] *= sigmoid(g[i]) for i < n (the output gate of gated attention). */
+void kop_mul_sigmoid(float *x, const float *g, int64_t n);
 /* y[i] += a * x[i]. */
 void kop_axpy(float *y, float a, const float *x, int64_t n);
+/* y[i] += x[i]. */
+void kop_add(float *y, const float *x, int64_t n);
 
 /*
  * One query head against a run of n_kv cached positions (causal masking is the caller's: pass
@@ -46,12 +59,21 @@ void kop_axpy(float *y, float a, const float *x, int64_t n);
  */
 void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride,
                    int64_t n_kv, int64_t d, float scale, float *scratch, float *out);
+/*
+ * kop_attn_head for n_q query heads that share one K/V head (grouped-query attention): head g
+ * reads q + g * q_stride and writes out + g * out_stride; scratch [n_q * n_kv]. Each K/V row is
+ * read once for the whole group. Every head's result is what kop_attn_head computes for it on
+ * the same ISA (the same per-head arithmetic), whatever n_q is.
+ */
+void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
+                    const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
+                    float *scratch, float *out, int64_t out_stride);
 
 /*
  * Depthwise causal conv over T tokens for channels [c0, c1) of C, with SiLU.
  * state [(K-1) x C] holds the previous K-1 inputs (oldest first, row-major by time); u [T x C]
  * inputs; w [C x K] taps (channel-major as in GGUF ne [K, C]: w[c*K + j], tap K-1 = current);
- * y [T x C] outputs. The state is NOT updated here (see kop_conv_state_update).
+ * y [T x C] outputs. The state is NOT updated here (see kop_conv_state_window).
  */
 void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t T, int64_t C,
                      int64_t K, int64_t c0, int64_t c1, float *y);

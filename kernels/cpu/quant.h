@@ -71,6 +71,12 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  * W rows are w_stride bytes apart (normally kq_row_bytes(w, n)); activation rows act_stride
  * bytes apart (normally kq_act_row_bytes(w, n)). nt == 1 is the decode (matrix-vector) path.
  * The caller (the CPU device) splits [0, rows) across threads.
+ *
+ * Which kernel runs (and so the float summation order of an output) depends on the type, nt
+ * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
+ * its block of 4: decode (nt == 1) has its own kernels; on AVX-512 nt >= 8 of Q8_0 / Q4_0 /
+ * Q4_K runs a packed kernel whose every output depends only on its row and token. The
+ * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);

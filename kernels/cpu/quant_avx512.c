@@ -521,6 +521,363 @@ static void decode_prepared(enum kq_type wt, int64_t n, const uint8_t *W, size_t
                              : prep_dot(KQ_Q4_0, n / KQ__QK, W + r * ws, p);
 }
 
+/*
+ * Q4_K decode with a prepared activation. The tile kernel spends most of a super-block's
+ * instructions on unpacking (32-byte halves, per-step scale permutes, the scale bytes' bit
+ * fields in vector registers). Here, per super-block: two 64-byte loads give all 256 levels as
+ * four vectors of low / high nibbles, i.e. sub-blocks (0|2), (1|3), (4|6), (5|7); the
+ * activation is rearranged once per call into the same order; the 6-bit scales and mins are
+ * unpacked in general-purpose registers (kq__unpack_scales) and spread to the int16 lanes with
+ * one vpermw per vector. Sums as in ksb: q . a with vpmaddubsw, times the scale with
+ * vpdpwssd, the min term from the activation's 32-element sums.
+ */
+struct prep_k {
+    _Alignas(64) int8_t qs[PREP_MAX_N]; /* per super-block: a[0..31] a[64..95] a[32..63] ... */
+    int16_t b32[PREP_MAX_N / KQ__QK_K][8]; /* sums of each 32 levels */
+    float d[PREP_MAX_N / KQ__QK_K];
+};
+
+static _Thread_local struct prep_k prep_k_tls;
+
+static void prep_act_q8_k(const struct kq__q8_k *a, int64_t nsb, struct prep_k *p)
+{
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const int8_t *q = a[ib].qs;
+        int8_t *o = p->qs + KQ__QK_K * ib;
+        for (int h = 0; h < 2; h++) { /* vector 2h: sub-blocks 4h, 4h + 2; 2h + 1: 4h + 1, 4h + 3 */
+            _mm512_store_si512(o + 128 * h, load_2x32(q + 128 * h, q + 128 * h + 64));
+            _mm512_store_si512(o + 128 * h + 64, load_2x32(q + 128 * h + 32, q + 128 * h + 96));
+        }
+        for (int j = 0; j < 8; j++)
+            p->b32[ib][j] = (int16_t)(a[ib].bsums[2 * j] + a[ib].bsums[2 * j + 1]);
+        p->d[ib] = a[ib].d;
+    }
+}
+
+/* int16 lanes: scale word lo of sc in the first 16, word hi in the rest. */
+INLINE __m512i spread_scales(__m512i sc, short lo, short hi)
+{
+    return _mm512_permutexvar_epi16(split16(lo, hi), sc);
+}
+
+static float q4_k_dot_prepared(const struct kq__q4_k *w, int64_t nsb, const struct prep_k *p)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const struct kq__q4_k *b = &w[ib];
+        uint64_t sc, mn;
+        kq__unpack_scales(b->scales, &sc, &mn);
+        const __m512i scv = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        const __m512i v0 = _mm512_loadu_si512(b->qs), v1 = _mm512_loadu_si512(b->qs + 64);
+        const int8_t *a = p->qs + KQ__QK_K * ib;
+        __m512i i0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                         _mm512_maddubs_epi16(_mm512_and_si512(v0, m4), _mm512_load_si512(a)),
+                                         spread_scales(scv, 0, 2));
+        __m512i i1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                         _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+                                                              _mm512_load_si512(a + 64)),
+                                         spread_scales(scv, 1, 3));
+        i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(_mm512_and_si512(v1, m4), _mm512_load_si512(a + 128)),
+                                 spread_scales(scv, 4, 6));
+        i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+                                                          _mm512_load_si512(a + 192)),
+                                 spread_scales(scv, 5, 7));
+        const __m128i mt = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)),
+                                          _mm_loadu_si128((const void *)p->b32[ib]));
+        uint32_t ddmin; /* d and dmin, adjacent f16, converted together */
+        memcpy(&ddmin, &b->d, 4);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin)), _mm_set1_ps(p->d[ib]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_broadcastss_ps(dd), acc);
+        accm = _mm512_fmadd_ps(_mm512_castps128_ps512(_mm_cvtepi32_ps(mt)),
+                               _mm512_broadcastss_ps(_mm_movehdup_ps(dd)), accm);
+    }
+    return _mm512_reduce_add_ps(acc) - _mm512_mask_reduce_add_ps(0x000f, accm);
+}
+
+/* Rows [r0, r1) of Q4_K weights against one token: prepare, then stream the rows. */
+static void decode_q4_k(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
+                        const void *act, float *y)
+{
+    struct prep_k *p = &prep_k_tls;
+    prep_act_q8_k(act, n / KQ__QK_K, p);
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = q4_k_dot_prepared((const struct kq__q4_k *)(W + r * ws), n / KQ__QK_K, p);
+}
+
+/* ================================ prefill with packed groups ================================ */
+
+/*
+ * Prefill (many tokens) of Q8_0 / Q4_0 weights. The tile kernels above spend three multiply-
+ * class instructions per vpdpbusd, because each vector of products mixes two blocks that need
+ * their own scales. Here a group of 16 blocks is packed lane-wise: dword k (elements 4k..4k+3)
+ * of block b goes to lane b of vector k, so 8 vpdpbusd give the group's 16 exact integer block
+ * dots, and one conversion, one scale product and one FMA finish all 16.
+ *   activations: u8 = a + 128 (in registers, reused by every row), f32 block scales
+ *   weights:     s8 (Q4_0: q - 8) as vpdpbusd's memory operand, f32 block scales, and the
+ *                correction -128 * sum(w) per block that takes the +128 back out exactly
+ * Q4_K runs the same way with its 32-element sub-blocks as the blocks (two super-blocks per
+ * group): levels 0..15, scale d * sc_j, and the min term dmin * m_j * sum(a) per sub-block
+ * from the Q8_K activation's block sums; one more FMA per group.
+ * Each thread packs a chunk of tokens' activations once, then each block of R rows once per
+ * chunk, and runs R rows against one token at a time. A row's arithmetic (its chain of groups)
+ * depends on nothing but its own data: not on R, the token count or the thread split.
+ * Lanes of a last, partial group read as zero blocks.
+ */
+#define PK_MIN_T 8          /* fewer tokens: the tile kernels (packing would not pay) */
+#define PK_MAX_GROUPS 128   /* n <= 65536 */
+#define PK_R 8              /* rows per kernel call at most */
+#define PK_ACT_BYTES (256u << 10)
+#define PK_W_BYTES (40u << 10) /* a block of packed rows should stay in L1 */
+
+struct pk_act {
+    __m512i q[8]; /* u8 levels + 128 */
+    __m512 d;     /* block scales */
+    __m512 s;     /* Q4_K: block sums times the scale */
+};
+struct pk_w {
+    __m512i q[8]; /* s8 levels */
+    __m512 d;     /* block scales (Q4_K: d * sub-block scale) */
+    __m512i corr; /* -128 * sum of the block's levels */
+    __m512 mn;    /* Q4_K: dmin * sub-block min */
+};
+
+static _Thread_local struct pk_act pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_act)];
+static _Thread_local struct pk_w pk_w_tls[PK_MAX_GROUPS > PK_W_BYTES / sizeof(struct pk_w)
+                                              ? PK_MAX_GROUPS
+                                              : PK_W_BYTES / sizeof(struct pk_w)];
+
+/* Lane b: block first + b of a row of nb blocks of `bytes` each; lanes past nb are off. */
+INLINE __mmask16 pk_lanes(int64_t first, int64_t nb)
+{
+    return nb - first >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - first)) - 1);
+}
+
+INLINE __m512i pk_gather(__mmask16 m, __m512i idx, const uint8_t *base, int off)
+{
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m,
+                                       _mm512_add_epi32(idx, _mm512_set1_epi32(off)), base, 1);
+}
+
+/* The f16 scales at offset 0 of each lane's block, as f32. */
+INLINE __m512 pk_scales(__mmask16 m, __m512i idx, const uint8_t *base)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pk_gather(m, idx, base, 0)));
+}
+
+/*
+ * The levels of a group of 16 Q8_0 blocks (first, first + 1, .. of a row of nb), packed: v[k]
+ * lane b = dword k of block b. Loaded two blocks per vector (lanes 0-7, 8-15), then three
+ * rounds of two-source permutes, each taking the even and the odd dwords of a register pair
+ * (r, r + 2^s), turn 8 x (2 blocks x 8 dwords) into 8 x (16 blocks x 1 dword).
+ */
+INLINE void pk_transpose(__m512i v[8]);
+
+INLINE void pk_levels_q8_0(const struct kq__q8_0 *row, int64_t first, int64_t nb, __m512i v[8])
+{
+    for (int i = 0; i < 8; i++) {
+        const int64_t b = first + 2 * i;
+        v[i] = b >= nb ? _mm512_setzero_si512()
+                       : load_2x32(row[b].qs, b + 1 < nb ? row[b + 1].qs : NULL);
+    }
+    pk_transpose(v);
+}
+
+/* Group g of a Q8_0 activation row of nb blocks. */
+static void pk_pack_act(const struct kq__q8_0 *row, int64_t nb, int64_t g, struct pk_act *o)
+{
+    const __mmask16 m = pk_lanes(16 * g, nb);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(struct kq__q8_0)));
+    __m512i v[8];
+    pk_levels_q8_0(row, 16 * g, nb, v);
+    for (int k = 0; k < 8; k++)
+        o->q[k] = _mm512_xor_si512(v[k], _mm512_set1_epi8((char)0x80));
+    o->d = pk_scales(m, idx, (const uint8_t *)(row + 16 * g));
+}
+
+/* Group g of a Q8_0 or Q4_0 weight row of nb blocks (Q4_0 gathers its nibbles). */
+static void pk_pack_w(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, struct pk_w *o)
+{
+    const size_t bb = wt == KQ_Q8_0 ? sizeof(struct kq__q8_0) : sizeof(struct kq__q4_0);
+    const __mmask16 m = pk_lanes(16 * g, nb);
+    const uint8_t *base = row + 16 * g * bb;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)bb));
+    if (wt == KQ_Q8_0)
+        pk_levels_q8_0((const struct kq__q8_0 *)row, 16 * g, nb, o->q);
+    for (int k = 0; k < 8 && wt == KQ_Q4_0; k++) {
+        /* elements 4k..4k+3: low nibbles of qs[4k..] for k < 4, high ones after */
+        __m512i q = pk_gather(m, idx, base, 2 + 4 * (k & 3));
+        q = _mm512_and_si512(k < 4 ? q : _mm512_srli_epi32(q, 4), _mm512_set1_epi8(15));
+        o->q[k] = _mm512_maskz_mov_epi32(m, _mm512_sub_epi8(q, _mm512_set1_epi8(8))); /* pads: 0 */
+    }
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++)
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
+    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+    o->d = pk_scales(m, idx, base);
+}
+
+/* The three rounds of pk_levels_q8_0 on v[0..7], each two blocks (lanes 0-7, 8-15). */
+INLINE void pk_transpose(__m512i v[8])
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    UNROLL for (int st = 0; st < 3; st++)
+        UNROLL for (int r = 0; r < 8; r++) {
+            if (r & (1 << st))
+                continue;
+            const __m512i a = v[r], b = v[r | 1 << st];
+            v[r] = _mm512_permutex2var_epi32(a, ev, b);
+            v[r | 1 << st] = _mm512_permutex2var_epi32(a, od, b);
+        }
+}
+
+/* Group g (super-blocks 2g, 2g + 1) of a Q8_K activation row of nsb super-blocks. */
+static void pk_pack_act_q8_k(const struct kq__q8_k *row, int64_t nsb, int64_t g, struct pk_act *o)
+{
+    const bool two = 2 * g + 1 < nsb;
+    const struct kq__q8_k *b0 = &row[2 * g], *b1 = two ? &row[2 * g + 1] : NULL;
+    for (int i = 0; i < 8; i++) { /* sub-blocks 2i, 2i + 1: 64 contiguous levels */
+        const struct kq__q8_k *b = i < 4 ? b0 : b1;
+        o->q[i] = b ? _mm512_loadu_si512(b->qs + 64 * (i & 3)) : _mm512_setzero_si512();
+    }
+    pk_transpose(o->q);
+    for (int k = 0; k < 8; k++)
+        o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
+    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(b0->d), _mm256_set1_ps(two ? b1->d : 0.0f), 1);
+    const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b0->bsums), _mm256_set1_epi16(1));
+    const __m256i s1 = two ? _mm256_madd_epi16(_mm256_loadu_si256((const void *)b1->bsums), _mm256_set1_epi16(1))
+                           : _mm256_setzero_si256();
+    o->d = d;
+    o->s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1)), d);
+}
+
+/* Group g (super-blocks 2g, 2g + 1) of a Q4_K weight row of nsb super-blocks. */
+static void pk_pack_w_q4_k(const struct kq__q4_k *row, int64_t nsb, int64_t g, struct pk_w *o)
+{
+    float d[16], mn[16];
+    for (int h = 0; h < 2; h++) {
+        const int64_t ib = 2 * g + h;
+        for (int i = 0; i < 4; i++) { /* step i: sub-block 2i low nibbles, 2i + 1 high ones */
+            const __m256i v = ib < nsb ? _mm256_loadu_si256((const void *)(row[ib].qs + 32 * i))
+                                       : _mm256_setzero_si256();
+            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+            o->q[4 * h + i] = _mm512_and_si512(q, _mm512_set1_epi8(15));
+        }
+        uint64_t sc = 0, m = 0;
+        float dd = 0.0f, dmin = 0.0f;
+        if (ib < nsb) {
+            kq__unpack_scales(row[ib].scales, &sc, &m);
+            dd = h2f(row[ib].d), dmin = h2f(row[ib].dmin);
+        }
+        for (int j = 0; j < 8; j++) {
+            d[8 * h + j] = dd * (float)((sc >> (8 * j)) & 0xff);
+            mn[8 * h + j] = dmin * (float)((m >> (8 * j)) & 0xff);
+        }
+    }
+    pk_transpose(o->q);
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++)
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
+    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+    o->d = _mm512_loadu_ps(d);
+    o->mn = _mm512_loadu_ps(mn);
+}
+
+/* y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token. */
+INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
+                      float *y)
+{
+    __m512 acc[PK_R];
+    UNROLL for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const struct pk_act *a = &A[g];
+        __m512i av[8];
+        UNROLL for (int k = 0; k < 8; k++)
+            av[k] = _mm512_load_si512(&a->q[k]);
+        UNROLL for (int r = 0; r < R; r++) {
+            const struct pk_w *w = &W[r * G + g];
+            __m512i s = _mm512_load_si512(&w->corr);
+            UNROLL for (int k = 0; k < 8; k++)
+                s = _mm512_dpbusd_epi32(s, av[k], _mm512_load_si512(&w->q[k]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w->d, a->d), acc[r]);
+            if (kq)
+                acc[r] = _mm512_fnmadd_ps(w->mn, a->s, acc[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* The row counts pk_kernel is compiled for; any other count runs as several calls. */
+static void pk_rows(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
+                    float *y, int64_t ys)
+{
+    float out[PK_R];
+    if (kq && R == 8)
+        pk_kernel(true, 8, G, W, A, out);
+    else if (kq && R == 4)
+        pk_kernel(true, 4, G, W, A, out);
+    else if (kq)
+        for (int r = 0; r < R; r++)
+            pk_kernel(true, 1, G, W + r * G, A, out + r);
+    else if (R == 8)
+        pk_kernel(false, 8, G, W, A, out);
+    else if (R == 4)
+        pk_kernel(false, 4, G, W, A, out);
+    else
+        for (int r = 0; r < R; r++)
+            pk_kernel(false, 1, G, W + r * G, A, out + r);
+    for (int r = 0; r < R; r++)
+        y[r * ys] = out[r];
+}
+
+/* Same contract as kq_matmul for Q8_0 / Q4_0 / Q4_K weights and nt >= PK_MIN_T; false when n
+ * is 0 or too long for the packing buffers (the caller then uses the tiles). */
+static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                          int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
+                          int64_t ys)
+{
+    const bool kq = wt == KQ_Q4_K;
+    const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
+    const int64_t G = kq ? (nb + 1) / 2 : (nb + 15) / 16;
+    if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
+        return false;
+    int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_act)) / G;
+    int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_w)) / G;
+    R = R >= 8 ? 8 : R >= 4 ? 4 : R >= 2 ? 2 : 1;
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t g = 0; g < G; g++) {
+                struct pk_act *o = &pk_act_tls[(t - t0) * G + g];
+                if (kq)
+                    pk_pack_act_q8_k((const struct kq__q8_k *)(act + t * as), nb, g, o);
+                else
+                    pk_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, o);
+            }
+        for (int64_t r = r0; r < r1; r += R) {
+            const int rr = (int)(r1 - r < R ? r1 - r : R);
+            for (int i = 0; i < rr; i++)
+                for (int64_t g = 0; g < G; g++) {
+                    struct pk_w *o = &pk_w_tls[i * G + g];
+                    if (kq)
+                        pk_pack_w_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), nb, g, o);
+                    else
+                        pk_pack_w(wt, W + (r + i) * ws, nb, g, o);
+                }
+            for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
+                pk_rows(kq, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r, 1);
+        }
+    }
+    return true;
+}
+
 /* ================================ activation quantisers ===================================== */
 
 /* nb Q8_0 blocks from x [32 nb]; the same arithmetic as the scalar reference, step by step
@@ -573,9 +930,9 @@ bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t 
 /* The asm barrier keeps the compiler from hoisting the loop-invariant operands' work. */
 int64_t kq__avx512_peak(bool int8, int64_t n_iter)
 {
-    __m512i ia[12];
-    __m512 fa[12];
-    UNROLL for (int k = 0; k < 12; k++) {
+    __m512i ia[24];
+    __m512 fa[24];
+    UNROLL for (int k = 0; k < 24; k++) {
         ia[k] = _mm512_set1_epi32(k);
         fa[k] = _mm512_set1_ps((float)k);
     }
@@ -583,19 +940,19 @@ int64_t kq__avx512_peak(bool int8, int64_t n_iter)
     __m512 u = _mm512_set1_ps(0.999f), v = _mm512_set1_ps(1e-3f);
     for (int64_t i = 0; i < n_iter; i++) {
         if (int8) {
-            UNROLL for (int k = 0; k < 12; k++)
+            UNROLL for (int k = 0; k < 24; k++)
                 ia[k] = _mm512_dpbusd_epi32(ia[k], x, z);
         } else {
-            UNROLL for (int k = 0; k < 12; k++)
+            UNROLL for (int k = 0; k < 24; k++)
                 fa[k] = _mm512_fmadd_ps(fa[k], u, v);
         }
         __asm__ volatile("" : "+v"(x), "+v"(z), "+v"(u), "+v"(v));
     }
     volatile int sink = 0;
-    UNROLL for (int k = 0; k < 12; k++)
+    UNROLL for (int k = 0; k < 24; k++)
         sink += _mm512_reduce_add_epi32(ia[k]) + (int)_mm512_reduce_add_ps(fa[k]);
     (void)sink;
-    return n_iter * 12 * (int8 ? 64 : 16);
+    return n_iter * 24 * (int8 ? 64 : 16);
 }
 
 /* 4 x 4 tiles measured best for prefill across types (32 zmm registers; 2 x 4 and 4 x 2 lose). */
@@ -608,6 +965,13 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
         decode_prepared(w, n, W, w_stride, r0, r1, act, y);
         return true;
     }
+    if (nt == 1 && w == KQ_Q4_K && n <= PREP_MAX_N) {
+        decode_q4_k(n, W, w_stride, r0, r1, act, y);
+        return true;
+    }
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
+        packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
+        return true;
     switch (w) {
     case KQ_F32: ts = &f32_tiles; break;
     case KQ_F16: ts = &f16_tiles; break;

@@ -124,9 +124,9 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
 bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
 
 /*
- * Peak loops for kq_peak_ops: n_iter rounds of 12 independent accumulator chains of the inner
- * product instruction (int8: vpdpbusd / vpmaddubsw + vpmaddwd; f32: FMA), in registers. Return
- * the multiply-adds performed.
+ * Peak loops for kq_peak_ops: n_iter rounds of independent accumulator chains (24 on AVX-512,
+ * 12 on AVX2: enough to cover latency x throughput) of the inner product instruction (int8:
+ * vpdpbusd / vpmaddubsw + vpmaddwd; f32: FMA), in registers. Return the multiply-adds done.
  */
 int64_t kq__avx512_peak(bool int8, int64_t n_iter);
 int64_t kq__avx2_peak(bool int8, int64_t n_iter);

@@ -71,13 +71,18 @@ static int utf8_ok(const char *s, size_t n)
 }
 
 /* The streaming detokenizer over ids: valid UTF-8 chunk by chunk; the text back when the
- * input was valid UTF-8 (returns the byte count produced). */
+ * input was valid UTF-8. */
 static void check_stream(const tok_t *t, const int32_t *ids, int64_t n, const char *text,
                          size_t len)
 {
     struct tok_stream s;
     tok_stream_init(&s);
-    size_t cap = len + 64 * (size_t)n + 64, at = 0;
+    size_t cap = 64, at = 0; /* every byte may become a 3-byte U+FFFD */
+    for (int64_t i = 0; i < n; i++) {
+        size_t plen = 0;
+        tok_piece(t, ids[i], &plen);
+        cap += 3 * plen + 3;
+    }
     char *out = malloc(cap);
     for (int64_t i = 0; i < n; i++) {
         size_t plen = 0;

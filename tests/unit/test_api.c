@@ -9,15 +9,17 @@
 
 #include <unistd.h>
 
-#include "api.c"  // the module under test (statics reachable)
-#include "chat.c" // rendering and message validation
-#include "json.c" // body guards, UTF-8
+#include "server_srcs.h" // api.c, api_chat.c, chat.c (statics reachable), their dependencies
 
 static struct model *g_model;
 
 static struct api_ctx ctx(void)
 {
-    return (struct api_ctx){g_model, 256, 4, 0, 16};
+    return (struct api_ctx){.model = g_model,
+                            .n_ctx = 256,
+                            .n_slots = 4,
+                            .max_tokens_default = 0,
+                            .max_json_depth = 16};
 }
 
 /* Parse a chat body; returns the api_parse status and leaves *e set on failure. */
@@ -202,7 +204,7 @@ TEST(chatml_render_and_spans)
     cJSON *kw = cJSON_Parse("{\"enable_thinking\":false}");
     struct chat_prompt p;
     char err[128];
-    CHECK_EQ(chat_render(g_model, msgs, NULL, kw, true, &p, err, sizeof err), 0);
+    CHECK_EQ(chat_render(NULL, msgs, NULL, kw, true, &p, err, sizeof err), 0);
     CHECK_STR_EQ(p.text, "<|im_start|>system\nBe brief.<|im_end|>\n"
                          "<|im_start|>user\nHi there<|im_end|>\n"
                          "<|im_start|>assistant\nHello<|im_end|>\n"
@@ -231,14 +233,14 @@ TEST(chatml_prefill_and_tools)
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"calc\"}}]");
     struct chat_prompt p;
     char err[128];
-    CHECK_EQ(chat_render(g_model, msgs, tools, NULL, true, &p, err, sizeof err), 0);
+    CHECK_EQ(chat_render(NULL, msgs, tools, NULL, true, &p, err, sizeof err), 0);
     CHECK(strncmp(p.text, "<|im_start|>system\n# Tools", 26) == 0);
     CHECK(strstr(p.text, "{\"type\":\"function\",\"function\":{\"name\":\"calc\"}}") != NULL);
     size_t n = strlen(p.text);
     CHECK(n > 5 && strcmp(p.text + n - 5, "It is") == 0); /* continued, not closed */
     chat_prompt_free(&p);
     char *flat;
-    CHECK_EQ(api_render_chat(g_model, msgs, NULL, NULL, true, &flat, err, sizeof err), 0);
+    CHECK_EQ(api_render_chat(NULL, msgs, NULL, NULL, true, &flat, err, sizeof err), 0);
     CHECK_STR_EQ(flat, "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nIt is");
     free(flat);
     cJSON_Delete(msgs);

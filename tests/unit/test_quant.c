@@ -462,7 +462,7 @@ static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
 
 /*
  * Every ISA against scalar over n (one block, several, odd block counts, long rows; 17 for the
- * float tails), nt = 1 (decode), 3, 8, 13 (tile edges), padded strides and row sub-ranges.
+ * float tails), nt = 1 (decode), 3, 8, 13 (tile edges), 40, padded strides and row sub-ranges.
  */
 TEST(simd_matmul_vs_scalar)
 {
@@ -472,7 +472,7 @@ TEST(simd_matmul_vs_scalar)
         return;
     }
     static const int ns[] = {32, 256, 4352, 8448, 96, 17};
-    static const int nts[] = {1, 3, 8, 13};
+    static const int nts[] = {1, 3, 8, 13, 40}; /* 40: several token chunks of the packed prefill */
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         for (size_t k = 0; k < N_WTYPES; k++) {
             double worst = 0.0;

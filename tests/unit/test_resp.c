@@ -10,11 +10,8 @@
 
 #include <unistd.h>
 
-#include "api.c"     // api_error_set, json_utf8_sanitize (resp uses them)
-#include "chat.c"    // linked by api.c
-#include "json.c"    // body guards, UTF-8
-#include "metrics.c" // the module under test
-#include "resp.c"    // the module under test
+#include "metrics.c"     // the module under test
+#include "server_srcs.h" // resp.c, the module under test, and what it links
 
 static struct model *g_model;
 
@@ -87,7 +84,7 @@ TEST(completion_with_logprobs)
     struct eng_tok_info t[2] = {{.id = 'a' - 32, .logprob = -0.5f, .n_top = 2,
                                  .top_id = {'a' - 32, 'b' - 32}, .top_logprob = {-0.5f, -1.0f}},
                                 {.id = 'c' - 32, .logprob = -INFINITY}};
-    struct resp_choice c = {"ac", 2, "stop", {t, 2, 0}};
+    struct resp_choice c = {.text = "ac", .len = 2, .finish = "stop", .toks = {t, 2, 0}};
     struct resp_usage u = {.prompt = 3, .completion = 2};
     struct resp_meta m = meta(API_CHAT, true);
     char *s = resp_completion(&m, &c, 1, &u, NULL);

@@ -105,6 +105,25 @@ static int64_t argmax(const float *v, int64_t n)
     return b;
 }
 
+/*
+ * The argmax of a row agrees, or the row is a near-tie: the reference's logits of the two
+ * choices are closer than the error the whole comparison shows (4 sigma, sigma = sqrt(nmse)
+ * times the row's RMS). Quantised models differ at ~1e-4 NMSE between device counts (a last-bit
+ * difference in a partial sum can flip the rounding of an activation level), so an exact
+ * argmax match on every row would hinge on the margins of a random model; f32 models, at
+ * ~1e-13, still must match exactly.
+ */
+static bool argmax_agrees(const float *ref, const float *out, int64_t V, double nmse_all)
+{
+    const int64_t a = argmax(ref, V), b = argmax(out, V);
+    if (a == b)
+        return true;
+    double ss = 0.0;
+    for (int64_t i = 0; i < V; i++)
+        ss += (double)ref[i] * ref[i];
+    return (double)ref[a] - ref[b] < 4.0 * sqrt(nmse_all) * sqrt(ss / (double)V);
+}
+
 static void tp_matches(const char *file)
 {
     const int64_t n = 48;
@@ -126,7 +145,7 @@ static void tp_matches(const char *file)
         double e = nmse(out, ref, (size_t)(n * V)), em = 0.0;
         int64_t agree = 0;
         for (int64_t t = 0; t < n; t++)
-            agree += argmax(out + t * V, V) == argmax(ref + t * V, V);
+            agree += argmax_agrees(ref + t * V, out + t * V, V, e);
         if (g.m->hp.n_nextn)
             em = nmse(mout, mref, (size_t)(n * V));
         printf("  %-24s %d devices: logits NMSE %.2e, MTP NMSE %.2e, argmax %lld/%lld\n", file,

@@ -135,24 +135,27 @@ def gdn_chunked(q, k, v, g, beta, L=32):
     A = (beta[..., :, None] * kk * Dm).tril(-1)
     eye = torch.eye(L, dtype=A.dtype)
     Gam = torch.exp(gam)
+    # P = (I + A)^-1 (an L x L solve, f32), then W = P diag(beta) V, Kc = P diag(beta Gam) K
+    P = torch.linalg.solve_triangular(eye + A, eye.expand_as(A), upper=False, unitriangular=True)
     rhs = torch.cat([beta[..., None] * _up(v), (beta * Gam)[..., None] * _up(k)], -1)
-    sol = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)
-    W, Kc = sol[..., :S], sol[..., S:]
+    W, Kc = torch.split(_up(P.to(q.dtype) @ rhs.to(q.dtype)), [S, S], dim=-1)
     qk = (_up(q @ k.transpose(-1, -2)) * Dm).to(q.dtype)        # lower incl. diag
     kdec = (torch.exp(gam[..., -1:] - gam)[..., None] * _up(k)).to(k.dtype)
+    # per-chunk views via unbind (their backward is one stack, not a zero-filled scatter each)
+    Wn, Kcn, qn, qkn, kdn = (t.unbind(2) for t in (W, Kc, q, qk, kdec))
+    Gn, GLn = Gam.unbind(2), Gam[..., -1].unbind(2)
     M = None
     outs = []
     for n in range(N):
         if M is None:
-            U = W[:, :, n].to(q.dtype)
-            o = qk[:, :, n] @ U
-            M = kdec[:, :, n].transpose(-1, -2) @ U
+            U = Wn[n].to(q.dtype)
+            o = qkn[n] @ U
+            M = _up(kdn[n].transpose(-1, -2) @ U)
         else:
             Mc = M.to(q.dtype)
-            U = (W[:, :, n] - _up(Kc[:, :, n].to(q.dtype) @ Mc)).to(q.dtype)
-            o = Gam[:, :, n, :, None].to(q.dtype) * (q[:, :, n] @ Mc) + qk[:, :, n] @ U
-            M = Gam[:, :, n, -1, None, None] * M + _up(kdec[:, :, n].transpose(-1, -2) @ U)
-        M = _up(M)
+            U = (Wn[n] - _up(Kcn[n].to(q.dtype) @ Mc)).to(q.dtype)
+            o = Gn[n][..., None].to(q.dtype) * (qn[n] @ Mc) + qkn[n] @ U
+            M = GLn[n][..., None, None] * M + _up(kdn[n].transpose(-1, -2) @ U)
         outs.append(o)
     o = torch.stack(outs, dim=2).reshape(B, Hv, Tp, S)[:, :, :T]
     return o.transpose(1, 2)
@@ -189,9 +192,10 @@ class GDN(nn.Module):
         w = self.ssm_conv1d.to(u.dtype)[:, None, :]
         y = F.conv1d(F.pad(u.transpose(1, 2), (K - 1, 0)), w, groups=c.C).transpose(1, 2)
         y = silu(y)
-        q = y[..., :Hk * S].reshape(B, T, Hk, S)
-        k = y[..., Hk * S:2 * Hk * S].reshape(B, T, Hk, S)
-        v = y[..., 2 * Hk * S:].reshape(B, T, Hv, S)
+        q, k, v = torch.split(y, [Hk * S, Hk * S, Hv * S], dim=-1)
+        q = q.reshape(B, T, Hk, S)
+        k = k.reshape(B, T, Hk, S)
+        v = v.reshape(B, T, Hv, S)
         q = F.normalize(_up(q), dim=-1, eps=c.eps)
         k = F.normalize(_up(k), dim=-1, eps=c.eps)
         r = Hv // Hk
@@ -290,7 +294,7 @@ class Qwen35(nn.Module):
         self.output = nn.Linear(c.E, c.n_vocab, bias=False)
         self.mtp = MTP(c)
 
-    def init_weights(self, seed):
+    def init_weights(self, seed, shift_heads=0):
         gen = torch.Generator().manual_seed(seed)
         c = self.c
         depth_scale = 1.0 / math.sqrt(2 * (c.n_layer + 1))
@@ -313,6 +317,37 @@ class Qwen35(nn.Module):
                     dt = torch.exp(torch.rand(c.Hv, generator=gen) *
                                    (math.log(0.1) - math.log(0.001)) + math.log(0.001))
                     m.ssm_dt.copy_(dt + torch.log(-torch.expm1(-dt)))   # inverse softplus
+        if shift_heads:
+            self._induction_init(self.blocks[0].mixer, shift_heads)
+
+    def _induction_init(self, m, n_key_heads):
+        """Start GDN key heads 0 .. n_key_heads-1 of a layer (and the value heads that read
+        them) as an induction memory, the in-context recall the delta rule is built for:
+        query and key share one projection, the query's conv taps read the current token and
+        the key's the previous token, the value's the current token; the decay is slow. At
+        step t the state then stores "after x_{t-1} came x_t", and a query with the current
+        token x_s reads out what followed x_s before: the copy circuit that repeat / reverse /
+        passage answers need, present from step 0 instead of found late by the optimiser.
+        Everything stays trainable; only the starting point differs from random."""
+        c = self.c
+        S, Hk, K = c.S, c.Hk, c.K
+        with torch.no_grad():
+            w = m.attn_qkv.weight                      # [C, E]: q (Hk S) | k (Hk S) | v (Hv S)
+            conv = m.ssm_conv1d                        # [C, K]; tap K-1 = current token
+            for gk in range(n_key_heads):
+                q = slice(gk * S, (gk + 1) * S)
+                k = slice(Hk * S + gk * S, Hk * S + (gk + 1) * S)
+                w[q] = w[k]
+                conv[q] = 0.0
+                conv[k] = 0.0
+                conv[q, K - 1] = 1.0
+                conv[k, K - 2] = 1.0
+                for h in range(gk, c.Hv, Hk):          # value heads reading key head gk
+                    v = slice(2 * Hk * S + h * S, 2 * Hk * S + (h + 1) * S)
+                    conv[v] = 0.0
+                    conv[v, K - 1] = 1.0
+                    m.A_log[h] = 0.0                   # A = 1
+                    m.ssm_dt[h] = -7.0                 # softplus(-7) ~ 1e-3: decay ~ e^-0.001
 
     def trunk(self, tokens, mode="chunk"):
         x = self.token_embd(tokens)
