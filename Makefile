@@ -158,6 +158,13 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@tools/bench.sh $(B)
 
+# Retrain models/demo.gguf from scratch (seeded, ~30 min on 2 cores, /usr/bin/python3 with
+# torch + numpy), regenerate tests/fixtures/demo and print the quality figures. Never part of test.
+.PHONY: demo-model
+demo-model: deps
+	@$(MAKE) --no-print-directory all
+	@tools/train/make-demo-model.sh $(B)
+
 asan:
 	@$(MAKE) --no-print-directory SANITIZE=address+undefined all
 	@tests/run.sh build/$(FLAVOUR)-address-undefined

@@ -411,9 +411,13 @@ static void prepare_mtp_inputs(eng_t *e, int64_t n)
 
 static void fail_batch(eng_t *e, const char *msg)
 {
-    for (int64_t i = 0; i < e->p.n_slots; i++)
-        if (e->slots[i].state != SLOT_FREE)
-            eng__finish(e, &e->slots[i], ENG_FINISH_ERROR, msg);
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE || s->run == RUN_NONE)
+            continue; /* no rows in the failed step: its state is intact, it keeps going */
+        s->n_cached = 0; /* a step that failed part-way may have advanced its GDN state */
+        eng__finish(e, s, ENG_FINISH_ERROR, msg);
+    }
 }
 
 /* One scheduler step; returns false when nothing is runnable. */
@@ -429,7 +433,10 @@ static bool eng_step(eng_t *e)
                           .logits = e->b_want};
     char err[256];
     double t0 = dd_now();
-    if (fwd_decode(e->fwd, &b, err, sizeof err) != 0) { /* 4 */
+    bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
+    if (injected)
+        dd_errf(err, sizeof err, "injected failure (DELTAD_FAIL_STEP)");
+    if (injected || fwd_decode(e->fwd, &b, err, sizeof err) != 0) { /* 4 */
         LOG_E("forward step failed: %s", err);
         fail_batch(e, "internal error in the forward step");
         return true;

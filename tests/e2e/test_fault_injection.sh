@@ -4,7 +4,7 @@
 # serves; see fault_injection.py for what is asserted.
 #
 # Needs a DELTAD_FAULT_INJECTION build: BUILD_DIR itself, or BUILD_DIR-fault-address-undefined /
-# BUILD_DIR-fault next to it (`make fault` builds the first and runs this test on it: ASan makes
+# BUILD_DIR-fault next to it (build/cpu-fault-address-undefined for build/cpu-address-undefined) (`make fault` builds the first and runs this test on it: ASan makes
 # "no leak" part of the check). Skips (77) when there is none. FAULT_PERIOD (default 5) sets the
 # sweep's period; FAULT_FULL=1 sweeps one failing allocation at a time (minutes).
 set -u
@@ -12,7 +12,8 @@ B=${1:?usage: test_fault_injection.sh BUILD_DIR}
 cd "$(dirname "$0")/../.." || exit 1
 is_fault() { [ -x "$1/deltad" ] && grep -q DELTAD_FAIL_ALLOC "$1/deltad" 2>/dev/null; }
 FB=
-for cand in "$B" "${B%/}-fault-address-undefined" "${B%/}-fault"; do
+B=${B%/}
+for cand in "$B" "$B-fault-address-undefined" "$B-fault" "${B/-address-undefined/-fault-address-undefined}"; do
   if is_fault "$cand"; then FB=$cand; break; fi
 done
 [ -n "$FB" ] || { echo "SKIP: no fault-injection build (make fault, or make FAULT=1)"; exit 77; }
