@@ -247,8 +247,9 @@ static void qk_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_t t1)
             kop_rope_neox_cs(kj, hp->n_rot, cs);
         }
         const int64_t s = f->b->seq[t], pos = f->b->pos[t];
-        memcpy(cache_k(&f->cache, a->il, s) + pos * kvd, a->k + t * kvd, (size_t)kvd * sizeof(float));
-        memcpy(cache_v(&f->cache, a->il, s) + pos * kvd, a->v + t * kvd, (size_t)kvd * sizeof(float));
+        const size_t row = (size_t)kvd * sizeof(float);
+        memcpy(cache_k(&f->cache, a->il, s) + pos * kvd, a->k + t * kvd, row);
+        memcpy(cache_v(&f->cache, a->il, s) + pos * kvd, a->v + t * kvd, row);
     }
 }
 
@@ -535,8 +536,9 @@ static void combine_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_
     }
 }
 
-/* Expert products of the experts [e0, e1) that have rows: gate and up (down = false) or down,
- * in calls of at most DEV_MM_MAX products. x: the slots' input rows (NULL: xn for all). */
+/* The products of every expert with rows: gate and up from its gathered slots (down = false;
+ * a decode row reads xn itself), or down from its SwiGLU rows plus the shared expert's down
+ * (down = true); in calls of at most DEV_MM_MAX products. */
 static void moe_experts(struct fwd_dev *f, const struct model_layer *l, const float *xn,
                         bool down)
 {
@@ -635,7 +637,8 @@ static void output_head(struct fwd_dev *f, const struct model_w *norm)
     add_norm(f, norm, f->hidden);
     f->n_logits = 0;
     for (int64_t t = 0; t < b->n_tokens; t++) {
-        bool want = b->logits ? b->logits[t] != 0 : (t + 1 == b->n_tokens || b->seq[t + 1] != b->seq[t]);
+        bool last = t + 1 == b->n_tokens || b->seq[t + 1] != b->seq[t];
+        bool want = b->logits ? b->logits[t] != 0 : last;
         if (want)
             memcpy(f->hsel + f->n_logits++ * E, f->hidden + t * E, (size_t)E * sizeof(float));
     }
@@ -739,8 +742,9 @@ static size_t multi_act_bytes(const struct model *m, int64_t T)
         size_t b = dev_mm_act_bytes(mm, n);
         if (hp->n_expert && l->gate_exps.data) {
             size_t up = 2 * (size_t)(T * k) * kq_act_row_bytes(l->gate_exps.type, hp->n_embd);
-            size_t down = (size_t)(T * k) * kq_act_row_bytes(l->down_exps.type, l->down_exps.ne[0]) +
-                          (size_t)T * kq_act_row_bytes(l->down_shexp.type, l->down_shexp.ne[0]);
+            size_t down =
+                (size_t)(T * k) * kq_act_row_bytes(l->down_exps.type, l->down_exps.ne[0]) +
+                (size_t)T * kq_act_row_bytes(l->down_shexp.type, l->down_shexp.ne[0]);
             up = up > down ? up : down;
             b = b > up + 64 * DEV_MM_MAX ? b : up + 64 * DEV_MM_MAX;
         }

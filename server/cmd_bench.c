@@ -141,7 +141,8 @@ struct tok_cost {
 static struct tok_cost per_token_cost(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
-    struct tok_cost c = {.head_bytes = mat_bytes(&m->output), .head_params = mat_params(&m->output)};
+    struct tok_cost c = {.head_bytes = mat_bytes(&m->output),
+                         .head_params = mat_params(&m->output)};
     double frac = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *l = &m->layers[il];

@@ -5,7 +5,12 @@
 # bandwidth roofline; medians of 5 repetitions (see server/cmd_bench.c for the method). Each
 # `deltad bench` run prints its own report; the summary table comes last.
 #
-# Models are generated once into BUILD_DIR/bench-models. Knobs (environment):
+# Models are generated once into BUILD_DIR/bench-models. Before a model's first run its pages
+# are dropped from the page cache (dd iflag=nocache) and the file is read once front to back,
+# as a model read from disk would be: readahead then fills the page cache with large folios,
+# which the mapping uses as 2 MiB pages. The pages mkmodel's writes leave behind, or a MoE
+# model's experts faulted in one by one, are mostly 4 KiB ones, which decode reads 20-40% slower
+# (TLB misses). Knobs (environment):
 #   BENCH_PROMPT (512)  BENCH_GEN (16 tokens per decode repetition)  BENCH_REPS (5)
 #   BENCH_DEPTHS ("128 4096")  BENCH_THREADS ("1 2")  BENCH_MODELS ("q8_0 q4_k moe")
 set -euo pipefail
@@ -31,6 +36,8 @@ trap 'rm -f "$results"' EXIT
 start=$(date +%s)
 for name in ${BENCH_MODELS:-q8_0 q4_k moe}; do
   model=$(model_file "$name")
+  dd if="$model" iflag=nocache count=0 status=none || true
+  cat "$model" >/dev/null
   for t in ${BENCH_THREADS:-1 2}; do
     first=1
     for depth in ${BENCH_DEPTHS:-128 4096}; do

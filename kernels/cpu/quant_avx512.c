@@ -560,35 +560,39 @@ INLINE __m512i spread_scales(__m512i sc, short lo, short hi)
     return _mm512_permutexvar_epi16(split16(lo, hi), sc);
 }
 
+/* iacc + scales . (levels . a) for the 64 levels of v's low (hi == false) or high nibbles:
+ * sub-blocks lo (first 32 bytes of v) and hi_sb (the rest). */
+INLINE __m512i q4_k_part(__m512i iacc, __m512i v, bool high, const int8_t *a, __m512i scw,
+                         short lo, short hi_sb)
+{
+    const __m512i q = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+    const __m512i p = _mm512_maddubs_epi16(q, _mm512_load_si512(a));
+    return _mm512_dpwssd_epi32(iacc, p, spread_scales(scw, lo, hi_sb));
+}
+
 static float q4_k_dot_prepared(const struct kq__q4_k *w, int64_t nsb, const struct prep_k *p)
 {
-    const __m512i m4 = _mm512_set1_epi8(15);
     __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         const struct kq__q4_k *b = &w[ib];
         uint64_t sc, mn;
         kq__unpack_scales(b->scales, &sc, &mn);
-        const __m512i scv = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        const __m128i scb = _mm_cvtsi64_si128((long long)sc);
+        const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(scb));
         const __m512i v0 = _mm512_loadu_si512(b->qs), v1 = _mm512_loadu_si512(b->qs + 64);
         const int8_t *a = p->qs + KQ__QK_K * ib;
-        __m512i i0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                         _mm512_maddubs_epi16(_mm512_and_si512(v0, m4), _mm512_load_si512(a)),
-                                         spread_scales(scv, 0, 2));
-        __m512i i1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                         _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
-                                                              _mm512_load_si512(a + 64)),
-                                         spread_scales(scv, 1, 3));
-        i0 = _mm512_dpwssd_epi32(i0, _mm512_maddubs_epi16(_mm512_and_si512(v1, m4), _mm512_load_si512(a + 128)),
-                                 spread_scales(scv, 4, 6));
-        i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
-                                                          _mm512_load_si512(a + 192)),
-                                 spread_scales(scv, 5, 7));
-        const __m128i mt = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)),
-                                          _mm_loadu_si128((const void *)p->b32[ib]));
+        __m512i i0 = q4_k_part(_mm512_setzero_si512(), v0, false, a, scw, 0, 2);
+        __m512i i1 = q4_k_part(_mm512_setzero_si512(), v0, true, a + 64, scw, 1, 3);
+        i0 = q4_k_part(i0, v1, false, a + 128, scw, 4, 6);
+        i1 = q4_k_part(i1, v1, true, a + 192, scw, 5, 7);
+        const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+        const __m128i mt = _mm_madd_epi16(mw, _mm_loadu_si128((const void *)p->b32[ib]));
         uint32_t ddmin; /* d and dmin, adjacent f16, converted together */
         memcpy(&ddmin, &b->d, 4);
-        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin)), _mm_set1_ps(p->d[ib]));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), _mm512_broadcastss_ps(dd), acc);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin)),
+                                     _mm_set1_ps(p->d[ib]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                              _mm512_broadcastss_ps(dd), acc);
         accm = _mm512_fmadd_ps(_mm512_castps128_ps512(_mm_cvtepi32_ps(mt)),
                                _mm512_broadcastss_ps(_mm_movehdup_ps(dd)), accm);
     }
@@ -748,12 +752,15 @@ static void pk_pack_act_q8_k(const struct kq__q8_k *row, int64_t nsb, int64_t g,
     pk_transpose(o->q);
     for (int k = 0; k < 8; k++)
         o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
-    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(b0->d), _mm256_set1_ps(two ? b1->d : 0.0f), 1);
-    const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b0->bsums), _mm256_set1_epi16(1));
-    const __m256i s1 = two ? _mm256_madd_epi16(_mm256_loadu_si256((const void *)b1->bsums), _mm256_set1_epi16(1))
+    const __m512 d =
+        _mm512_insertf32x8(_mm512_set1_ps(b0->d), _mm256_set1_ps(two ? b1->d : 0.0f), 1);
+    const __m256i one = _mm256_set1_epi16(1);
+    const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b0->bsums), one);
+    const __m256i s1 = two ? _mm256_madd_epi16(_mm256_loadu_si256((const void *)b1->bsums), one)
                            : _mm256_setzero_si256();
+    const __m512i s32 = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
     o->d = d;
-    o->s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1)), d);
+    o->s = _mm512_mul_ps(_mm512_cvtepi32_ps(s32), d);
 }
 
 /* Group g (super-blocks 2g, 2g + 1) of a Q4_K weight row of nsb super-blocks. */
@@ -765,7 +772,8 @@ static void pk_pack_w_q4_k(const struct kq__q4_k *row, int64_t nsb, int64_t g, s
         for (int i = 0; i < 4; i++) { /* step i: sub-block 2i low nibbles, 2i + 1 high ones */
             const __m256i v = ib < nsb ? _mm256_loadu_si256((const void *)(row[ib].qs + 32 * i))
                                        : _mm256_setzero_si256();
-            const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+            const __m512i q =
+                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
             o->q[4 * h + i] = _mm512_and_si512(q, _mm512_set1_epi8(15));
         }
         uint64_t sc = 0, m = 0;
@@ -814,27 +822,32 @@ INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const str
         y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* The row counts pk_kernel is compiled for; any other count runs as several calls. */
+/* The row counts pk_kernel is compiled for; any other count runs as several calls.
+ * y[0..R): the outputs of the R rows for this token. */
 static void pk_rows(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
-                    float *y, int64_t ys)
+                    float *y)
 {
-    float out[PK_R];
     if (kq && R == 8)
-        pk_kernel(true, 8, G, W, A, out);
+        pk_kernel(true, 8, G, W, A, y);
     else if (kq && R == 4)
-        pk_kernel(true, 4, G, W, A, out);
+        pk_kernel(true, 4, G, W, A, y);
     else if (kq)
         for (int r = 0; r < R; r++)
-            pk_kernel(true, 1, G, W + r * G, A, out + r);
+            pk_kernel(true, 1, G, W + r * G, A, y + r);
     else if (R == 8)
-        pk_kernel(false, 8, G, W, A, out);
+        pk_kernel(false, 8, G, W, A, y);
     else if (R == 4)
-        pk_kernel(false, 4, G, W, A, out);
+        pk_kernel(false, 4, G, W, A, y);
     else
         for (int r = 0; r < R; r++)
-            pk_kernel(false, 1, G, W + r * G, A, out + r);
-    for (int r = 0; r < R; r++)
-        y[r * ys] = out[r];
+            pk_kernel(false, 1, G, W + r * G, A, y + r);
+}
+
+/* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
+static void pk_prefetch_row(const uint8_t *row, size_t ws)
+{
+    for (size_t o = 0; o < ws; o += 64)
+        _mm_prefetch((const char *)row + o, _MM_HINT_T1);
 }
 
 /* Same contract as kq_matmul for Q8_0 / Q4_0 / Q4_K weights and nt >= PK_MIN_T; false when n
@@ -863,7 +876,9 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             }
         for (int64_t r = r0; r < r1; r += R) {
             const int rr = (int)(r1 - r < R ? r1 - r : R);
-            for (int i = 0; i < rr; i++)
+            for (int i = 0; i < rr; i++) {
+                if (r + R + i < r1) /* the next block's row i */
+                    pk_prefetch_row(W + (r + R + i) * ws, ws);
                 for (int64_t g = 0; g < G; g++) {
                     struct pk_w *o = &pk_w_tls[i * G + g];
                     if (kq)
@@ -871,8 +886,9 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                     else
                         pk_pack_w(wt, W + (r + i) * ws, nb, g, o);
                 }
+            }
             for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
-                pk_rows(kq, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r, 1);
+                pk_rows(kq, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
         }
     }
     return true;

@@ -6,8 +6,9 @@
  *   - kop_attn_group gives every head exactly what kop_attn_head gives it, for any group size
  *     (the forward pass batches heads; a row's result must not depend on that);
  *   - kop_gdn_step in place equals the step from a separate input state.
- * Tolerances: relative 2e-6 (norms, activations), 1e-5 (sums over a row: attention, the GDN
- * state after many steps). The SIMD comparisons are skipped on CPUs without the ISA.
+ * Tolerances: relative 2e-6 (norms, activations); for sums with cancellation, the error over the
+ * largest output (conv 2e-6, attention 1e-5); relative 1e-5 above a floor for the GDN state
+ * after 24 steps. Without AVX-512 the reference is compared with itself (a note says so).
  */
 #include "ops.h"   // defines: kop_*
 #include "quant.h" // defines: kq_isa_force, kq_isa_best
@@ -72,7 +73,6 @@ static double max_err_norm(const float *a, const float *b, int64_t n)
     return m / big;
 }
 
-static bool have_simd;
 
 /* Run STMT with the scalar ISA, then with the best one. */
 #define SCALAR(stmt)                                                                              \
@@ -229,8 +229,7 @@ TEST(gdn_step)
 
 int main(void)
 {
-    have_simd = kq_isa_force(KQ_ISA_AVX512) == KQ_ISA_AVX512;
-    if (!have_simd)
+    if (kq_isa_force(KQ_ISA_AVX512) != KQ_ISA_AVX512)
         printf("note: no AVX-512 on this CPU: comparing the reference with itself\n");
     RUN(norms_and_activations);
     RUN(activation_extremes);
