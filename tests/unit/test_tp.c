@@ -4,8 +4,10 @@
  * and the same greedy tokens; the tiny models force zero-size slices (experts 64 wide against a
  * granularity of 128; 2 KV heads on 3 devices) and a quantised model uneven ones; the MTP head
  * under TP; speculative decoding with rollback on 2 devices stays lossless; per-device memory is
- * about the split weights / N plus the replicated ones.
+ * about the split weights / N plus the replicated ones; the host allreduce gives every rank the
+ * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "eng.h"     // defines: eng_create_group
 #include "forward.h" // defines: fwd_create_group
 #include "model.h"   // defines: model_load
+#include "quant.h"   // defines: kq_isa_force, kq_isa_best
 #include "test.h"
 
 static char models[512];
@@ -136,6 +139,24 @@ static void tp_matches(const char *file)
     float *ref = malloc((size_t)(n * V) * sizeof(float)), *out = malloc((size_t)(n * V) * sizeof(float));
     float *mref = malloc((size_t)(n * V) * sizeof(float)), *mout = malloc((size_t)(n * V) * sizeof(float));
     CHECK(logits_of(&g1, n, ref, mref) == 0);
+    /* The rounding noise floor of the engine itself: the same single-device run with every
+     * other kernel ISA. Those kernels are each within 2e-6 of the scalar reference, yet on a
+     * quantised model one flipped activation rounding persists through the recurrent state and
+     * the KV cache (seen: 1.3e-4 NMSE between scalar and AVX-512 on one device, uneven Q4_K).
+     * A device split may differ from one device by no more than 1e-4 or twice that floor. */
+    double floor = 0.0;
+    const enum kq_isa isa = kq_isa_active();
+    for (int k = KQ_ISA_SCALAR; k <= (int)kq_isa_best(); k++) {
+        if (k == (int)isa || kq_isa_force((enum kq_isa)k) != (enum kq_isa)k)
+            continue;
+        if (logits_of(&g1, n, out, mout) == 0) {
+            const double f = nmse(out, ref, (size_t)(n * V));
+            floor = f > floor ? f : floor;
+        }
+    }
+    kq_isa_force(isa);
+    const double limit = 2.0 * floor > 1e-4 ? 2.0 * floor : 1e-4;
+    printf("  %-24s 1 device, other kernel ISAs: NMSE %.2e (limit %.2e)\n", file, floor, limit);
     for (int nd = 2; nd <= 4; nd++) {
         struct group g;
         if (group_open(&g, file, nd) != 0 || logits_of(&g, n, out, mout) != 0) {
@@ -150,7 +171,7 @@ static void tp_matches(const char *file)
             em = nmse(mout, mref, (size_t)(n * V));
         printf("  %-24s %d devices: logits NMSE %.2e, MTP NMSE %.2e, argmax %lld/%lld\n", file,
                nd, e, em, (long long)agree, (long long)n);
-        CHECK(e <= 1e-4);
+        CHECK(e <= limit);
         /* quantised activations make the MTP path (one more block on top of the trunk)
          * discontinuous: a last-bit difference from the reduction order can flip one rounding */
         CHECK(em <= (g.m->tok_embd.type == KQ_F32 ? 1e-4 : 1e-3));
@@ -285,6 +306,68 @@ TEST(comm_registry)
     comm_destroy(n);
 }
 
+/* Three ranks on threads, calls of many sizes (both sides of the small-call limit, in an
+ * order that reuses both slot parities across large calls): every rank must receive exactly
+ * the sum in rank order. */
+#define AR_RANKS 3
+#define AR_CAP 70000
+static const int64_t ar_sizes[] = {1, 7, 2048, 16384, 16385, 70000, 5, 2048, 40000, 3, 16384, 9};
+#define AR_CALLS (int)(sizeof ar_sizes / sizeof ar_sizes[0] * 3)
+
+struct ar_rank {
+    struct comm *c;
+    int rank;
+    int64_t bad; /* elements that differed from the rank-order sum */
+};
+
+static float ar_val(int rank, int call, int64_t i)
+{
+    return (float)((i * 31 + rank * 17 + call * 7) % 1000) * 1e-3f + (float)rank * 0.1f + 1e-7f;
+}
+
+static void *ar_thread(void *arg)
+{
+    struct ar_rank *r = arg;
+    float *buf = malloc(AR_CAP * sizeof *buf);
+    for (int call = 0; call < AR_CALLS; call++) {
+        const int64_t n = ar_sizes[call % (AR_CALLS / 3)];
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = ar_val(r->rank, call, i);
+        comm_allreduce(r->c, r->rank, buf, n);
+        for (int64_t i = 0; i < n; i++) {
+            float s = ar_val(0, call, i);
+            for (int k = 1; k < AR_RANKS; k++)
+                s += ar_val(k, call, i);
+            r->bad += memcmp(&s, &buf[i], sizeof s) != 0;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+TEST(host_allreduce_bits)
+{
+    struct comm *c = comm_create_host(AR_RANKS);
+    comm_reserve(c, AR_CAP);
+    struct ar_rank r[AR_RANKS];
+    pthread_t th[AR_RANKS];
+    for (int k = 0; k < AR_RANKS; k++) {
+        r[k] = (struct ar_rank){.c = c, .rank = k};
+        CHECK(pthread_create(&th[k], NULL, ar_thread, &r[k]) == 0);
+    }
+    for (int k = 0; k < AR_RANKS; k++) {
+        pthread_join(th[k], NULL);
+        CHECK_EQ(r[k].bad, 0);
+    }
+    double sec, wait;
+    int64_t calls;
+    comm_stats(c, &sec, &calls);
+    wait = comm_wait_seconds(c);
+    CHECK_EQ(calls, AR_CALLS);
+    CHECK(wait >= 0.0 && wait <= sec);
+    comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     const char *b = argc > 1 ? argv[1] : "build/cpu";
@@ -297,5 +380,6 @@ int main(int argc, char **argv)
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
     RUN(comm_registry);
+    RUN(host_allreduce_bits);
     TEST_MAIN_END("test_tp");
 }

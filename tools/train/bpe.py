@@ -47,9 +47,24 @@ def from_unicode(tok):
 # ---------------------------------------------------------------------------------------------
 # qwen35 pre-tokenizer
 
+# \s is Unicode's White_Space property (PropList.txt), as in the engine's tables. Python's
+# str.isspace() differs: it also counts U+001C..U+001F (bidi class B/S), which \s does not.
+WHITE_SPACE = frozenset([*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
+                         0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+
+
 def _cls(ch):
+    """L letter, M mark, N number, S white space, P anything else."""
     c = unicodedata.category(ch)[0]
-    return c if c in "LMN" else ("S" if ch.isspace() else "P")
+    return c if c in "LMN" else ("S" if ord(ch) in WHITE_SPACE else "P")
+
+
+def _fold(ch):
+    """Simple case folding, only where it yields an ASCII letter (all that the contractions
+    need): ASCII letters, U+017F (long s) -> s, U+212A (Kelvin sign) -> k; else ''."""
+    if ch.isascii():
+        return ch.lower() if ch.isalpha() else ""
+    return {"\u017f": "s", "\u212a": "k"}.get(ch, "")
 
 
 def pretokenize(text):
@@ -75,18 +90,12 @@ def _match(text, cls, i, n):
     ch = text[i]
     # 1. contractions (case-insensitive), in alternation order
     if ch == "'" and i + 1 < n:
-        two = text[i + 1:i + 3].lower()
-        one = two[:1]
-        if one in ("s", "t"):
+        a = _fold(text[i + 1])
+        b = _fold(text[i + 2]) if i + 2 < n else ""
+        if a in ("s", "t", "m", "d"):
             return i + 2
-        if two in ("re", "ve"):
+        if (a in ("r", "v") and b == "e") or (a == "l" and b == "l"):
             return i + 3
-        if one == "m":
-            return i + 2
-        if two == "ll":
-            return i + 3
-        if one == "d":
-            return i + 2
     # 2. [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+
     c = cls[i]
     if c not in "LN" and ch not in "\r\n" and i + 1 < n and cls[i + 1] in "LM":

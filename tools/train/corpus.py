@@ -198,11 +198,17 @@ def held_out(a, b):
     return (a * 7 + b * 13) % 8 == 3
 
 
+_RESULT = re.compile(r"\d+ [+-] \d+ = ")
+
+
 class Dialogues:
-    def __init__(self, words, sents, seed):
+    def __init__(self, words, sents, seed, result_weight=1.0):
+        """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
+        answer "A + B = C"; the copied "A + B = " keeps weight 1."""
         self.rng = random.Random(seed)
         self.words = words
         self.sents = sents
+        self.result_weight = result_weight
 
     # -- helpers
     def phrase(self, lo=2, hi=8):
@@ -210,8 +216,8 @@ class Dialogues:
         if r.random() < 0.25 and self.sents:
             s = r.choice(self.sents)
             w = s.split()
-            if len(w) > 12:
-                s = " ".join(w[:r.randint(4, 12)])
+            if len(w) > 10:
+                s = " ".join(w[:r.randint(4, 10)])
             return s
         ws = [r.choice(self.words) for _ in range(r.randint(lo, hi))]
         if r.random() < 0.3:
@@ -241,13 +247,15 @@ class Dialogues:
         t = r.choice(["Reverse the list: {}", "Put this list in reverse order: {}"])
         return t.format(", ".join(ws)), ", ".join(reversed(ws))
 
-    def arith(self, op=None, da=None, db=None):
+    def arith(self):
         r = self.rng
+        op = r.choice("+++-")
+        d = 2 if r.random() < 0.8 else None      # both operands 2-digit, else any of 1-3
         while True:
-            a, b = self.number(da), self.number(db)
+            a, b = self.number(d), self.number(d)
             if not held_out(a, b):
                 break
-        return self.arith_prompt(a, b, op or r.choice("++-"))
+        return self.arith_prompt(a, b, op)
 
     def arith_prompt(self, a, b, op, template=None):
         r = self.rng
@@ -330,8 +338,8 @@ class Dialogues:
         k = self.rng.randint(2, max(2, len(w) // 2))
         return "Continue this text: " + " ".join(w[:k]), " ".join(w[k:])
 
-    TASKS = [("repeat", 28), ("reverse", 7), ("arith", 34), ("count", 5), ("sequence", 6),
-             ("passage", 12), ("chat", 4), ("complete", 4)]
+    TASKS = [("repeat", 28), ("reverse", 3), ("arith", 56), ("count", 2), ("sequence", 3),
+             ("passage", 5), ("chat", 2), ("complete", 1)]
 
     def turn(self):
         names, weights = zip(*self.TASKS)
@@ -348,7 +356,12 @@ class Dialogues:
             u, a = self.turn()
             think = THINK_EMPTY if r.random() < 0.2 else ""
             segs += chatml_turn(u, think)
-            segs.append((a + "<|im_end|>", 1))
+            m = _RESULT.match(a)
+            if m and self.result_weight != 1.0:
+                segs.append((a[:m.end()], 1))
+                segs.append((a[m.end():] + "<|im_end|>", self.result_weight))
+            else:
+                segs.append((a + "<|im_end|>", 1))
             segs.append(("\n", 0))
         return segs
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tools/train/make-demo-model.sh [BUILD_DIR] — what `make demo-model` does: train the demo model
-# from scratch (seeded), write models/demo.gguf, regenerate the golden fixture
-# tests/fixtures/demo/ and measure quality through the engine.
+# from scratch (seeded), write models/demo.gguf (F16) and models/demo-q8_0.gguf, regenerate the
+# golden fixture tests/fixtures/demo/ and measure quality of both through the engine.
 #
 # Environment: SEED (default 1), STEPS (default: train.py's), THREADS (default 1), PYTHON
 # (default /usr/bin/python3), SKIP_EVAL=1 to stop after the fixture.
 # Needs Debian's python3-torch (1.13) and python3-numpy; nothing is downloaded. The natural
 # text comes from /usr/share/{common-licenses,doc/*/copyright,man} (and fortunes if installed).
-set -eu
+set -euo pipefail
 B=${1:-build/cpu}
 cd "$(dirname "$0")/../.." || exit 1
 PY=${PYTHON:-/usr/bin/python3}
@@ -25,9 +25,14 @@ args=(--out models/demo.gguf --work "$WORK" --seed "${SEED:-1}" --threads "${THR
 [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
 start=$(date +%s)
 "$PY" tools/train/train.py "${args[@]}" 2>&1 | tee "$WORK/train.log"
+echo "make-demo-model: trained in $(( $(date +%s) - start ))s"
+"$PY" tools/train/quantize_demo.py models/demo.gguf models/demo-q8_0.gguf
 "$PY" tools/train/make_fixture.py models/demo.gguf tests/fixtures/demo
-echo "make-demo-model: trained in $(( $(date +%s) - start ))s; models/demo.gguf $(stat -c %s models/demo.gguf) bytes"
+ls -l models/demo.gguf models/demo-q8_0.gguf
 if [ "${SKIP_EVAL:-0}" != 1 ]; then
-  "$PY" tools/train/eval_demo.py --model models/demo.gguf --deltad "$B/deltad" \
-    --json "$WORK/eval.json" 2>&1 | tee "$WORK/eval.log"
+  for m in demo demo-q8_0; do
+    echo "== eval of models/$m.gguf through $B/deltad"
+    "$PY" tools/train/eval_demo.py --model "models/$m.gguf" --deltad "$B/deltad" \
+      --json "$WORK/eval-$m.json" 2>&1 | tee "$WORK/eval-$m.log"
+  done
 fi

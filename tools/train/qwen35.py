@@ -16,7 +16,7 @@ shared_head_norm -> W_out, predicting x_{p+1}.
 
 GDN recurrence: `gdn_sequential` is the token-by-token rule of §5.4 (decay, read, delta,
 rank-1 update, read-out); `gdn_chunked` is the chunked form of §6 used for training. They
-agree to rounding (see selftest.py).
+agree to rounding (make_fixture.py checks it in float64 on every fixture it writes).
 """
 
 import math
@@ -294,7 +294,7 @@ class Qwen35(nn.Module):
         self.output = nn.Linear(c.E, c.n_vocab, bias=False)
         self.mtp = MTP(c)
 
-    def init_weights(self, seed, shift_heads=0):
+    def init_weights(self, seed, shift_heads=0, bigram_heads=0):
         gen = torch.Generator().manual_seed(seed)
         c = self.c
         depth_scale = 1.0 / math.sqrt(2 * (c.n_layer + 1))
@@ -319,8 +319,10 @@ class Qwen35(nn.Module):
                     m.ssm_dt.copy_(dt + torch.log(-torch.expm1(-dt)))   # inverse softplus
         if shift_heads:
             self._induction_init(self.blocks[0].mixer, shift_heads)
+        if bigram_heads and c.is_recr(1):
+            self._induction_init(self.blocks[1].mixer, bigram_heads, span=2)
 
-    def _induction_init(self, m, n_key_heads):
+    def _induction_init(self, m, n_key_heads, span=1):
         """Start GDN key heads 0 .. n_key_heads-1 of a layer (and the value heads that read
         them) as an induction memory, the in-context recall the delta rule is built for:
         query and key share one projection, the query's conv taps read the current token and
@@ -340,8 +342,9 @@ class Qwen35(nn.Module):
                 w[q] = w[k]
                 conv[q] = 0.0
                 conv[k] = 0.0
-                conv[q, K - 1] = 1.0
-                conv[k, K - 2] = 1.0
+                for j in range(span):                  # span 2: keyed on a bigram
+                    conv[q, K - 1 - j] = 1.0
+                    conv[k, K - 2 - j] = 1.0
                 for h in range(gk, c.Hv, Hk):          # value heads reading key head gk
                     v = slice(2 * Hk * S + h * S, 2 * Hk * S + (h + 1) * S)
                     conv[v] = 0.0
@@ -419,13 +422,16 @@ def gguf_tensors(model):
     return out
 
 
-def write_gguf(model, tok, path, name="deltad-demo", chat_template=None):
-    from gguf_read import T_U32, T_F32, T_I32, T_STRING, T_BOOL, GGML_F32, GGML_F16
+def write_gguf(model, tok, path, name="deltad-demo", chat_template=None, matrix_type="f16"):
+    """Matrices in F16 (matrix_type "f16", file_type 1) or Q8_0 ("q8_0", file_type 7); norms,
+    ssm_conv1d, ssm_a and ssm_dt.bias always F32."""
+    from gguf_read import T_U32, T_F32, T_I32, T_STRING, T_BOOL, GGML_F32, GGML_F16, GGML_Q8_0
     from gguf_write import GGUFWriter
+    mtype, ftype = {"f16": (GGML_F16, 1), "q8_0": (GGML_Q8_0, 7)}[matrix_type]
     c = model.c
     w = GGUFWriter("qwen35")
     w.add("general.name", T_STRING, name)
-    w.add("general.file_type", T_U32, 1)
+    w.add("general.file_type", T_U32, ftype)
     a = "qwen35."
     for key, v in [("context_length", c.ctx), ("embedding_length", c.E),
                    ("block_count", c.n_layer + 1), ("nextn_predict_layers", 1),
@@ -453,7 +459,7 @@ def write_gguf(model, tok, path, name="deltad-demo", chat_template=None):
     if chat_template:
         w.add("tokenizer.chat_template", T_STRING, chat_template)
     for name_, arr, matrix in gguf_tensors(model):
-        w.add_tensor(name_, arr, GGML_F16 if matrix else GGML_F32)
+        w.add_tensor(name_, arr, mtype if matrix else GGML_F32)
     w.write(path)
 
 

@@ -145,13 +145,21 @@ def main(argv=None):
     ap.add_argument("--out", default="models/demo.gguf")
     ap.add_argument("--work", default="build/demo-model")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1200)
-    ap.add_argument("--budget", type=int, default=3072, help="tokens per batch incl. padding")
+    ap.add_argument("--steps", type=int, default=1600)
+    ap.add_argument("--budget", type=int, default=1536, help="tokens per batch incl. padding")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-ff", type=int, default=768)
-    ap.add_argument("--nat-frac", type=float, default=0.2, help="share of natural-text tokens")
+    ap.add_argument("--nat-frac", type=float, default=0.05, help="share of natural-text tokens")
+    ap.add_argument("--induction-heads", type=int, default=2,
+                    help="GDN key heads of layer 0 started as induction memories")
+    ap.add_argument("--bigram-heads", type=int, default=2,
+                    help="GDN key heads of layer 1 started as bigram-keyed induction memories")
+    ap.add_argument("--result-weight", type=float, default=3.0,
+                    help="loss weight of the result digits of arithmetic answers")
+    ap.add_argument("--ckpt-every", type=int, default=0,
+                    help="also write WORK/ckpt.gguf every N steps (to evaluate a run in flight)")
     args = ap.parse_args(argv)
     t_start = time.time()
     torch.set_num_threads(args.threads)
@@ -163,8 +171,8 @@ def main(argv=None):
     random.Random(args.seed).shuffle(paras)
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
-    gen = corpus.Dialogues(words, sents, args.seed)
-    n_dlg = args.steps * args.budget // 70 + 1000     # enough dialogues for every step
+    gen = corpus.Dialogues(words, sents, args.seed, args.result_weight)
+    n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
 
@@ -178,7 +186,7 @@ def main(argv=None):
 
     c = Config(n_vocab=tok.n_vocab(), n_layer=args.n_layer, n_ff=args.n_ff)
     model = Qwen35(c)
-    model.init_weights(args.seed)
+    model.init_weights(args.seed, args.induction_heads, args.bigram_heads)
     n_par = sum(p.numel() for p in model.parameters())
     log(f"model: {n_par / 1e6:.2f} M parameters, config {c}")
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
@@ -216,6 +224,8 @@ def main(argv=None):
             el = time.time() - t0
             log(f"step {step}/{args.steps} loss {ema[0]:.3f} mtp {ema[1]:.3f} "
                 f"lr {lr_at(step - 1):.2e} {seen / el:.0f} tok/s elapsed {el:.0f}s")
+        if args.ckpt_every and step % args.ckpt_every == 0 and step < args.steps:
+            write_gguf(model, tok, os.path.join(args.work, "ckpt.gguf"), chat_template=CHATML)
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_gguf(model, tok, args.out, chat_template=CHATML)
@@ -223,11 +233,13 @@ def main(argv=None):
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
             "threads": args.threads, "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
+            "cpu_seconds": time.process_time(),
             "tokens_seen": seen, "final_loss": ema}
     with open(os.path.join(args.work, "train.json"), "w") as f:
         json.dump(meta, f, indent=1)
     log(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB); training "
-        f"{time.time() - t0:.0f}s, total {time.time() - t_start:.0f}s")
+        f"{time.time() - t0:.0f}s, total {time.time() - t_start:.0f}s wall, "
+        f"{time.process_time():.0f}s CPU")
 
 
 if __name__ == "__main__":
