@@ -37,6 +37,18 @@ size_t cache_bytes_needed(const struct model *m, int64_t n_seq, int64_t n_ctx, i
     return n * sizeof(float);
 }
 
+void cache_mem_parts(const struct model *m, int64_t n_seq, int64_t n_ctx, struct cache_mem *out)
+{
+    *out = (struct cache_mem){0};
+    for (int64_t il = 0; il < m->hp.n_layer_all; il++) {
+        int64_t kv, conv, ssm;
+        layer_dims(m, il, &kv, &conv, &ssm);
+        size_t kv_b = (size_t)n_seq * n_ctx * kv * 2 * sizeof(float);
+        *(il < m->hp.n_layer ? &out->kv : &out->mtp_kv) += kv_b;
+        out->gdn_group += (size_t)n_seq * (conv + ssm) * sizeof(float);
+    }
+}
+
 int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t n_ctx,
                  int64_t draft_max, char *err, size_t errlen)
 {

@@ -54,6 +54,13 @@ void cache_destroy(struct cache *c);
 
 /* Bytes the cache would need, without allocating. */
 size_t cache_bytes_needed(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max);
+/* The same by part: K + V of the trunk's attention layers and of the MTP layer, and one GDN state
+ * group (conv + SSM of every recurrent layer) for all n_seq sequences; the cache holds
+ * 1 + draft_max such groups. */
+struct cache_mem {
+    size_t kv, mtp_kv, gdn_group;
+};
+void cache_mem_parts(const struct model *m, int64_t n_seq, int64_t n_ctx, struct cache_mem *out);
 
 /* K and V rows of (layer il, seq s) starting at position 0. */
 float *cache_k(const struct cache *c, int64_t il, int64_t s);

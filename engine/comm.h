@@ -43,5 +43,8 @@ void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n);
 
 /* Seconds all ranks spent inside comm_allreduce, and the call count (rank 0's view). */
 void comm_stats(const struct comm *c, double *seconds, int64_t *calls);
+/* Of comm_stats' seconds, those rank 0 spent at the entry waiting for the other ranks to
+ * arrive (their load imbalance, not communication); the rest is the reduction itself. */
+double comm_wait_seconds(const struct comm *c);
 
 #endif

@@ -219,6 +219,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
     s->miss_streak = s->skip_rounds = 0;
+    s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
     struct smp_params sp = {.temperature = r->p.s.temperature, .top_k = r->p.s.top_k,
@@ -290,11 +291,8 @@ static void plan_decode(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
         batch_add(e, n, s->last, s->n_cached + s->n_replay, s->id, true);
         s->run = RUN_REPLAY;
     } else if (s->n_replay == 0 && s->n_draft > 0 && *n + 1 + s->n_draft <= budget) {
-        if (s->n_draft > e->p.draft_max) { /* deeper than the snapshots: checkpoint first */
-            fwd_seq_save(e->fwd, s->id, s->spec_ckpt.state);
-            memcpy(s->spec_ckpt.h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
-            s->spec_ckpt.pos = s->n_cached;
-        }
+        if (s->n_draft > e->snap_depth) /* deeper than the snapshots: checkpoint first */
+            eng__spec_ckpt_save(e, s);
         batch_add(e, n, s->last, s->n_cached, s->id, true);
         for (int64_t i = 0; i < s->n_draft; i++)
             batch_add(e, n, s->draft[i], s->n_cached + 1 + i, s->id, true);
@@ -443,8 +441,7 @@ static bool eng_step(eng_t *e)
     }
     prepare_mtp_inputs(e, n);
     phase_sample_emit(e);       /* 5 sample, 6 verify, 7 emit */
-    eng__spec_sync(e, n);       /* the MTP KV cache follows every target batch */
-    eng__spec_draft(e);         /* drafts for the next step */
+    eng__spec_draft(e, n);      /* MTP KV sync and drafts for the next step */
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
     return true;
@@ -539,8 +536,8 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->pending_h = xcalloc(E, sizeof(float));
     s->draft_h = xcalloc(E, sizeof(float));
     s->spec_ckpt.pos = -1;
-    s->spec_ckpt.state = e->draft_cap > e->p.draft_max ? xaligned_alloc(nf * sizeof(float) + 64)
-                                                       : NULL;
+    s->spec_ckpt.state = e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64)
+                                                      : NULL;
     s->spec_ckpt.h = xcalloc(E, sizeof(float));
 }
 
@@ -581,12 +578,19 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
         ((p->spec_types & ENG_SPEC_NGRAM) &&
          (p->ngram_n < 1 || p->ngram_n > 16 || p->ngram_min < 1 || p->ngram_min > p->ngram_n)) ||
         (p->spec_types && p->draft_max < 1) ||
-        (p->spec_types && p->max_batch_tokens < 1 + p->draft_max)) {
+        (p->spec_types && p->max_batch_tokens < 1 + p->draft_max) ||
+        (p->spec_rollback != ENG_ROLLBACK_SNAPSHOT && p->spec_rollback != ENG_ROLLBACK_RECOMPUTE)) {
         dd_errf(err, errlen, "invalid speculation parameters: types %u, draft_max %lld (1..16 when "
                 "speculating, and max_batch_tokens >= 1 + draft_max), ngram n %lld min %lld "
-                "(1 <= min <= n <= 16), ngram_max_draft %lld (0..%d)", p->spec_types,
-                (long long)p->draft_max, (long long)p->ngram_n, (long long)p->ngram_min,
-                (long long)p->ngram_max_draft, ENG_MAX_DRAFT);
+                "(1 <= min <= n <= 16), ngram_max_draft %lld (0..%d), rollback %d (0 snapshot, "
+                "1 recompute)", p->spec_types, (long long)p->draft_max, (long long)p->ngram_n,
+                (long long)p->ngram_min, (long long)p->ngram_max_draft, ENG_MAX_DRAFT,
+                p->spec_rollback);
+        return DD_EINVAL;
+    }
+    if (p->mem_max < 0) {
+        dd_errf(err, errlen, "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit)",
+                (long long)p->mem_max);
         return DD_EINVAL;
     }
     return 0;
@@ -602,6 +606,8 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
                      const struct eng_params *p, eng_t **out, char *err, size_t errlen)
 {
     int rc = check_params(p, err, errlen);
+    if (!rc)
+        rc = eng_mem_check(m, p, p->mem_max, "the memory limit (mem_max)", err, errlen);
     if (rc)
         return rc;
     eng_t *e = xcalloc(1, sizeof *e);
@@ -609,7 +615,7 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->dev = devs[0];
     e->p = *p;
     struct fwd_params fp = {.max_tokens = p->max_batch_tokens, .n_seq = p->n_slots,
-                            .n_ctx = p->n_ctx, .draft_max = p->spec_types ? p->draft_max : 0};
+                            .n_ctx = p->n_ctx, .draft_max = eng__snap_depth(p)};
     rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);
@@ -619,12 +625,12 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->mtp = (p->spec_types & ENG_SPEC_MTP) && m->hp.n_nextn > 0;
     if ((p->spec_types & ENG_SPEC_MTP) && !e->mtp)
         LOG_W("speculation: the model has no MTP block; MTP drafts are off");
-    e->draft_cap = p->draft_max;
-    if ((p->spec_types & (ENG_SPEC_NGRAM | ENG_SPEC_EXTERNAL)) && p->ngram_max_draft > p->draft_max)
-        e->draft_cap = p->ngram_max_draft; /* long drafts: covered by a checkpoint */
+    e->draft_cap = eng__draft_cap(p);
+    e->snap_depth = eng__snap_depth(p);
     e->slots = xcalloc((size_t)p->n_slots, sizeof *e->slots);
     for (int64_t i = 0; i < p->n_slots; i++)
         slot_init(e, &e->slots[i], i);
+    eng__spec_init(e);
     e->b_tok = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_tok);
     e->b_seq = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_seq);
     e->b_pos = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_pos);
@@ -667,6 +673,7 @@ void eng_destroy(eng_t *e)
     if (!e)
         return;
     eng_stop(e, 0.0);
+    eng__spec_deinit(e);
     for (int64_t i = 0; i < e->p.n_slots; i++)
         slot_deinit(e, &e->slots[i]);
     free(e->slots);
@@ -704,6 +711,13 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);
     s->loops_total = atomic_load_explicit(&e->st_loops, memory_order_relaxed);
     s->draft_max = e->draft_cap;
+    s->rollbacks_total = atomic_load_explicit(&e->st_rollbacks, memory_order_relaxed);
+    s->restores_total = atomic_load_explicit(&e->st_restores, memory_order_relaxed);
+    s->replayed_total = atomic_load_explicit(&e->st_replayed, memory_order_relaxed);
+    s->ckpt_seconds = atomic_load_explicit(&e->st_ckpt_ns, memory_order_relaxed) * 1e-9;
+    s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
+    s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
+    s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
         s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);

@@ -31,12 +31,15 @@ struct eng_params {
     int64_t queue_max;        /* admitted-but-waiting requests before eng_submit refuses */
     int64_t n_checkpoints;    /* GDN prompt-cache checkpoints per slot (hybrid models) */
     int64_t checkpoint_every; /* minimum spacing of prompt-cache checkpoints, tokens */
-    int64_t draft_max;        /* snapshot depth reserved for speculation (0 = none) */
+    int64_t draft_max;        /* longest MTP draft and, with snapshot rollback, the GDN
+                               * snapshot depth reserved for speculation (0 = none) */
     unsigned spec_types;      /* ENG_SPEC_NGRAM | ENG_SPEC_MTP (0 = no speculation) */
     int64_t ngram_n;          /* longest n-gram matched against the history (e.g. 3) */
     int64_t ngram_min;        /* shortest n-gram accepted as a match (1 .. ngram_n) */
     int64_t ngram_max_draft;  /* longest n-gram draft; beyond draft_max a checkpoint is taken */
     float mtp_p_min;          /* stop an MTP draft at a token the head gives less than this */
+    int spec_rollback;        /* ENG_ROLLBACK_SNAPSHOT, or ENG_ROLLBACK_RECOMPUTE (debug) */
+    int64_t mem_max;          /* bytes the caches and checkpoints may take (0 = no limit) */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject
@@ -49,6 +52,12 @@ struct eng_params {
 /* Draft sources (bit mask). */
 enum { ENG_SPEC_NGRAM = 1u, ENG_SPEC_MTP = 2u, ENG_SPEC_EXTERNAL = 4u };
 #define ENG_MAX_DRAFT 64
+
+/* How rejected draft rows leave the GDN state. SNAPSHOT: select the snapshot group written
+ * during verification (no copy, no re-run). RECOMPUTE (debug, to measure what snapshots save):
+ * keep no snapshot groups, checkpoint the state before every verification, and on a rejection
+ * restore it and re-run the accepted tokens in the next step. Both are lossless. */
+enum { ENG_ROLLBACK_SNAPSHOT = 0, ENG_ROLLBACK_RECOMPUTE = 1 };
 
 enum eng_finish {
     ENG_FINISH_NONE = 0,
@@ -120,7 +129,25 @@ struct eng_delta {
 typedef struct eng eng_t;
 typedef struct eng_req eng_req_t;
 
-/* The engine over a loaded model and a device (both borrowed; they must outlive it). */
+/* Memory the engine's per-sequence state takes for parameters p (any thread; allocates
+ * nothing). The MTP layer's KV is counted apart from the trunk's; snapshots are the draft_max
+ * extra GDN state groups that make rollback free. */
+struct eng_mem {
+    size_t kv;        /* trunk attention layers' K and V, all slots */
+    size_t mtp_kv;    /* the MTP layer's K and V, all slots */
+    size_t gdn;       /* one GDN state group (conv + SSM of every recurrent layer), all slots */
+    size_t snapshots; /* the draft_max extra groups kept for rollback */
+    size_t ckpts;     /* prompt-cache checkpoints and the speculation checkpoint */
+    size_t total;
+};
+void eng_mem_estimate(const struct model *m, const struct eng_params *p, struct eng_mem *out);
+/* Refuse (DD_EFULL, the numbers in err) when the estimate exceeds limit bytes; limit_name says
+ * where the limit came from. 0 when it fits or limit is 0. */
+int eng_mem_check(const struct model *m, const struct eng_params *p, int64_t limit,
+                  const char *limit_name, char *err, size_t errlen);
+
+/* The engine over a loaded model and a device (both borrowed; they must outlive it). The caches
+ * are refused when p->mem_max is set and eng_mem_check fails. */
 int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
                char *err, size_t errlen);
 /* The same over a tensor-parallel group of n_dev devices (see forward.h). */
@@ -161,6 +188,13 @@ struct eng_stats {
     int64_t drafted_total, accepted_total, verify_steps_total;
     int64_t loops_total; /* engine loop iterations: moves at least every 100 ms while alive */
     int64_t draft_max;
+    int64_t rollbacks_total; /* verifications that rejected rows */
+    int64_t restores_total;  /* of which were undone by checkpoint restore + replay */
+    int64_t replayed_total;  /* tokens re-run after those restores */
+    double ckpt_seconds;     /* time spent saving and restoring speculation checkpoints */
+    double draft_seconds;    /* time spent drafting (n-gram lookups and MTP passes) */
+    double sync_seconds;     /* time spent feeding accepted rows to the MTP layer's KV */
+    int64_t mtp_rows_total;  /* rows run through the MTP layer (drafting + sync) */
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
 };
 void eng_get_stats(eng_t *e, struct eng_stats *s);

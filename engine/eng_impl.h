@@ -79,8 +79,14 @@ struct slot {
     int32_t *replay;      /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
-    int32_t miss_streak;       /* verifications in a row that accepted nothing */
+    int32_t miss_streak;       /* drafting rounds in a row that gave nothing (note_miss) */
     int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
+    /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
+     * in one batch when drafting resumes instead of a one-row MTP pass every step */
+    int32_t *lag_tok;          /* [ENG_MAX_DRAFT] */
+    int64_t *lag_pos;          /* [ENG_MAX_DRAFT] */
+    float *lag_h;              /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
+    int64_t n_lag;
     int64_t n_reused;          /* prompt tokens of the current request served by the cache */
     /* published after every step for eng_get_slots (other threads) */
     atomic_int pub_state;
@@ -95,6 +101,7 @@ struct eng {
     struct slot *slots; /* [n_slots] */
     int64_t n_ckpt;
     int64_t draft_cap; /* longest draft of any drafter */
+    int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
@@ -105,6 +112,11 @@ struct eng {
     float *h_prev;  /* [max_batch_tokens][n_embd] MTP inputs */
     uint8_t *b_none; /* [max_batch_tokens] zeros: no logits rows */
     bool mtp;        /* the MTP drafter is active (enabled and the model has the block) */
+    /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
+    int32_t *y_tok, *y_seq;
+    int64_t *y_pos;
+    uint8_t *y_want; /* rows whose logits are wanted: the first step of MTP drafts */
+    float *y_h; /* [max_batch_tokens][n_embd] */
     /* inbox */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -116,15 +128,25 @@ struct eng {
     /* statistics (relaxed atomics: read by other threads) */
     atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
     atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
+    atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
+    atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
 
+/* ---- sizing (eng_mem.c) ---- */
+int64_t eng__snap_depth(const struct eng_params *p); /* GDN snapshot groups beyond the first */
+int64_t eng__draft_cap(const struct eng_params *p);  /* longest draft of any drafter */
 /* ---- speculation (eng_spec.c) ---- */
-/* Propose drafts for every decoding slot that speculates (n-gram first, then MTP). */
-void eng__spec_draft(eng_t *e);
-/* Replay the step's batch through the MTP block so its KV cache covers every position. */
-void eng__spec_sync(eng_t *e, int64_t n_batch);
+/* Buffers of the MTP sync (per slot and per engine), after the slots exist; and their end. */
+void eng__spec_init(eng_t *e);
+void eng__spec_deinit(eng_t *e);
+/* After the step's n_batch rows were sampled: bring the MTP layer's KV up to date with them
+ * and propose drafts for every decoding slot that speculates (n-gram first, then MTP). */
+void eng__spec_draft(eng_t *e, int64_t n_batch);
+/* Save the state before a verification the snapshots cannot cover (long draft, or every
+ * verification when rolling back by recomputation). */
+void eng__spec_ckpt_save(eng_t *e, struct slot *s);
 /* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
 void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */

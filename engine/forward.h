@@ -63,6 +63,8 @@ void fwd_seq_save(const struct fwd_ctx *f, int64_t s, float *dst);
 void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src);
 /* Time spent in allreduces and their count; bytes device d owns and reads replicated. */
 void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
+/* Of those seconds, the time spent waiting for the other devices to arrive (see comm.h). */
+double fwd_comm_wait_seconds(const struct fwd_ctx *f);
 void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated);
 
 /* Trunk forward. Afterwards fwd_logits holds one row per requested token, in batch order,

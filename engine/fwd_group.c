@@ -211,6 +211,11 @@ void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls)
         comm_stats(f->comm, seconds, calls);
 }
 
+double fwd_comm_wait_seconds(const struct fwd_ctx *f)
+{
+    return f->comm ? comm_wait_seconds(f->comm) : 0.0;
+}
+
 void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated)
 {
     if (f->n == 1) {

@@ -676,6 +676,13 @@ static int map_file(const char *path, const uint8_t **base, size_t *size, char *
         dd_errf(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
         goto out;
     }
+    /* Ask for 2 MiB pages: page faults then read ahead (and map) whole 2 MiB folios of the
+     * file, so the weights the matmuls stream are mapped without 4 KiB TLB misses (measured:
+     * a cold 0.55 GB model fully PMD-mapped instead of ~85%, decode ~10% faster by CPU time).
+     * Only a hint: a kernel or filesystem without file THP refuses it and nothing changes. */
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, (size_t)st.st_size, MADV_HUGEPAGE);
+#endif
     *base = p;
     *size = (size_t)st.st_size;
     rc = 0;

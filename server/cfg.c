@@ -75,6 +75,8 @@ const struct cfg_row cfg__rows[] = {
      "prompt-cache state checkpoints per slot (hybrid GDN models)"},
     {"checkpoint_every", CFG_INT, "512", 16, 1 << 20, R, OFF(checkpoint_every), NULL,
      "minimum spacing of prompt-cache checkpoints, tokens"},
+    {"cache_mem_max", CFG_INT, "0", 0, 1LL << 50, R, OFF(cache_mem_max), NULL,
+     "bytes the caches, snapshots and checkpoints may take (K/M/G; 0 = the available memory)"},
     /* ---- speculative decoding (lossless; drafts back off when they keep missing) ---- */
     {"spec_type", CFG_ENUM, "ngram,mtp", 0, 0, R, OFF(spec_type), "none|ngram|mtp|ngram,mtp",
      "draft sources: n-gram lookup in the request's own text, the model's MTP head, or both"},
@@ -88,6 +90,8 @@ const struct cfg_row cfg__rows[] = {
      "longest n-gram draft; beyond spec_draft_max a state checkpoint covers the rollback"},
     {"spec_p_min", CFG_FLOAT, "0.05", 0, 1, R, OFF(spec_p_min), NULL,
      "stop an MTP draft at a token the head gives a lower probability than this"},
+    {"spec_rollback", CFG_ENUM, "snapshot", 0, 0, R, OFF(spec_rollback), "snapshot|recompute",
+     "DEBUG: undo rejected drafts by state snapshots, or by restoring a checkpoint and re-running"},
     /* ---- admission and request limits ---- */
     {"queue_max", CFG_INT, "64", 0, 65536, R, OFF(queue_max), NULL,
      "requests waiting for a slot at most; more get queue_full_status"},

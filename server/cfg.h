@@ -34,6 +34,8 @@ enum cfg_log_format { CFG_LOG_AUTO = 0, CFG_LOG_PLAIN, CFG_LOG_SYSLOG };
 enum cfg_reasoning { CFG_REASONING_SEPARATE = 0, CFG_REASONING_NONE };
 /* spec_type values (the order of the enum row's choices). */
 enum cfg_spec_type { CFG_SPEC_NONE = 0, CFG_SPEC_NGRAM, CFG_SPEC_MTP, CFG_SPEC_BOTH };
+/* spec_rollback values (the order of the enum row's choices; ENG_ROLLBACK_*). */
+enum cfg_spec_rollback { CFG_ROLLBACK_SNAPSHOT = 0, CFG_ROLLBACK_RECOMPUTE };
 
 struct cfg {
     /* ---- listener and HTTP limits ---- */
@@ -60,11 +62,13 @@ struct cfg {
     int64_t max_batch_tokens;
     int64_t checkpoints;
     int64_t checkpoint_every; /* tokens */
+    int64_t cache_mem_max;    /* bytes, 0 = MemAvailable at start-up */
     /* ---- speculative decoding ---- */
     int spec_type;          /* enum cfg_spec_type */
     int64_t spec_draft_max; /* snapshot depth = the longest MTP draft */
     int64_t spec_ngram_n, spec_ngram_min, spec_ngram_max;
     double spec_p_min;
+    int spec_rollback; /* enum cfg_spec_rollback */
     /* ---- requests and admission ---- */
     int64_t queue_max;
     int64_t queue_full_status; /* 429 or 503 */

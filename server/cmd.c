@@ -52,9 +52,13 @@ static const struct opt opts[] = {
     {"-c", "--ctx", OPT_INT, OFF(ctx), 1, 1 << 24, G | L | I, "context size"},
     {"-r", "--reps", OPT_INT, OFF(reps), 1, 1000, B, "repetitions, median reported (5)"},
     {"-d", "--depth", OPT_INT, OFF(depth), 0, 1 << 20, B, "context depth before decode (0)"},
-    {NULL, "--spec", OPT_STR, OFF(spec), 0, 0, B, "compare decode with speculation: ngram|mtp|ngram,mtp"},
+    {NULL, "--spec", OPT_STR, OFF(spec), 0, 0, B, 
+     "compare decode with speculation: ngram|mtp|ngram,mtp|all"},
     {NULL, "--text", OPT_STR, OFF(text), 0, 0, B, "prompt text for --spec (special tokens parsed)"},
     {NULL, "--draft-max", OPT_INT, OFF(draft_max), 1, 16, B, "draft length for --spec (3)"},
+    {NULL, "--p-min", OPT_DBL, OFF(p_min), 0, 1, B, "--spec: MTP draft confidence floor (0.05)"},
+    {NULL, "--rollback", OPT_STR, OFF(rollback), 0, 0, B,
+     "--spec rollback: snapshot|recompute|both (snapshot)"},
     {NULL, "--no-bind", OPT_FLAG, OFF(no_bind), 0, 0, G | L | B | I, "do not bind threads"},
     {NULL, "--isa", OPT_STR, OFF(isa), 0, 0, G | L | B | I, "force kernels: scalar|avx2|avx512"},
 };
@@ -127,7 +131,7 @@ static int set_opt(const struct opt *op, const char *val, struct cmd_opts *o)
 int cmd_parse(int argc, char **argv, int first, int which, struct cmd_opts *o)
 {
     *o = (struct cmd_opts){.n_predict = 64, .top_p = 1.0, .batch = 512, .n_prompt = 512,
-                           .n_gen = 64, .reps = 5, .seed = 42, .draft_max = 3};
+                           .n_gen = 64, .reps = 5, .seed = 42, .draft_max = 3, .p_min = 0.05};
     for (int i = first; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cmd_usage(argv[0], which);

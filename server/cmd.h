@@ -42,6 +42,8 @@ struct cmd_opts {
     const char *spec;                      /* bench: speculation types to compare */
     const char *text;                      /* bench --spec: prompt text */
     int64_t draft_max;
+    const char *rollback; /* bench --spec: snapshot | recompute | both (NULL = snapshot) */
+    double p_min;         /* bench --spec: MTP draft confidence floor */
 };
 
 /* Parse argv[first..argc) for subcommand `which`. Returns 0, or prints the error + usage and

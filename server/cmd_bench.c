@@ -208,7 +208,29 @@ struct bench_runs {
     double *pp, *pp_c;     /* prefill tok/s */
     double *tg, *tg_c;     /* decode tok/s */
     double *bw;            /* triad GB/s measured just before the decode repetition */
+    /* allreduces inside the timed parts, summed over the repetitions: [0] seconds, [1] of
+     * those waiting for the other devices, [2] calls; and the timed seconds themselves */
+    double ar_pp[3], ar_tg[3];
+    double pp_s, tg_s;
 };
+
+/* The group's allreduce totals so far: seconds, waiting seconds, calls. */
+static void ar_snap(const struct cmd_engine *e, double v[3])
+{
+    int64_t calls;
+    fwd_comm_stats(e->fwd, &v[0], &calls);
+    v[1] = fwd_comm_wait_seconds(e->fwd);
+    v[2] = (double)calls;
+}
+
+/* Add the allreduce totals since the snapshot `before` to acc. */
+static void ar_add(const struct cmd_engine *e, const double before[3], double acc[3])
+{
+    double now[3];
+    ar_snap(e, now);
+    for (int i = 0; i < 3; i++)
+        acc[i] += now[i] - before[i];
+}
 
 /* Prefill: n_prompt tokens from an empty sequence, `reps` times. */
 static int bench_prefill(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks,
@@ -216,9 +238,13 @@ static int bench_prefill(struct cmd_engine *e, const struct cmd_opts *o, const i
 {
     for (int64_t r = 0; r < o->reps; r++) {
         fwd_seq_clear(e->fwd, 0);
+        double ar0[3];
+        ar_snap(e, ar0);
         double t0 = dd_now(), c0 = cpu_now();
         if (cmd_feed(e, toks, o->n_prompt, 0, o->batch, NULL, NULL))
             return 1;
+        b->pp_s += dd_now() - t0;
+        ar_add(e, ar0, b->ar_pp);
         b->pp[r] = o->n_prompt / (dd_now() - t0);
         b->pp_c[r] = o->n_prompt / (cpu_now() - c0);
     }
@@ -242,9 +268,13 @@ static int bench_decode(struct cmd_engine *e, const struct cmd_opts *o, const in
     for (int64_t r = 0; r < o->reps && !rc; r++) {
         b->bw[r] = triad_gbs(tr, td, 3);
         fwd_seq_restore(e->fwd, 0, ckpt);
+        double ar0[3];
+        ar_snap(e, ar0);
         double t0 = dd_now(), c0 = cpu_now();
         for (int64_t i = 0; i < o->n_gen && !rc; i++)
             rc = cmd_feed(e, toks + o->depth + i, 1, o->depth + i, 1, NULL, NULL);
+        b->tg_s += dd_now() - t0;
+        ar_add(e, ar0, b->ar_tg);
         b->tg[r] = o->n_gen / (dd_now() - t0);
         b->tg_c[r] = o->n_gen / (cpu_now() - c0);
     }
@@ -275,12 +305,17 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
                (long long)hp->n_expert_used, (long long)hp->n_expert);
     printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e->n_dev,
            dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
+    /* per decode token / per prefill token: allreduce us, of which waiting, and calls */
+    const double n_tg = (double)(n * o->n_gen), n_pp = (double)(n * o->n_prompt);
+    const double ar_tg_us = b->ar_tg[0] / n_tg * 1e6, ar_tg_wait = b->ar_tg[1] / n_tg * 1e6;
+    const double ar_pp_us = b->ar_pp[0] / n_pp * 1e6, ar_pp_wait = b->ar_pp[1] / n_pp * 1e6;
     if (e->n_dev > 1) {
-        double ar_s;
-        int64_t ar_calls;
-        fwd_comm_stats(e->fwd, &ar_s, &ar_calls);
-        printf("allreduce    %lld calls, %.1f us each on average\n", (long long)ar_calls,
-               ar_calls ? ar_s / ar_calls * 1e6 : 0.0);
+        printf("allreduce    decode: %.0f calls per token, %.1f us per token = %.1f%% of its time "
+               "(%.1f us of it waiting for the other devices to arrive)\n",
+               b->ar_tg[2] / n_tg, ar_tg_us, 100.0 * b->ar_tg[0] / b->tg_s, ar_tg_wait);
+        printf("allreduce    prefill: %.0f calls per prompt, %.1f us per prompt token = %.1f%% of "
+               "its time (%.1f us waiting)\n", b->ar_pp[2] / n, ar_pp_us,
+               100.0 * b->ar_pp[0] / b->pp_s, ar_pp_wait);
     }
     printf("peak         %.1f G%s/s (in-cache %s multiply-add, all threads)\n", peak / 1e9,
            kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
@@ -304,10 +339,13 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
            roof, 100.0 * frac, cpu_frac, tg * tok_bytes / 1e9);
     printf("result arch=%s threads=%d tp=%d pp_tok=%.2f pp_tok_cpu=%.2f pp_pct=%.1f "
            "pp_pct_cpu=%.1f peak_gops=%.1f depth=%lld tg_tok=%.3f tg_tok_cpu=%.3f mib_tok=%.1f "
-           "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f\n",
+           "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f ar_tg_us=%.1f "
+           "ar_tg_wait_us=%.1f ar_tg_pct=%.1f ar_pp_us=%.1f ar_pp_pct=%.1f\n",
            model_arch_name(hp->arch), b->threads, e->n_dev, pp, pp_c, 100.0 * op_tok * pp / peak,
            100.0 * op_tok * pp_c / peak, peak / 1e9, (long long)o->depth, tg, tg_c,
-           tok_bytes / 1048576.0, bw, roof, 100.0 * frac, 100.0 * frac_c);
+           tok_bytes / 1048576.0, bw, roof, 100.0 * frac, 100.0 * frac_c, ar_tg_us, ar_tg_wait,
+           b->tg_s > 0 ? 100.0 * b->ar_tg[0] / b->tg_s : 0.0, ar_pp_us,
+           b->pp_s > 0 ? 100.0 * b->ar_pp[0] / b->pp_s : 0.0);
 }
 
 int cmd_bench(const struct cmd_opts *o)

@@ -330,6 +330,41 @@ static unsigned spec_mask(int t)
     return m[t];
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or 0 when it cannot be read. */
+static int64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (int64_t)kib * 1024;
+}
+
+/* The start-up memory budget: the per-slot state must fit cache_mem_max, or by default the
+ * memory available now. Logs the estimate either way. */
+static int check_memory(struct serve *s, const struct eng_params *p, char *err, size_t errlen)
+{
+    const struct cfg *c = s->cfg;
+    struct eng_mem u;
+    eng_mem_estimate(s->model, p, &u);
+    int64_t limit = c->cache_mem_max ? c->cache_mem_max : mem_available();
+    const char *name = c->cache_mem_max ? "cache_mem_max" : "the available memory (MemAvailable)";
+    LOG_I("caches: %.1f MiB (KV %.1f, MTP KV %.1f, GDN state %.1f + snapshots %.1f, "
+          "checkpoints %.1f); limit %.1f MiB (%s)", u.total / 1048576.0, u.kv / 1048576.0,
+          u.mtp_kv / 1048576.0, u.gdn / 1048576.0, u.snapshots / 1048576.0,
+          u.ckpts / 1048576.0, limit / 1048576.0, limit ? name : "none: MemAvailable unknown");
+    int rc = eng_mem_check(s->model, p, limit, name, err, errlen);
+    if (rc)
+        add_hint(c, c->cache_mem_max ? "cache_mem_max" : "slots", "lower slots, ctx, "
+                 "spec_draft_max or checkpoints, or raise cache_mem_max", err, errlen);
+    return rc;
+}
+
 /* The engine with its caches sized from the config (allocated here, once), and its thread. */
 static int build_engine(struct serve *s, char *err, size_t errlen)
 {
@@ -353,8 +388,15 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
         .ngram_min = c->spec_ngram_min,
         .ngram_max_draft = c->spec_ngram_max,
         .mtp_p_min = (float)c->spec_p_min,
+        .spec_rollback = c->spec_rollback == CFG_ROLLBACK_RECOMPUTE ? ENG_ROLLBACK_RECOMPUTE
+                                                                     : ENG_ROLLBACK_SNAPSHOT,
     };
-    int rc = eng_create_group(s->model, s->devs, s->n_dev, &p, &s->eng, err, errlen);
+    int rc = check_memory(s, &p, err, errlen);
+    if (rc)
+        return rc;
+    if (c->spec_rollback == CFG_ROLLBACK_RECOMPUTE && p.spec_types)
+        LOG_W("spec_rollback = recompute: a debug mode, rejected drafts are re-run");
+    rc = eng_create_group(s->model, s->devs, s->n_dev, &p, &s->eng, err, errlen);
     if (rc) {
         add_hint(c, "slots", "the caches did not fit; lower slots, ctx, spec_draft_max or "
                  "max_batch_tokens", err, errlen);

@@ -10,9 +10,16 @@
 # as a model read from disk would be: readahead then fills the page cache with large folios,
 # which the mapping uses as 2 MiB pages. The pages mkmodel's writes leave behind, or a MoE
 # model's experts faulted in one by one, are mostly 4 KiB ones, which decode reads 20-40% slower
-# (TLB misses). Knobs (environment):
+# (TLB misses); the mapping also asks for 2 MiB pages itself (madvise, engine/gguf.c).
+#
+# Tensor parallelism (issue 7): for each N in BENCH_TP, the Q8_0 model on N CPU devices of one
+# thread each, against one device with N threads and one device with one thread, prefill and
+# decode at the first depth, with the allreduce time per decode token (and how much of it was
+# waiting for the other device to arrive, i.e. imbalance or a descheduled thread rather than
+# communication). Knobs (environment):
 #   BENCH_PROMPT (512)  BENCH_GEN (16 tokens per decode repetition)  BENCH_REPS (5)
 #   BENCH_DEPTHS ("128 4096")  BENCH_THREADS ("1 2")  BENCH_MODELS ("q8_0 q4_k moe")
+#   BENCH_TP ("2"; empty skips the section)
 set -euo pipefail
 B=${1:?usage: tools/bench.sh BUILD_DIR}
 M=$B/bench-models
@@ -31,8 +38,8 @@ model_file() {
   esac
 }
 prompt=${BENCH_PROMPT:-512} ngen=${BENCH_GEN:-16} reps=${BENCH_REPS:-5}
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+results=$(mktemp) tpres=$(mktemp)
+trap 'rm -f "$results" "$tpres"' EXIT
 start=$(date +%s)
 for name in ${BENCH_MODELS:-q8_0 q4_k moe}; do
   model=$(model_file "$name")
@@ -52,8 +59,26 @@ for name in ${BENCH_MODELS:-q8_0 q4_k moe}; do
   done
 done
 
+tp_run() { # tp_run MODEL DEVICES THREADS DEPTH
+  echo "== $(basename "$1") devices=$2 threads=$3 prefill=$prompt depth=$4"
+  local out
+  out=$("$B/deltad" bench -m "$1" --tp "$2" -t "$3" -p "$prompt" -n "$ngen" -d "$4" -r "$reps")
+  echo "$out"
+  echo "$out" | sed -n "s/^result /devices=$2 /p" >>"$tpres"
+}
+if [ -n "${BENCH_TP-2}" ]; then
+  model=$(model_file q8_0)
+  depth=${BENCH_DEPTHS:-128 4096}; depth=${depth%% *}
+  tp_run "$model" 1 1 "$depth"
+  for n in ${BENCH_TP-2}; do
+    tp_run "$model" 1 "$n" "$depth"
+    tp_run "$model" "$n" "$n" "$depth"
+  done
+fi
+
 echo
 echo "== summary: medians of $reps runs; decode $ngen tokens per run; $(( $(date +%s) - start )) s"
+echo "load: $(uptime | sed 's/.*load average/load average/')"
 awk '
 function kv(line, key,   n, i, a, f) {
   n = split(line, f, " ")
@@ -88,3 +113,29 @@ END {
     printf "%s", cpu
   }
 }' "$results"
+
+if [ -s "$tpres" ]; then
+  echo
+  echo "tensor parallel: $(basename "$(model_file q8_0)"), prefill $prompt, decode at the depth shown;"
+  echo "allreduce per decode token (wait = waiting for the other devices to arrive):"
+  awk '
+function kv(line, key,   n, i, a, f) {
+  n = split(line, f, " ")
+  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
+  return ""
+}
+BEGIN {
+  printf "%7s %7s | %9s %9s | %6s %9s %8s | %9s %9s %7s\n", "devices", "threads", "prefill",
+         "speedup", "depth", "decode", "speedup", "allreduce", "wait", "%decode"
+  printf "%7s %7s | %9s %9s | %6s %9s %8s | %9s %9s %7s\n", "", "", "tok/s", "", "", "tok/s", "",
+         "us/tok", "us/tok", ""
+}
+{
+  if (NR == 1) { pp1 = kv($0, "pp_tok"); tg1 = kv($0, "tg_tok") }
+  ar = kv($0, "devices") > 1
+  printf "%7s %7s | %9.1f %8.2fx | %6s %9.2f %7.2fx | %9s %9s %7s\n", kv($0, "devices"),
+         kv($0, "threads"), kv($0, "pp_tok"), kv($0, "pp_tok") / pp1, kv($0, "depth"),
+         kv($0, "tg_tok"), kv($0, "tg_tok") / tg1, ar ? kv($0, "ar_tg_us") : "-",
+         ar ? kv($0, "ar_tg_wait_us") : "-", ar ? kv($0, "ar_tg_pct") : "-"
+}' "$tpres"
+fi

@@ -46,6 +46,11 @@ expect 1 "no MTP block" "$D" logits -m "$B/models/tiny-qwen3.gguf" --tokens 1,2,
 expect 0 "memory plan" "$D" info -m "$M"
 expect 0 "roofline" "$D" bench -m "$M" -p 16 -n 4 -r 1 -t 1
 expect 0 "devices      2 CPU" "$D" bench -m "$M" -p 16 -n 4 -r 1 --tp 2 --no-bind
+# speculation through the engine: every draft source, both rollback modes, same text
+expect 0 "lossless         yes" "$D" bench -m "$M" -p 48 -n 24 -r 1 -t 1 --spec all --rollback both
+expect 2 "--rollback expects snapshot, recompute or both" "$D" bench -m "$M" --spec mtp --rollback x
+expect 2 "--spec expects ngram, mtp, ngram,mtp or all" "$D" bench -m "$M" --spec draft
+expect 2 "--p-min expects a number" "$D" bench -m "$M" --spec mtp --p-min 2
 expect 0 "wrote 3 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/tp.f32" --tp 3 --no-bind
 expect 2 "--tp expects an integer" "$D" generate -m "$M" -p hi --tp 0
 # same seed, same text; greedy is deterministic

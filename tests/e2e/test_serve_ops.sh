@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_serve_ops.sh BUILD_DIR — operating `deltad serve` on 127.0.0.1 (issue 4, operations):
 #   - bad config values, unknown keys and bad environment values stop start-up with exit 2 and
-#     a message naming the key plus a HINT line; a missing model exits 1 naming the file;
+#     a message naming the key plus a HINT line; a missing model exits 1 naming the file, and
+#     caches larger than cache_mem_max exit 1 with the sizes of their parts;
 #   - `serve --help` lists the keys; DELTAD_<KEY> overrides the config file;
 #   - sd_notify over a test NOTIFY_SOCKET (a python datagram listener): STATUS while loading,
 #     READY=1 once the model is loaded, WATCHDOG=1 pings with WATCHDOG_USEC, STOPPING=1 on
@@ -70,6 +71,10 @@ expect 2 "environment DELTAD_SLOTS: key 'slots'" env DELTAD_SLOTS=abc "$D" serve
 expect 2 "key 'devices': expected cpu:N" "$D" serve --devices gpu:2
 expect 2 "key 'max_batch_tokens': 4 is less than slots (8)" "$D" serve --slots 8 --max-batch-tokens 4
 expect 2 "key 'log_level': expected one of" "$D" serve --log-level loud
+expect 2 "key 'spec_rollback': expected one of snapshot|recompute" "$D" serve --spec-rollback x
+# the start-up memory budget: caches that exceed cache_mem_max are refused with the numbers
+expect 1 "the caches need 34.0 MiB but cache_mem_max is 1.0 MiB: KV 16.0 MiB (4 slots x 4096 tokens), MTP layer KV 16.0 MiB" \
+  "$D" serve --model "$M" --port "$(free_port)" --threads 1 --cache-mem-max 1M
 expect 1 "/nonexistent.gguf" "$D" serve --model /nonexistent.gguf --port "$(free_port)"
 expect 1 "HINT:" "$D" serve --model /nonexistent.gguf --port "$(free_port)"
 

@@ -6,8 +6,12 @@
  *     draws one RNG value per emitted token, like plain decoding);
  *   - n-gram drafts longer than the snapshot depth go through the checkpoint + replay path and
  *     stay lossless;
+ *   - rollback by recomputation (the debug mode: no snapshots, a checkpoint before every
+ *     verification, restore + replay on a rejection) is lossless too, and really replays;
  *   - cache rules: rollback bounded by the snapshots of the last batch, never twice without a
- *     forward step (asserted: the process aborts), reset by clear.
+ *     forward step (asserted: the process aborts), reset by clear;
+ *   - the memory estimate matches the cache's own sizing, and an engine whose caches exceed
+ *     mem_max is refused with the numbers.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -18,11 +22,13 @@
 #include <unistd.h>
 #include <math.h>
 
+#include "cache.h"   // defines: cache_bytes_needed
 #include "device.h"  // defines: dev_cpu_create
 #include "eng.h"     // defines: eng_*
 #include "forward.h" // defines: fwd_create
 #include "model.h"   // defines: model_load
 #include "spec.h"    // defines: spec_ngram_draft
+#include "util.h"    // defines: DD_EFULL
 #include "test.h"
 
 static char models[512];
@@ -118,6 +124,10 @@ static int64_t oracle_draft(void *ud, int64_t slot, const int32_t *hist, int64_t
     return 0;
 }
 
+/* Rollback mode of the next run_all, and the engine statistics of the last one. */
+static int rollback_mode = ENG_ROLLBACK_SNAPSHOT;
+static struct eng_stats last_stats;
+
 /* Run n_req requests concurrently on a fresh engine with the given speculation settings. */
 static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_req, float temp,
                     struct run_out *out)
@@ -130,7 +140,9 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
     struct eng_params p = {.n_slots = n_req, .n_ctx = 192, .max_batch_tokens = 64,
                            .queue_max = 16, .n_checkpoints = 2, .checkpoint_every = 64,
                            .draft_max = 3, .spec_types = spec, .ngram_n = 3, .ngram_min = 1,
-                           .ngram_max_draft = ngram_max, .draft_fn = oracle_draft};
+                           .ngram_max_draft = ngram_max, .draft_fn = oracle_draft,
+                           .spec_rollback = rollback_mode};
+    memset(&last_stats, 0, sizeof last_stats);
     if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
         eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
         printf("  %s\n", err);
@@ -152,6 +164,7 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
         drain(r[i], &out[i]);
         eng_req_release(r[i]);
     }
+    eng_get_stats(e, &last_stats);
 out:
     eng_destroy(e);
     dev_destroy(d);
@@ -164,14 +177,19 @@ static void lossless_case(const char *file, int n_req, float temp)
         const char *name;
         unsigned spec;
         int64_t ngram_max;
-    } modes[] = {{"ngram", ENG_SPEC_NGRAM, 3},
-                 {"mtp", ENG_SPEC_MTP, 3},
-                 {"ngram+mtp", ENG_SPEC_NGRAM | ENG_SPEC_MTP, 3},
-                 {"long-ngram", ENG_SPEC_NGRAM, 12}};
+        int rollback;
+    } modes[] = {{"ngram", ENG_SPEC_NGRAM, 3, ENG_ROLLBACK_SNAPSHOT},
+                 {"mtp", ENG_SPEC_MTP, 3, ENG_ROLLBACK_SNAPSHOT},
+                 {"ngram+mtp", ENG_SPEC_NGRAM | ENG_SPEC_MTP, 3, ENG_ROLLBACK_SNAPSHOT},
+                 {"long-ngram", ENG_SPEC_NGRAM, 12, ENG_ROLLBACK_SNAPSHOT},
+                 {"ngram+mtp/recomp", ENG_SPEC_NGRAM | ENG_SPEC_MTP, 3, ENG_ROLLBACK_RECOMPUTE},
+                 {"long-ngram/recomp", ENG_SPEC_NGRAM, 12, ENG_ROLLBACK_RECOMPUTE}};
     struct run_out base[8], spec[8];
     run_all(file, 0, 0, n_req, temp, base);
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        rollback_mode = modes[k].rollback;
         run_all(file, modes[k].spec, modes[k].ngram_max, n_req, temp, spec);
+        rollback_mode = ENG_ROLLBACK_SNAPSHOT;
         int64_t drafted = 0, accepted = 0, same = 0;
         for (int i = 0; i < n_req; i++) {
             drafted += spec[i].drafted;
@@ -181,7 +199,7 @@ static void lossless_case(const char *file, int n_req, float temp)
             same += eq;
             CHECK(eq);
         }
-        printf("  %-20s %-10s slots %d temp %.1f: identical %lld/%d, drafted %lld, accepted %lld\n",
+        printf("  %-20s %-17s slots %d temp %.1f: identical %lld/%d, drafted %lld, accepted %lld\n",
                file, modes[k].name, n_req, temp, (long long)same, n_req, (long long)drafted,
                (long long)accepted);
         CHECK(drafted > 0);
@@ -235,6 +253,67 @@ TEST(oracle_drafts)
     oracle_case("tiny-qwen3next.gguf", 4, 0.8f, 3);
     oracle_case("tiny-qwen35moe.gguf", 4, 0.8f, 8);
     oracle_case("tiny-qwen3.gguf", 2, 0.0f, 8);
+}
+
+/* Rollback by recomputation under the oracle's mixed acceptance: every rejection restores the
+ * pre-verification checkpoint and replays, and the tokens stay those of plain decoding. */
+TEST(recompute_rollback)
+{
+    oracle_case("tiny-qwen35.gguf", 8, 0.0f, 3);
+    CHECK_EQ(last_stats.restores_total, 0); /* snapshots cover drafts up to their depth */
+    CHECK(last_stats.rollbacks_total > 0);
+    rollback_mode = ENG_ROLLBACK_RECOMPUTE;
+    oracle_case("tiny-qwen35.gguf", 8, 0.0f, 3);
+    CHECK(last_stats.restores_total > 0);
+    CHECK_EQ(last_stats.restores_total, last_stats.rollbacks_total);
+    CHECK(last_stats.replayed_total >= last_stats.restores_total);
+    oracle_case("tiny-qwen3next.gguf", 4, 0.8f, 3);
+    CHECK(last_stats.restores_total > 0);
+    rollback_mode = ENG_ROLLBACK_SNAPSHOT;
+}
+
+/* ---- start-up memory budget --------------------------------------------------------------- */
+
+TEST(mem_budget)
+{
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/tiny-qwen35.gguf", models);
+    struct model *m = NULL;
+    struct dev *d = NULL;
+    eng_t *e = NULL;
+    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(1, NULL, &d, err, sizeof err)) {
+        CHECK(0);
+        return;
+    }
+    struct eng_params p = {.n_slots = 4, .n_ctx = 192, .max_batch_tokens = 64, .queue_max = 4,
+                           .n_checkpoints = 2, .checkpoint_every = 64, .draft_max = 3,
+                           .spec_types = ENG_SPEC_NGRAM | ENG_SPEC_MTP, .ngram_n = 3,
+                           .ngram_min = 2, .ngram_max_draft = 3};
+    struct eng_mem u;
+    eng_mem_estimate(m, &p, &u);
+    CHECK_EQ(u.kv + u.mtp_kv + u.gdn + u.snapshots, cache_bytes_needed(m, 4, 192, 3));
+    CHECK(u.mtp_kv > 0 && u.gdn > 0 && u.ckpts > 0);
+    CHECK_EQ(u.snapshots, 3 * u.gdn);
+    p.spec_rollback = ENG_ROLLBACK_RECOMPUTE; /* no snapshot groups, one more checkpoint */
+    struct eng_mem r;
+    eng_mem_estimate(m, &p, &r);
+    CHECK_EQ(r.snapshots, 0);
+    CHECK(r.ckpts > u.ckpts);
+    p.spec_rollback = ENG_ROLLBACK_SNAPSHOT;
+    p.mem_max = (int64_t)u.total - 1;
+    err[0] = 0;
+    CHECK_EQ(eng_create(m, d, &p, &e, err, sizeof err), DD_EFULL);
+    CHECK(e == NULL);
+    CHECK(strstr(err, "MiB") && strstr(err, "snapshot groups") && strstr(err, "MTP layer KV"));
+    printf("  refused: %s\n", err);
+    p.mem_max = (int64_t)u.total;
+    CHECK_EQ(eng_create(m, d, &p, &e, err, sizeof err), 0);
+    p.spec_rollback = 7;
+    eng_t *bad = NULL;
+    CHECK_EQ(eng_create(m, d, &p, &bad, err, sizeof err), DD_EINVAL);
+    eng_destroy(e);
+    dev_destroy(d);
+    model_free(m);
 }
 
 /* ---- distribution at temperature > 0 ----------------------------------------------------- */
@@ -432,6 +511,8 @@ int main(int argc, char **argv)
     RUN(lossless_sampling);
     RUN(ngram_on_pure_kv_model);
     RUN(oracle_drafts);
+    RUN(recompute_rollback);
+    RUN(mem_budget);
     RUN(distribution_with_drafts);
     TEST_MAIN_END("test_spec");
 }
