@@ -47,10 +47,13 @@ struct comm {
 static void host_allreduce(struct comm *c, int rank, float *buf, int64_t n);
 static void host_destroy(struct comm *c);
 
+static void host_reserve(struct comm *c, int64_t n);
+
 static const struct comm_ops host_ops = {
     .name = "host",
     .allreduce = host_allreduce,
     .destroy = host_destroy,
+    .reserve = host_reserve,
 };
 
 struct comm *comm_create_host(int n_ranks)
@@ -66,7 +69,13 @@ struct comm *comm_create_host(int n_ranks)
 
 void comm_reserve(struct comm *c, int64_t n)
 {
-    if (c->ops != &host_ops || n <= c->cap)
+    if (c->ops->reserve)
+        c->ops->reserve(c, n);
+}
+
+static void host_reserve(struct comm *c, int64_t n)
+{
+    if (n <= c->cap)
         return;
     free(c->result);
     c->result = xaligned_alloc((size_t)n * sizeof(float));

@@ -21,6 +21,8 @@ struct comm_ops {
     const char *name;
     void (*allreduce)(struct comm *c, int rank, float *buf, int64_t n);
     void (*destroy)(struct comm *c);
+    /* Size buffers for allreduces of up to n floats (start-up); NULL when none are needed. */
+    void (*reserve)(struct comm *c, int64_t n);
 };
 
 enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1 };

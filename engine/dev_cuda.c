@@ -20,6 +20,7 @@
 #include "device.h" // defines: struct dev, struct dev_ops
 #include "kcuda.h"  // defines: kc_stream, kc_matmul
 #include "quant.h"  // defines: kq_type_name
+#include "topo.h"   // defines: topo_create, topo_coreset_init_gpu, topo_bind_set
 #include "util.h"   // defines: xcalloc, dd_errf, LOG_I
 
 /* One uploaded weight view: host address -> device copy of n bytes. */
@@ -165,6 +166,27 @@ static const struct dev_ops cuda_ops = {
     .n_threads = cuda_n_threads,
 };
 
+/* Bind the calling (host) thread to the PUs near the GPU: hwloc's PCI locality of the device
+ * CUDA reports (its NUMA node on a multi-socket host). Best effort: an unknown locality, or a
+ * container that forbids binding, leaves the thread where it was. */
+static void bind_near(int gpu)
+{
+    char busid[32], err[256];
+    kc_device_busid(gpu, busid, sizeof busid);
+    topo_t *t = busid[0] ? topo_create(err, sizeof err) : NULL;
+    if (!t)
+        return;
+    const int i = topo_gpu_find(t, busid);
+    topo_coreset cs;
+    if (i >= 0 && topo_coreset_init_gpu(t, i, 0, &cs) == 0) {
+        if (topo_bind_set(&cs) == 0)
+            LOG_I("cuda device %d (%s): host thread bound to %d PUs near it (NUMA node %d)", gpu,
+                  busid, cs.n, topo_gpu_get(t, i)->numa);
+        topo_coreset_deinit(&cs);
+    }
+    topo_destroy(t);
+}
+
 int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
 {
     struct cuda_dev *cd = xcalloc(1, sizeof *cd);
@@ -176,6 +198,7 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
     cd->base.ctx = cd;
     cd->gpu = gpu;
     table_grow(cd);
+    bind_near(gpu);
     char desc[256];
     kc_device_describe(gpu, desc, sizeof desc);
     LOG_I("cuda device %d: %s (matmuls on the GPU, other ops on the host)", gpu, desc);

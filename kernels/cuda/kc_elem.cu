@@ -164,6 +164,43 @@ extern "C" void kc_add(kc_stream *s, float *y, const float *x, int64_t n)
     ew<EW_ADD>(s, y, x, n);
 }
 
+/* ---- the BF16 wire format of the allreduce -------------------------------------------------- */
+
+__global__ void k_to_bf16(const float *src, uint16_t *dst, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const uint32_t u = __float_as_uint(src[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and NaN */
+        dst[i] = (uint16_t)((u >> 16) | 0x40u);
+    else /* round to nearest even, as kq_f32_to_bf16 */
+        dst[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__global__ void k_from_bf16(const uint16_t *src, float *dst, int64_t n)
+{
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
+}
+
+extern "C" void kc_f32_to_bf16_on(void *stream, const float *src, uint16_t *dst, int64_t n)
+{
+    if (n <= 0)
+        return;
+    k_to_bf16<<<kc__blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(src, dst, n);
+    KC_LAUNCHED();
+}
+
+extern "C" void kc_bf16_to_f32_on(void *stream, const uint16_t *src, float *dst, int64_t n)
+{
+    if (n <= 0)
+        return;
+    k_from_bf16<<<kc__blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(src, dst, n);
+    KC_LAUNCHED();
+}
+
 /* ---- embedding, argmax -------------------------------------------------------------------- */
 
 extern "C" void kc_embed(kc_stream *s, const struct kc_mat *w, const int32_t *ids, int64_t T,

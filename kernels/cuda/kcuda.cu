@@ -34,6 +34,14 @@ extern "C" void kc_device_describe(int device, char *buf, size_t len)
              (double)p.totalGlobalMem / (1u << 30), p.multiProcessorCount);
 }
 
+extern "C" void kc_device_busid(int device, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    if (cudaDeviceGetPCIBusId(buf, (int)len, device) != cudaSuccess)
+        buf[0] = '\0';
+}
+
 /* ---- streams ------------------------------------------------------------------------------ */
 
 extern "C" int kc_stream_create(int device, size_t scratch_bytes, kc_stream **out, char *err,

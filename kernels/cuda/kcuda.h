@@ -39,6 +39,8 @@ extern "C" {
 int kcuda_device_count(char *err, unsigned long errlen);
 /* "NVIDIA H200, sm_90, 139.8 GiB" into buf. */
 void kc_device_describe(int device, char *buf, size_t len);
+/* The device's PCI bus id ("0000:3b:00.0") into buf; "" when CUDA cannot tell. */
+void kc_device_busid(int device, char *buf, size_t len);
 
 typedef struct kc_stream kc_stream;
 
@@ -153,6 +155,11 @@ void kc_mul_sigmoid(kc_stream *s, float *x, const float *g, int64_t n);
 void kc_sigmoid(kc_stream *s, float *x, int64_t n);
 /* y += x over n elements (kop_add). */
 void kc_add(kc_stream *s, float *y, const float *x, int64_t n);
+
+/* The BF16 wire format of the NCCL allreduce, on a raw cudaStream_t (comm_nccl has no
+ * kc_stream): dst[i] = bf16(src[i]) rounded to nearest even (NaN stays NaN), and back. */
+void kc_f32_to_bf16_on(void *stream, const float *src, uint16_t *dst, int64_t n);
+void kc_bf16_to_f32_on(void *stream, const uint16_t *src, float *dst, int64_t n);
 
 /* out [T][E] = dequantised rows ids [T] (device int32) of the embedding table w (E = n_in). */
 void kc_embed(kc_stream *s, const struct kc_mat *w, const int32_t *ids, int64_t T, float *out);

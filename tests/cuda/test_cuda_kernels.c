@@ -390,6 +390,36 @@ static void test_elementwise(void)
     free(a), free(b), free(ref);
 }
 
+/* The allreduce's BF16 wire format against kq_f32_to_bf16, bit for bit (ties to even, NaN,
+ * infinities, subnormals), and back. */
+static void test_bf16_wire(void)
+{
+    const int64_t n = 1029;
+    float *x = rand_f(n, 100.0f);
+    const uint32_t special[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x00000001u,
+                                0x3f808000u, 0x3f818000u, 0x80000000u, 0x7f7fffffu};
+    for (int i = 0; i < 8; i++)
+        memcpy(&x[i], &special[i], 4);
+    float *dx = dev_dup(x, (size_t)n * 4), *dback = dev_zero((size_t)n * 4);
+    uint16_t *dw = dev_zero((size_t)n * 2);
+    void *st = kc_stream_handle(S);
+    kc_f32_to_bf16_on(st, dx, dw, n);
+    kc_bf16_to_f32_on(st, dw, dback, n);
+    uint16_t *w = host_get(dw, (size_t)n * 2);
+    float *back = host_get(dback, (size_t)n * 4);
+    int64_t bad = 0, bad_back = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t r = kq_f32_to_bf16(x[i]);
+        const float rb = kq_bf16_to_f32(r);
+        bad += w[i] != r;
+        bad_back += memcmp(&back[i], &rb, 4) != 0;
+    }
+    check("bf16 wire 1029 (NaN, inf, ties, subnormal)", (double)bad, 0.0);
+    check("bf16 wire back to f32", (double)bad_back, 0.0);
+    kc_free(dx), kc_free(dback), kc_free(dw);
+    free(x), free(w), free(back);
+}
+
 static void test_argmax(void)
 {
     const int64_t T = 4, n = 1000;
@@ -824,6 +854,7 @@ int main(int argc, char **argv)
     test_rope();
     test_elementwise();
     test_argmax();
+    test_bf16_wire();
     test_attention();
     test_gates();
     test_gdn();
