@@ -20,6 +20,13 @@ fi
 [ -d /usr/share/common-licenses ] || { echo "make-demo-model: /usr/share/common-licenses missing (base-files)" >&2; exit 1; }
 [ -x "$B/deltad" ] || { echo "make-demo-model: $B/deltad not built (run make)" >&2; exit 1; }
 
+# Without an optimised BLAS, torch's f32 GEMMs run on Debian's reference BLAS (~3 GFLOP/s here);
+# OpenBLAS (libopenblas0-pthread) takes over libblas.so.3 through Debian's alternatives.
+if ! update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q '^Value: .*openblas'; then
+  echo "make-demo-model: warning: libblas.so.3 is not OpenBLAS; f32 training will be very slow" \
+       "(apt-get install libopenblas0-pthread)" >&2
+fi
+export OPENBLAS_NUM_THREADS=${THREADS:-1}
 mkdir -p "$WORK"
 args=(--out models/demo.gguf --work "$WORK" --seed "${SEED:-1}" --threads "${THREADS:-1}")
 [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
