@@ -188,6 +188,12 @@ static int cpu_n_threads(const struct dev *d)
     return tpool_size(((const struct cpu_dev *)d)->pool);
 }
 
+static void cpu_bind_host(struct dev *d)
+{
+    if (tpool_bind_caller(cpu_of(d)->pool))
+        LOG_W("cpu device: cannot bind its host thread (runs unbound)");
+}
+
 static void cpu_destroy(struct dev *d)
 {
     struct cpu_dev *cd = cpu_of(d);
@@ -207,6 +213,7 @@ static const struct dev_ops cpu_ops = {
     .parallel = cpu_parallel,
     .barrier = cpu_barrier,
     .n_threads = cpu_n_threads,
+    .bind_host = cpu_bind_host,
 };
 
 int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,

@@ -67,12 +67,21 @@ struct dev_ops {
     /* Barrier among the threads of the current parallel call (NULL: no-op, 1 thread). */
     void (*barrier)(struct dev *d);
     int (*n_threads)(const struct dev *d);
+    /* Bind the calling thread, which will drive the device, near the device (a CPU device: to
+     * the first core of its set; a GPU: its NUMA node). NULL: nothing to do. */
+    void (*bind_host)(struct dev *d);
 };
 
 struct dev {
     const struct dev_ops *ops;
     void *ctx;
 };
+
+static inline void dev_bind_host(struct dev *d)
+{
+    if (d->ops->bind_host)
+        d->ops->bind_host(d);
+}
 
 static inline int dev_reserve(struct dev *d, int64_t max_tokens, int64_t max_in)
 {

@@ -28,6 +28,7 @@ struct fwd_ctx {
     struct model *shard[MAX_DEV]; /* owned shards (n > 1) */
     struct comm *comm;            /* n > 1 */
     tpool_t *hosts;               /* n > 1: one host thread per device */
+    bool bound[MAX_DEV];          /* host thread d was bound near device d (first step) */
     struct fwd_run *runs;         /* [max_tokens] */
     int64_t n_runs;
     float *logits; /* [max_tokens][n_vocab] gathered rows (n > 1) */
@@ -82,6 +83,10 @@ static void host_step(void *ctx, int ith, int nth)
 {
     struct fwd_ctx *f = ctx;
     (void)nth;
+    if (f->n > 1 && !f->bound[ith]) { /* host thread ith always drives device ith */
+        dev_bind_host(f->dev[ith]->dev);
+        f->bound[ith] = true;
+    }
     if (f->h_prev)
         fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev);
     else

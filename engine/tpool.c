@@ -70,6 +70,7 @@ struct tpool {
     _Atomic int spin_ns; /* idle spin budget; relaxed, read at each wait */
     _Atomic int stop;    /* set before the final gen increment */
     worker *workers;     /* [n]; entry 0 unused (the caller); owned */
+    int caller_pu;       /* OS index of unit 0 of the creation core set, or -1 (unbound) */
     char name[16];
 
     /* Written by the owner once per dispatch, on the line of the word that publishes it, so a
@@ -262,6 +263,7 @@ tpool_t *tpool_create(int n_threads, const topo_coreset *cores, const char *name
     tpool_t *p = xaligned_alloc(sizeof *p); /* the waitwords want their own cache lines */
     memset(p, 0, sizeof *p);                /* all-zero is a valid state for every atomic here */
     p->n = n_threads;
+    p->caller_pu = cores && cores->n > 0 ? cores->pu[0] : -1;
     atomic_init(&p->spin_ns, default_spin_ns(n_threads, cores));
     p->workers = xcalloc((size_t)n_threads, sizeof *p->workers);
     snprintf(p->name, sizeof p->name, "%s", name ? name : "tpool");
@@ -283,6 +285,16 @@ fail:
 int tpool_size(const tpool_t *p)
 {
     return p->n;
+}
+
+int tpool_bind_caller(const tpool_t *p)
+{
+    if (p->caller_pu < 0 || p->caller_pu >= CPU_SETSIZE)
+        return 0;
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    CPU_SET(p->caller_pu, &mask);
+    return sched_setaffinity(0, sizeof mask, &mask) == 0 ? 0 : -1;
 }
 
 void tpool_set_spin_us(tpool_t *p, int us)

@@ -36,6 +36,11 @@ typedef void (*tpool_fn)(void *ctx, int ith, int nth);
 tpool_t *tpool_create(int n_threads, const topo_coreset *cores, const char *name);
 
 int tpool_size(const tpool_t *p);
+/* Bind the calling thread (the pool's thread 0 when it next calls tpool_run) to unit 0 of the
+ * core set the pool was created with; a no-op for an unbound pool. For a pool whose caller is
+ * not the thread that created it (a device of a tensor-parallel group driven by a host thread).
+ * Returns 0, or -1 when the OS refused (tolerated: the thread runs unbound). */
+int tpool_bind_caller(const tpool_t *p);
 
 /* Set the idle spin time in microseconds (0 = sleep at once). Only while no dispatch runs. */
 void tpool_set_spin_us(tpool_t *p, int us);
