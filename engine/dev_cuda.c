@@ -13,6 +13,8 @@
  */
 #include "dev_cuda.h" // defines: dev_cuda__create
 
+#include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,8 @@ struct cuda_dev {
     size_t w_cap, w_n, w_bytes;
     float *x, *y; /* device activation buffers */
     size_t x_cap, y_cap;
+    cpu_set_t near; /* PUs near the GPU (has_near): where its host thread runs */
+    bool has_near;
 };
 
 static struct cuda_dev *cuda_of(struct dev *d)
@@ -158,34 +162,47 @@ static void cuda_destroy(struct dev *d)
     free(cd);
 }
 
+/* The PUs near the GPU: hwloc's PCI locality of the device CUDA reports (its NUMA node on a
+ * multi-socket host), for cuda_bind_host. False when the locality is unknown. */
+static bool find_near(int gpu, cpu_set_t *near, int *numa)
+{
+    char busid[32], err[256];
+    kc_device_busid(gpu, busid, sizeof busid);
+    topo_t *t = busid[0] ? topo_create(err, sizeof err) : NULL;
+    if (!t)
+        return false;
+    const int i = topo_gpu_find(t, busid);
+    topo_coreset cs;
+    bool ok = i >= 0 && topo_coreset_init_gpu(t, i, 0, &cs) == 0;
+    if (ok) {
+        CPU_ZERO(near);
+        for (int u = 0; u < cs.n; u++)
+            if (cs.pu[u] >= 0 && cs.pu[u] < CPU_SETSIZE)
+                CPU_SET(cs.pu[u], near);
+        *numa = topo_gpu_get(t, i)->numa;
+        ok = CPU_COUNT(near) > 0;
+        topo_coreset_deinit(&cs);
+    }
+    topo_destroy(t);
+    return ok;
+}
+
+/* Best effort: a container that forbids binding leaves the thread where it was. */
+static void cuda_bind_host(struct dev *d)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    if (cd->has_near && sched_setaffinity(0, sizeof cd->near, &cd->near) != 0)
+        LOG_W("cuda device %d: cannot bind its host thread (runs unbound)", cd->gpu);
+}
+
 static const struct dev_ops cuda_ops = {
     .api_version = DEV_API_VERSION,
     .name = "cuda",
     .destroy = cuda_destroy,
     .matmul = cuda_matmul,
     .n_threads = cuda_n_threads,
+    .bind_host = cuda_bind_host,
 };
-
-/* Bind the calling (host) thread to the PUs near the GPU: hwloc's PCI locality of the device
- * CUDA reports (its NUMA node on a multi-socket host). Best effort: an unknown locality, or a
- * container that forbids binding, leaves the thread where it was. */
-static void bind_near(int gpu)
-{
-    char busid[32], err[256];
-    kc_device_busid(gpu, busid, sizeof busid);
-    topo_t *t = busid[0] ? topo_create(err, sizeof err) : NULL;
-    if (!t)
-        return;
-    const int i = topo_gpu_find(t, busid);
-    topo_coreset cs;
-    if (i >= 0 && topo_coreset_init_gpu(t, i, 0, &cs) == 0) {
-        if (topo_bind_set(&cs) == 0)
-            LOG_I("cuda device %d (%s): host thread bound to %d PUs near it (NUMA node %d)", gpu,
-                  busid, cs.n, topo_gpu_get(t, i)->numa);
-        topo_coreset_deinit(&cs);
-    }
-    topo_destroy(t);
-}
 
 int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
 {
@@ -198,7 +215,11 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
     cd->base.ctx = cd;
     cd->gpu = gpu;
     table_grow(cd);
-    bind_near(gpu);
+    int numa = -1;
+    cd->has_near = find_near(gpu, &cd->near, &numa);
+    if (cd->has_near)
+        LOG_I("cuda device %d: its host thread binds to %d PUs near it (NUMA node %d)", gpu,
+              CPU_COUNT(&cd->near), numa);
     char desc[256];
     kc_device_describe(gpu, desc, sizeof desc);
     LOG_I("cuda device %d: %s (matmuls on the GPU, other ops on the host)", gpu, desc);

@@ -13,10 +13,9 @@
  */
 #include "forward_impl.h" // defines: struct fwd_dev, fwd__mm, fwd__matmul, fwd__par_items
 
-#include <math.h>
 #include <string.h>
 
-#include "ops.h" // defines: kop_swiglu, kop_axpy, kop_sigmoid
+#include "ops.h" // defines: kop_swiglu, kop_axpy, kop_sigmoid, kop_moe_route
 
 /* ============================================================================================
  * Helpers
@@ -70,41 +69,8 @@ static void dense_ffn(struct fwd_dev *f, const struct model_layer *l, const floa
 static void moe_route(struct fwd_dev *f, const float *logits, int64_t T)
 {
     const int64_t Nx = f->m->hp.n_expert, k = f->m->hp.n_expert_used;
-    for (int64_t t = 0; t < T; t++) {
-        const float *lg = logits + t * Nx;
-        float mx = lg[0];
-        for (int64_t e = 1; e < Nx; e++)
-            mx = lg[e] > mx ? lg[e] : mx;
-        double sum = 0.0;
-        for (int64_t e = 0; e < Nx; e++)
-            sum += exp((double)lg[e] - mx);
-        int32_t *sel = f->route_e + t * k;
-        float *w = f->route_w + t * k;
-        double wsum = 0.0;
-        for (int64_t i = 0; i < k; i++) {
-            int64_t best = -1;
-            for (int64_t e = 0; e < Nx; e++) {
-                bool taken = false;
-                for (int64_t j = 0; j < i; j++)
-                    taken |= sel[j] == e;
-                if (!taken && (best < 0 || lg[e] > lg[best]))
-                    best = e;
-            }
-            sel[i] = (int32_t)best;
-            w[i] = (float)(exp((double)lg[best] - mx) / sum);
-            wsum += w[i];
-        }
-        float denom = (float)(wsum > 6.1e-5 ? wsum : 6.1e-5);
-        for (int64_t i = 0; i < k; i++)
-            w[i] /= denom;
-        for (int64_t i = 1; i < k; i++) /* insertion sort by expert, weights alongside */
-            for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
-                int32_t te = sel[j];
-                float tw = w[j];
-                sel[j] = sel[j - 1], w[j] = w[j - 1];
-                sel[j - 1] = te, w[j - 1] = tw;
-            }
-    }
+    for (int64_t t = 0; t < T; t++)
+        kop_moe_route(logits + t * Nx, Nx, k, f->route_e + t * k, f->route_w + t * k);
     memset(f->e_off, 0, (size_t)(Nx + 1) * sizeof *f->e_off);
     for (int64_t i = 0; i < T * k; i++)
         f->e_off[f->route_e[i] + 1]++;

@@ -28,7 +28,7 @@ struct fwd_ctx {
     struct model *shard[MAX_DEV]; /* owned shards (n > 1) */
     struct comm *comm;            /* n > 1 */
     tpool_t *hosts;               /* n > 1: one host thread per device */
-    bool bound[MAX_DEV];          /* host thread d was bound near device d (first step) */
+    bool bound[MAX_DEV];          /* host thread d was bound near device d (its first step) */
     struct fwd_run *runs;         /* [max_tokens] */
     int64_t n_runs;
     float *logits; /* [max_tokens][n_vocab] gathered rows (n > 1) */
@@ -83,7 +83,7 @@ static void host_step(void *ctx, int ith, int nth)
 {
     struct fwd_ctx *f = ctx;
     (void)nth;
-    if (f->n > 1 && !f->bound[ith]) { /* host thread ith always drives device ith */
+    if (!f->bound[ith]) { /* host thread ith always drives device ith */
         dev_bind_host(f->dev[ith]->dev);
         f->bound[ith] = true;
     }

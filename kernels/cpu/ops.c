@@ -129,6 +129,39 @@ void kop_add(float *restrict y, const float *restrict x, int64_t n)
         y[i] += x[i];
 }
 
+void kop_moe_route(const float *lg, int64_t Nx, int64_t k, int32_t *sel, float *w)
+{
+    float mx = lg[0];
+    for (int64_t e = 1; e < Nx; e++)
+        mx = lg[e] > mx ? lg[e] : mx;
+    double sum = 0.0, wsum = 0.0;
+    for (int64_t e = 0; e < Nx; e++)
+        sum += exp((double)lg[e] - mx);
+    for (int64_t i = 0; i < k; i++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < Nx; e++) {
+            bool taken = false;
+            for (int64_t j = 0; j < i; j++)
+                taken |= sel[j] == e;
+            if (!taken && (best < 0 || lg[e] > lg[best]))
+                best = e;
+        }
+        sel[i] = (int32_t)best;
+        w[i] = (float)(exp((double)lg[best] - mx) / sum);
+        wsum += w[i];
+    }
+    const float denom = (float)(wsum > 6.1e-5 ? wsum : 6.1e-5);
+    for (int64_t i = 0; i < k; i++)
+        w[i] /= denom;
+    for (int64_t i = 1; i < k; i++) /* insertion sort by expert, weights alongside */
+        for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
+            const int32_t te = sel[j];
+            const float tw = w[j];
+            sel[j] = sel[j - 1], w[j] = w[j - 1];
+            sel[j - 1] = te, w[j - 1] = tw;
+        }
+}
+
 static float dotf(const float *restrict a, const float *restrict b, int64_t n)
 {
     float acc[8] = {0};

@@ -51,6 +51,10 @@ void kop_mul_sigmoid(float *x, const float *g, int64_t n);
 void kop_axpy(float *y, float a, const float *x, int64_t n);
 /* y[i] += x[i]. */
 void kop_add(float *y, const float *x, int64_t n);
+/* MoE routing of one row of router logits lg[Nx]: softmax over all experts (in double), the
+ * top k (ties to the lower index), weights renormalised over the k (denominator at least
+ * 6.1e-5), then sel[k] / w[k] sorted by expert. */
+void kop_moe_route(const float *lg, int64_t Nx, int64_t k, int32_t *sel, float *w);
 
 /*
  * One query head against a run of n_kv cached positions (causal masking is the caller's: pass

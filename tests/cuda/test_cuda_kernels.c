@@ -642,40 +642,6 @@ static void test_gdn(void)
 
 /* ---- MoE ------------------------------------------------------------------------------------ */
 
-/* The CPU forward's routing (engine/forward moe_route), restated for one row. */
-static void ref_route(const float *lg, int64_t Nx, int64_t k, int32_t *sel, float *w)
-{
-    float mx = lg[0];
-    for (int64_t e = 1; e < Nx; e++)
-        mx = lg[e] > mx ? lg[e] : mx;
-    double sum = 0.0, wsum = 0.0;
-    for (int64_t e = 0; e < Nx; e++)
-        sum += exp((double)lg[e] - mx);
-    for (int64_t i = 0; i < k; i++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < Nx; e++) {
-            int taken = 0;
-            for (int64_t j = 0; j < i; j++)
-                taken |= sel[j] == e;
-            if (!taken && (best < 0 || lg[e] > lg[best]))
-                best = e;
-        }
-        sel[i] = (int32_t)best;
-        w[i] = (float)(exp((double)lg[best] - mx) / sum);
-        wsum += w[i];
-    }
-    const float denom = (float)(wsum > 6.1e-5 ? wsum : 6.1e-5);
-    for (int64_t i = 0; i < k; i++)
-        w[i] /= denom;
-    for (int64_t i = 1; i < k; i++)
-        for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
-            int32_t te = sel[j];
-            float tw = w[j];
-            sel[j] = sel[j - 1], w[j] = w[j - 1];
-            sel[j - 1] = te, w[j - 1] = tw;
-        }
-}
-
 static void test_moe(void)
 {
     const int64_t T = 6, Nx = 37, k = 4, E = 50, n = T * k;
@@ -684,7 +650,7 @@ static void test_moe(void)
     int32_t re[24], slot[24], erow[24], eoff[38];
     float rw[24];
     for (int64_t t = 0; t < T; t++)
-        ref_route(lg + t * Nx, Nx, k, re + t * k, rw + t * k);
+        kop_moe_route(lg + t * Nx, Nx, k, re + t * k, rw + t * k);
     memset(eoff, 0, sizeof eoff);
     for (int64_t i = 0; i < n; i++)
         eoff[re[i] + 1]++;
