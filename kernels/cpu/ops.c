@@ -1,13 +1,14 @@
 /*
  * ops — f32 leaf operations of the forward pass (see ops.h for the contracts): the scalar
- * reference of every op, and the dispatch to the AVX-512 versions (ops_avx512.c).
+ * reference of every op, and the dispatch to the AVX-512 versions (ops_avx512.c) and, for
+ * attention and the gated delta rule, to the AVX2 ones (ops_avx2.c).
  *
  * Numerics follow docs/models.md section 5 in f32 with the sequential order of the gated delta
  * rule that llama.cpp runs (decay, read, delta, update, read-out). Accumulations that feed a
  * normalisation use double to keep batch and token-by-token results within 1e-6.
  *
  * Dispatch: each public kop_* tests kq_isa_active() once per call (a relaxed atomic load) and
- * either runs the AVX-512 version or falls through to the reference below it.
+ * either runs the AVX-512 (or AVX2) version or falls through to the reference below it.
  */
 #include "ops.h" // defines: kop_*
 
@@ -15,12 +16,17 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "ops_impl.h" // defines: kop__avx512_*
+#include "ops_impl.h" // defines: kop__avx512_*, kop__avx2_*
 #include "quant.h"    // defines: kq_isa_active
 
 static bool use_avx512(void)
 {
     return kq_isa_active() == KQ_ISA_AVX512;
+}
+
+static bool use_avx2(void)
+{
+    return kq_isa_active() == KQ_ISA_AVX2;
 }
 
 void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
@@ -184,6 +190,10 @@ void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_st
         kop__avx512_attn_group(q, 0, 1, k, v, kv_stride, n_kv, d, scale, scratch, out, 0);
         return;
     }
+    if (use_avx2() && d % 8 == 0) {
+        kop__avx2_attn_group(q, 0, 1, k, v, kv_stride, n_kv, d, scale, scratch, out, 0);
+        return;
+    }
     float mx = -INFINITY;
     for (int64_t s = 0; s < n_kv; s++) {
         scratch[s] = dotf(q, k + s * kv_stride, d) * scale;
@@ -208,6 +218,11 @@ void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *
     if (use_avx512() && d % 16 == 0 && n_q <= 64) {
         kop__avx512_attn_group(q, q_stride, n_q, k, v, kv_stride, n_kv, d, scale, scratch, out,
                                out_stride);
+        return;
+    }
+    if (use_avx2() && d % 8 == 0) {
+        kop__avx2_attn_group(q, q_stride, n_q, k, v, kv_stride, n_kv, d, scale, scratch, out,
+                             out_stride);
         return;
     }
     for (int64_t g = 0; g < n_q; g++)
@@ -266,6 +281,10 @@ void kop_gdn_step(float *M, const float *M_in, const float *restrict q,
 {
     if (use_avx512() && S % 16 == 0) {
         kop__avx512_gdn_step(M, M_in, q, k, v, decay, beta, scale, S, out);
+        return;
+    }
+    if (use_avx2() && S % 8 == 0) {
+        kop__avx2_gdn_step(M, M_in, q, k, v, decay, beta, scale, S, out);
         return;
     }
     float kM[256], delta[256]; /* S <= 256 is checked at model load */

@@ -1,5 +1,6 @@
 /*
- * ops_impl — the AVX-512 versions of the ops (ops_avx512.c) that ops.c dispatches to. Users
+ * ops_impl — the AVX-512 (ops_avx512.c) and AVX2 (ops_avx2.c) versions of the ops that ops.c
+ * dispatches to. Users
  * include ops.h only. Each has the contract of the ops.h function of the same name; callers
  * (ops.c) have checked the shape conditions noted here.
  */
@@ -23,5 +24,14 @@ void kop__avx512_conv1d_silu(const float *state, const float *u, const float *w,
 void kop__avx512_gdn_step(float *M, const float *M_in, const float *q, const float *k,
                           const float *v, float decay, float beta, float scale, int64_t S,
                           float *out);
+
+/* AVX2 + FMA: d % 8 == 0, d <= 512 */
+void kop__avx2_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
+                          const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
+                          float *scratch, float *out, int64_t out_stride);
+/* S % 8 == 0 */
+void kop__avx2_gdn_step(float *M, const float *M_in, const float *q, const float *k,
+                        const float *v, float decay, float beta, float scale, int64_t S,
+                        float *out);
 
 #endif
