@@ -407,6 +407,182 @@ TILESET(q4_k, 2, 2);
 TILESET(q5_k, 2, 2);
 TILESET(q6_k, 2, 2);
 
+/* ================================ prefill with packed groups ================================ */
+
+/*
+ * Prefill (many tokens) of Q8_0 / Q4_0 weights. The tile kernels above finish every block of 32
+ * products with a conversion, a scale product and an FMA, because each vector of products
+ * belongs to one block with its own scales. Here a group of 8 blocks is packed lane-wise:
+ * dword k (elements 4k..4k+3) of block b goes to lane b of vector k, so the 8 steps of a group
+ * (vpsignb, vpmaddubsw, vpmaddwd, vpaddd each, as in the tiles) leave the 8 exact integer block
+ * dots in the 8 lanes of one register, and one conversion, one scale product and one FMA
+ * finish all 8. The multiply-class instructions per 32 products are then exactly those of the
+ * peak loop.
+ *   activations: s8 levels (the Q8_0 activation's), f32 block scales
+ *   weights:     s8 levels (Q4_0: q - 8), f32 block scales
+ * Each thread packs a chunk of tokens' activations once, then each block of R rows once per
+ * chunk, and runs the R rows against one token at a time. A row's arithmetic (its chain of
+ * groups, lane by lane) depends on nothing but its own data: not on R, the token count or the
+ * thread split. Lanes of a last, partial group are zero blocks.
+ */
+#define PK_MIN_T 8         /* fewer tokens: the tile kernels (packing would not pay) */
+#define PK_MAX_GROUPS 256  /* n <= 65536 */
+#define PK_R 8             /* rows per kernel call at most */
+#define PK_ACT_BYTES (256u << 10)
+#define PK_W_BYTES (24u << 10) /* a block of packed rows should stay in L1 */
+
+struct pk_grp {
+    __m256i q[8]; /* q[k] lane b: dword k of block b */
+    __m256 d;     /* block scales */
+};
+
+static _Thread_local struct pk_grp pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_grp)];
+static _Thread_local struct pk_grp pk_w_tls[PK_MAX_GROUPS > PK_W_BYTES / sizeof(struct pk_grp)
+                                                ? PK_MAX_GROUPS
+                                                : PK_W_BYTES / sizeof(struct pk_grp)];
+
+/* v[k] lane b = dword k of v[b] (an 8 x 8 dword transpose: 24 in-register shuffles). */
+INLINE void pk_transpose(__m256i v[8])
+{
+    __m256i a[8], b[8];
+    UNROLL for (int i = 0; i < 4; i++) { /* dwords of rows 2i, 2i+1 interleaved */
+        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    UNROLL for (int i = 0; i < 2; i++) /* qwords of row pairs (4i, 4i+1), (4i+2, 4i+3) */
+        UNROLL for (int j = 0; j < 2; j++) {
+            b[4 * i + 2 * j] = _mm256_unpacklo_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+            b[4 * i + 2 * j + 1] = _mm256_unpackhi_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+        }
+    /* b[4i + m] holds dword m (low lane) and m + 4 (high lane) of rows 4i .. 4i+3 */
+    UNROLL for (int m = 0; m < 4; m++) {
+        v[m] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x20);
+        v[m + 4] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x31);
+    }
+}
+
+/* Group g of a row of nb Q8_0 (or, for weights, Q4_0) blocks, packed into *o; true when one of
+ * its levels is -128. */
+static bool pk_pack(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, struct pk_grp *o)
+{
+    _Alignas(32) uint16_t d[8] = {0};
+    __m256i v[8];
+    for (int b = 0; b < 8; b++) {
+        const int64_t ib = 8 * g + b;
+        if (ib >= nb) {
+            v[b] = _mm256_setzero_si256();
+        } else if (wt == KQ_Q8_0) {
+            const struct kq__q8_0 *blk = (const struct kq__q8_0 *)row + ib;
+            v[b] = _mm256_loadu_si256((const void *)blk->qs);
+            d[b] = blk->d;
+        } else { /* Q4_0: elements 0..15 low nibbles, 16..31 high ones, minus 8 */
+            const struct kq__q4_0 *blk = (const struct kq__q4_0 *)row + ib;
+            const __m128i x = _mm_loadu_si128((const void *)blk->qs);
+            const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+            v[b] = _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+            d[b] = blk->d;
+        }
+    }
+    __m256i lowest = _mm256_setzero_si256();
+    pk_transpose(v);
+    UNROLL for (int k = 0; k < 8; k++) {
+        _mm256_store_si256(&o->q[k], v[k]);
+        lowest = _mm256_or_si256(lowest, _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8(-128)));
+    }
+    o->d = _mm256_cvtph_ps(_mm_load_si128((const void *)d));
+    return !_mm256_testz_si256(lowest, lowest);
+}
+
+/*
+ * y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token.
+ * The products are |a| . sign(w, a) with |a| formed once per step for all R rows; a weight of
+ * -128 would overflow there (sign(-128, a < 0) is +128), so rows holding one take the slower
+ * |w| . sign(a, w) (`wide`). Both give the exact integer block dots.
+ */
+INLINE void pk_kernel(bool wide, int R, int64_t G, const struct pk_grp *W, const struct pk_grp *A,
+                      float *y)
+{
+    __m256 acc[PK_R];
+    const __m256i ones = _mm256_set1_epi16(1);
+    UNROLL for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        __m256i s[PK_R];
+        UNROLL for (int r = 0; r < R; r++)
+            s[r] = _mm256_setzero_si256();
+        UNROLL for (int k = 0; k < 8; k++) {
+            const __m256i a = _mm256_load_si256(&A[g].q[k]), aabs = _mm256_abs_epi8(a);
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i w = _mm256_load_si256(&W[r * G + g].q[k]);
+                const __m256i p = wide ? _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w))
+                                       : _mm256_maddubs_epi16(aabs, _mm256_sign_epi8(w, a));
+                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p, ones));
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(W[r * G + g].d, A[g].d),
+                                     acc[r]);
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        y[r] = hsum_ps(acc[r]);
+}
+
+/* The row counts pk_kernel is compiled for; any other count runs as several calls. */
+static void pk_rows(bool wide, int R, int64_t G, const struct pk_grp *W, const struct pk_grp *A,
+                    float *y)
+{
+    if (wide)
+        for (int r = 0; r < R; r++)
+            pk_kernel(true, 1, G, W + r * G, A, y + r);
+    else if (R == 8)
+        pk_kernel(false, 8, G, W, A, y);
+    else if (R == 4)
+        pk_kernel(false, 4, G, W, A, y);
+    else
+        for (int r = 0; r < R; r++)
+            pk_kernel(false, 1, G, W + r * G, A, y + r);
+}
+
+/* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
+static void pk_prefetch_row(const uint8_t *row, size_t ws)
+{
+    for (size_t o = 0; o < ws; o += 64)
+        _mm_prefetch((const char *)row + o, _MM_HINT_T1);
+}
+
+/* Same contract as kq_matmul for Q8_0 / Q4_0 weights and nt >= PK_MIN_T; false when n is 0 or
+ * too long for the packing buffers (the caller then uses the tiles). */
+static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                          int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
+                          int64_t ys)
+{
+    const int64_t nb = n / KQ__QK, G = (nb + 7) / 8;
+    if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
+        return false;
+    const int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_grp)) / G;
+    int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_grp)) / G;
+    R = R >= 8 ? 8 : R >= 4 ? 4 : R >= 2 ? 2 : 1;
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t g = 0; g < G; g++) /* activation levels are never -128 */
+                (void)pk_pack(KQ_Q8_0, act + t * as, nb, g, &pk_act_tls[(t - t0) * G + g]);
+        for (int64_t r = r0; r < r1; r += R) {
+            const int rr = (int)(r1 - r < R ? r1 - r : R);
+            bool wide = false;
+            for (int i = 0; i < rr; i++) {
+                if (r + R + i < r1) /* the next block's row i */
+                    pk_prefetch_row(W + (r + R + i) * ws, ws);
+                for (int64_t g = 0; g < G; g++)
+                    wide |= pk_pack(wt, W + (r + i) * ws, nb, g, &pk_w_tls[i * G + g]);
+            }
+            for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
+                pk_rows(wide, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
+        }
+    }
+    return true;
+}
+
 /* ================================ activation quantisers ===================================== */
 
 INLINE __m256 abs_ps(__m256 v)
@@ -476,7 +652,12 @@ bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
 
 /* ================================ peak loops ================================================ */
 
-/* int8: vpmaddubsw + vpmaddwd + vpaddd, the sequence the AVX2 kernels run per 32 bytes. */
+/*
+ * int8: vpmaddubsw + vpmaddwd + vpaddd, the sequence the AVX2 kernels run per 32 bytes. Each
+ * chain feeds its own accumulator back as vpmaddubsw's unsigned operand, so no two chains share
+ * a product (with one shared product the compiler computes it once and the loop times only the
+ * adds). 12 chains cover the latency of the three instructions.
+ */
 int64_t kq__avx2_peak(bool int8, int64_t n_iter)
 {
     __m256i ia[12];
@@ -485,18 +666,18 @@ int64_t kq__avx2_peak(bool int8, int64_t n_iter)
         ia[k] = _mm256_set1_epi32(k);
         fa[k] = _mm256_set1_ps((float)k);
     }
-    __m256i x = _mm256_set1_epi8(3), z = _mm256_set1_epi8(-5), one = _mm256_set1_epi16(1);
+    __m256i z = _mm256_set1_epi8(-5), one = _mm256_set1_epi16(1);
     __m256 u = _mm256_set1_ps(0.999f), v = _mm256_set1_ps(1e-3f);
     for (int64_t i = 0; i < n_iter; i++) {
         if (int8) {
-            for (int k = 0; k < 12; k++)
+            UNROLL for (int k = 0; k < 12; k++)
                 ia[k] = _mm256_add_epi32(ia[k],
-                                         _mm256_madd_epi16(_mm256_maddubs_epi16(x, z), one));
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(ia[k], z), one));
         } else {
-            for (int k = 0; k < 12; k++)
+            UNROLL for (int k = 0; k < 12; k++)
                 fa[k] = _mm256_fmadd_ps(fa[k], u, v);
         }
-        __asm__ volatile("" : "+x"(x), "+x"(z), "+x"(u), "+x"(v));
+        __asm__ volatile("" : "+x"(z), "+x"(one), "+x"(u), "+x"(v));
     }
     volatile int sink = 0;
     for (int k = 0; k < 12; k++) {
@@ -515,6 +696,9 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)
 {
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0) &&
+        packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
+        return true;
     const struct kq__tileset *ts;
     switch (w) {
     case KQ_F32: ts = &f32_tiles; break;
