@@ -496,6 +496,31 @@ TEST(simd_matmul_vs_scalar)
     kq_isa_force(best);
 }
 
+/* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
+ * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
+ * exact path. Rows 0, 3, 6, 9 get -128 at scattered positions. */
+TEST(q8_0_lowest_level)
+{
+    const enum kq_isa best = kq_isa_best();
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++)
+        for (int nt = 1; nt <= 40; nt += 13) {
+            struct prob p;
+            prob_init(&p, KQ_Q8_0, 4352, 11, nt, 0);
+            for (int r = 0; r < 11; r += 3) {
+                uint8_t *row = p.w + r * p.ws;
+                for (int b = 0; b < 4352 / 32; b++)
+                    row[34 * b + 2 + (b * 7 + r) % 32] = 0x80;
+                kq_dequantize_row(KQ_Q8_0, row, p.wd + (size_t)r * p.n, p.n);
+            }
+            int bad = 0;
+            const double worst = check_matmul(&p, (enum kq_isa)isa, &bad);
+            CHECK(worst < 2e-6);
+            CHECK_EQ(bad, 0);
+            prob_free(&p);
+        }
+    kq_isa_force(best);
+}
+
 TEST(simd_dot_vs_scalar)
 {
     const enum kq_isa best = kq_isa_best();
@@ -590,6 +615,7 @@ int main(void)
     RUN(simd_act_quantisers);
     RUN(simd_dot_vs_scalar);
     RUN(simd_matmul_vs_scalar);
+    RUN(q8_0_lowest_level);
     RUN(isa_selection);
     TEST_MAIN_END("test_quant");
 }
