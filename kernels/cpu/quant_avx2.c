@@ -410,16 +410,20 @@ TILESET(q6_k, 2, 2);
 /* ================================ prefill with packed groups ================================ */
 
 /*
- * Prefill (many tokens) of Q8_0 / Q4_0 weights. The tile kernels above finish every block of 32
- * products with a conversion, a scale product and an FMA, because each vector of products
- * belongs to one block with its own scales. Here a group of 8 blocks is packed lane-wise:
- * dword k (elements 4k..4k+3) of block b goes to lane b of vector k, so the 8 steps of a group
- * (vpsignb, vpmaddubsw, vpmaddwd, vpaddd each, as in the tiles) leave the 8 exact integer block
- * dots in the 8 lanes of one register, and one conversion, one scale product and one FMA
- * finish all 8. The multiply-class instructions per 32 products are then exactly those of the
- * peak loop.
- *   activations: s8 levels (the Q8_0 activation's), f32 block scales
- *   weights:     s8 levels (Q4_0: q - 8), f32 block scales
+ * Prefill (many tokens) of Q8_0 / Q4_0 / Q4_K weights. The tile kernels above finish every
+ * block of 32 products with a conversion, a scale product and an FMA (K-quants: a scale permute
+ * and level unpacking per 32), because each vector of products belongs to one block. Here a
+ * group of 8 blocks is packed lane-wise: dword k (elements 4k..4k+3) of block b goes to lane b
+ * of vector k, so the 8 steps of a group (vpmaddubsw, vpmaddwd, vpaddd each, plus vpsignb for
+ * signed levels) leave the 8 exact integer block dots in the 8 lanes of one register, and one
+ * conversion, one scale product and one FMA finish all 8.
+ *   activations: s8 levels, f32 block scales (Q8_K: the row scale; s = scale * block sum)
+ *   Q8_0, Q4_0:  s8 levels (Q4_0: q - 8), f32 block scales; the products are |a| . sign(w, a)
+ *                with |a| formed once per step for all rows. A weight of -128 would overflow
+ *                there (sign(-128, a < 0) is +128), so rows holding one take |w| . sign(a, w).
+ *   Q4_K:        the 8 sub-blocks of a super-block as the blocks: u8 levels 0..15 straight
+ *                into vpmaddubsw, scale d * sc_j, and the min term dmin * m_j * (block sum of
+ *                the activation), one more FMA per group.
  * Each thread packs a chunk of tokens' activations once, then each block of R rows once per
  * chunk, and runs the R rows against one token at a time. A row's arithmetic (its chain of
  * groups, lane by lane) depends on nothing but its own data: not on R, the token count or the
@@ -434,7 +438,11 @@ TILESET(q6_k, 2, 2);
 struct pk_grp {
     __m256i q[8]; /* q[k] lane b: dword k of block b */
     __m256 d;     /* block scales */
+    __m256 s;     /* Q4_K weights: dmin * m_j; Q8_K activations: scale * block sum */
 };
+
+/* How pk_kernel forms the products (see above). */
+enum pk_mode { PK_SIGNED, PK_SIGNED_WIDE, PK_UNSIGNED };
 
 static _Thread_local struct pk_grp pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_grp)];
 static _Thread_local struct pk_grp pk_w_tls[PK_MAX_GROUPS > PK_W_BYTES / sizeof(struct pk_grp)
@@ -461,6 +469,18 @@ INLINE void pk_transpose(__m256i v[8])
     }
 }
 
+/* Transpose v into o->q; true when a level is -128. */
+INLINE bool pk_store(__m256i v[8], struct pk_grp *o)
+{
+    __m256i lowest = _mm256_setzero_si256();
+    pk_transpose(v);
+    UNROLL for (int k = 0; k < 8; k++) {
+        _mm256_store_si256(&o->q[k], v[k]);
+        lowest = _mm256_or_si256(lowest, _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8(-128)));
+    }
+    return !_mm256_testz_si256(lowest, lowest);
+}
+
 /* Group g of a row of nb Q8_0 (or, for weights, Q4_0) blocks, packed into *o; true when one of
  * its levels is -128. */
 static bool pk_pack(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, struct pk_grp *o)
@@ -483,24 +503,48 @@ static bool pk_pack(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, 
             d[b] = blk->d;
         }
     }
-    __m256i lowest = _mm256_setzero_si256();
-    pk_transpose(v);
-    UNROLL for (int k = 0; k < 8; k++) {
-        _mm256_store_si256(&o->q[k], v[k]);
-        lowest = _mm256_or_si256(lowest, _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8(-128)));
-    }
     o->d = _mm256_cvtph_ps(_mm_load_si128((const void *)d));
-    return !_mm256_testz_si256(lowest, lowest);
+    o->s = _mm256_setzero_ps();
+    return pk_store(v, o);
 }
 
-/*
- * y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token.
- * The products are |a| . sign(w, a) with |a| formed once per step for all R rows; a weight of
- * -128 would overflow there (sign(-128, a < 0) is +128), so rows holding one take the slower
- * |w| . sign(a, w) (`wide`). Both give the exact integer block dots.
- */
-INLINE void pk_kernel(bool wide, int R, int64_t G, const struct pk_grp *W, const struct pk_grp *A,
-                      float *y)
+/* Super-block g of a Q4_K weight row: sub-block 2i is the low nibbles of qs[32i ..], 2i + 1
+ * the high ones. */
+static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, struct pk_grp *o)
+{
+    const struct kq__q4_k *b = row + g;
+    __m256i v[8];
+    UNROLL for (int i = 0; i < 4; i++) {
+        const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * i));
+        v[2 * i] = _mm256_and_si256(x, _mm256_set1_epi8(15));
+        v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
+    }
+    uint64_t sc, m;
+    kq__unpack_scales(b->scales, &sc, &m);
+    const __m256 fsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+    const __m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+    o->d = _mm256_mul_ps(_mm256_set1_ps(h2f(b->d)), fsc);
+    o->s = _mm256_mul_ps(_mm256_set1_ps(h2f(b->dmin)), fm);
+    (void)pk_store(v, o);
+}
+
+/* Super-block g of a Q8_K activation row: levels, the row scale and its 32-element sums. */
+static void pk_pack_q8_k(const struct kq__q8_k *row, int64_t g, struct pk_grp *o)
+{
+    const struct kq__q8_k *b = row + g;
+    __m256i v[8];
+    UNROLL for (int j = 0; j < 8; j++)
+        v[j] = _mm256_loadu_si256((const void *)(b->qs + 32 * j));
+    const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b->bsums),
+                                         _mm256_set1_epi16(1)); /* pairs of 16-element sums */
+    o->d = _mm256_set1_ps(b->d);
+    o->s = _mm256_mul_ps(_mm256_cvtepi32_ps(bs), o->d);
+    (void)pk_store(v, o);
+}
+
+/* y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token. */
+INLINE void pk_kernel(enum pk_mode mode, int R, int64_t G, const struct pk_grp *W,
+                      const struct pk_grp *A, float *y)
 {
     __m256 acc[PK_R];
     const __m256i ones = _mm256_set1_epi16(1);
@@ -514,33 +558,44 @@ INLINE void pk_kernel(bool wide, int R, int64_t G, const struct pk_grp *W, const
             const __m256i a = _mm256_load_si256(&A[g].q[k]), aabs = _mm256_abs_epi8(a);
             UNROLL for (int r = 0; r < R; r++) {
                 const __m256i w = _mm256_load_si256(&W[r * G + g].q[k]);
-                const __m256i p = wide ? _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w))
-                                       : _mm256_maddubs_epi16(aabs, _mm256_sign_epi8(w, a));
+                const __m256i p = mode == PK_UNSIGNED ? _mm256_maddubs_epi16(w, a)
+                                  : mode == PK_SIGNED ? _mm256_maddubs_epi16(aabs, _mm256_sign_epi8(w, a))
+                                  : _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
                 s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p, ones));
             }
         }
-        UNROLL for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(W[r * G + g].d, A[g].d),
-                                     acc[r]);
+        UNROLL for (int r = 0; r < R; r++) {
+            const struct pk_grp *w = &W[r * G + g];
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(w->d, A[g].d), acc[r]);
+            if (mode == PK_UNSIGNED)
+                acc[r] = _mm256_fnmadd_ps(w->s, A[g].s, acc[r]);
+        }
     }
     UNROLL for (int r = 0; r < R; r++)
         y[r] = hsum_ps(acc[r]);
 }
 
-/* The row counts pk_kernel is compiled for; any other count runs as several calls. */
-static void pk_rows(bool wide, int R, int64_t G, const struct pk_grp *W, const struct pk_grp *A,
-                    float *y)
+/* The shapes pk_kernel is compiled for; any other row count runs as several calls. */
+static void pk_rows(enum pk_mode mode, int R, int64_t G, const struct pk_grp *W,
+                    const struct pk_grp *A, float *y)
 {
-    if (wide)
+    if (mode == PK_SIGNED_WIDE)
         for (int r = 0; r < R; r++)
-            pk_kernel(true, 1, G, W + r * G, A, y + r);
+            pk_kernel(PK_SIGNED_WIDE, 1, G, W + r * G, A, y + r);
+    else if (mode == PK_SIGNED && R == 8)
+        pk_kernel(PK_SIGNED, 8, G, W, A, y);
+    else if (mode == PK_SIGNED && R == 4)
+        pk_kernel(PK_SIGNED, 4, G, W, A, y);
+    else if (mode == PK_SIGNED)
+        for (int r = 0; r < R; r++)
+            pk_kernel(PK_SIGNED, 1, G, W + r * G, A, y + r);
     else if (R == 8)
-        pk_kernel(false, 8, G, W, A, y);
+        pk_kernel(PK_UNSIGNED, 8, G, W, A, y);
     else if (R == 4)
-        pk_kernel(false, 4, G, W, A, y);
+        pk_kernel(PK_UNSIGNED, 4, G, W, A, y);
     else
         for (int r = 0; r < R; r++)
-            pk_kernel(false, 1, G, W + r * G, A, y + r);
+            pk_kernel(PK_UNSIGNED, 1, G, W + r * G, A, y + r);
 }
 
 /* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
@@ -550,14 +605,16 @@ static void pk_prefetch_row(const uint8_t *row, size_t ws)
         _mm_prefetch((const char *)row + o, _MM_HINT_T1);
 }
 
-/* Same contract as kq_matmul for Q8_0 / Q4_0 weights and nt >= PK_MIN_T; false when n is 0 or
- * too long for the packing buffers (the caller then uses the tiles). */
+/* Same contract as kq_matmul for Q8_0 / Q4_0 / Q4_K weights and nt >= PK_MIN_T; false when n
+ * is 0 or too long for the packing buffers (the caller then uses the tiles). */
 static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
                           int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
                           int64_t ys)
 {
-    const int64_t nb = n / KQ__QK, G = (nb + 7) / 8;
-    if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
+    const bool kq = wt == KQ_Q4_K;
+    const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
+    const int64_t G = kq ? nb : (nb + 7) / 8;
+    if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
         return false;
     const int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_grp)) / G;
     int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_grp)) / G;
@@ -565,19 +622,30 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
         for (int64_t t = t0; t < t1; t++)
-            for (int64_t g = 0; g < G; g++) /* activation levels are never -128 */
-                (void)pk_pack(KQ_Q8_0, act + t * as, nb, g, &pk_act_tls[(t - t0) * G + g]);
+            for (int64_t g = 0; g < G; g++) { /* activation levels are never -128 */
+                struct pk_grp *o = &pk_act_tls[(t - t0) * G + g];
+                if (kq)
+                    pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, o);
+                else
+                    (void)pk_pack(KQ_Q8_0, act + t * as, nb, g, o);
+            }
         for (int64_t r = r0; r < r1; r += R) {
             const int rr = (int)(r1 - r < R ? r1 - r : R);
             bool wide = false;
             for (int i = 0; i < rr; i++) {
                 if (r + R + i < r1) /* the next block's row i */
                     pk_prefetch_row(W + (r + R + i) * ws, ws);
-                for (int64_t g = 0; g < G; g++)
-                    wide |= pk_pack(wt, W + (r + i) * ws, nb, g, &pk_w_tls[i * G + g]);
+                for (int64_t g = 0; g < G; g++) {
+                    struct pk_grp *o = &pk_w_tls[i * G + g];
+                    if (kq)
+                        pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, o);
+                    else
+                        wide |= pk_pack(wt, W + (r + i) * ws, nb, g, o);
+                }
             }
+            const enum pk_mode mode = kq ? PK_UNSIGNED : wide ? PK_SIGNED_WIDE : PK_SIGNED;
             for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
-                pk_rows(wide, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
+                pk_rows(mode, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
         }
     }
     return true;
@@ -696,7 +764,7 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)
 {
-    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0) &&
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
         packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
         return true;
     const struct kq__tileset *ts;
