@@ -1,7 +1,7 @@
 /*
  * ops — f32 leaf operations of the forward pass (see ops.h for the contracts): the scalar
- * reference of every op, and the dispatch to the AVX-512 versions (ops_avx512.c) and, for
- * attention and the gated delta rule, to the AVX2 ones (ops_avx2.c).
+ * reference of every op, and the dispatch to the AVX-512 (ops_avx512.c) and AVX2 (ops_avx2.c)
+ * versions.
  *
  * Numerics follow docs/models.md section 5 in f32 with the sequential order of the gated delta
  * rule that llama.cpp runs (decay, read, delta, update, read-out). Accumulations that feed a
@@ -35,6 +35,10 @@ void kop_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
         kop__avx512_rmsnorm(x, w, y, n, eps);
         return;
     }
+    if (use_avx2()) {
+        kop__avx2_rmsnorm(x, w, y, n, eps);
+        return;
+    }
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
@@ -54,6 +58,10 @@ void kop_l2norm(float *x, int64_t n, float eps)
         kop__avx512_l2norm(x, n, eps);
         return;
     }
+    if (use_avx2()) {
+        kop__avx2_l2norm(x, n, eps);
+        return;
+    }
     double ss = 0.0;
     for (int64_t i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
@@ -67,6 +75,10 @@ void kop_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float
 {
     if (use_avx512()) {
         kop__avx512_rmsnorm_gate(x, w, z, n, eps);
+        return;
+    }
+    if (use_avx2()) {
+        kop__avx2_rmsnorm_gate(x, w, z, n, eps);
         return;
     }
     kop_rmsnorm(x, w, x, n, eps);
@@ -109,6 +121,10 @@ void kop_swiglu(float *restrict g, const float *restrict u, int64_t n)
         kop__avx512_swiglu(g, u, n);
         return;
     }
+    if (use_avx2()) {
+        kop__avx2_swiglu(g, u, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         g[i] = kop_silu(g[i]) * u[i];
 }
@@ -117,6 +133,10 @@ void kop_mul_sigmoid(float *restrict x, const float *restrict g, int64_t n)
 {
     if (use_avx512()) {
         kop__avx512_mul_sigmoid(x, g, n);
+        return;
+    }
+    if (use_avx2()) {
+        kop__avx2_mul_sigmoid(x, g, n);
         return;
     }
     for (int64_t i = 0; i < n; i++)
@@ -242,6 +262,10 @@ void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t
 {
     if (use_avx512() && K <= 16) {
         kop__avx512_conv1d_silu(state, u, w, T, C, K, c0, c1, y);
+        return;
+    }
+    if (use_avx2() && K <= 16) {
+        kop__avx2_conv1d_silu(state, u, w, T, C, K, c0, c1, y);
         return;
     }
     for (int64_t t = 0; t < T; t++) {

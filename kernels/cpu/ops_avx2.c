@@ -1,6 +1,6 @@
 /*
- * ops_avx2 — AVX2 + FMA versions of the hot f32 ops of prefill and verification: attention and
- * the gated delta rule (contracts in ops.h, dispatch in ops.c). Built with the Makefile's
+ * ops_avx2 — AVX2 + FMA versions of the f32 ops (contracts in ops.h, dispatch in ops.c): norms,
+ * activations, attention, the causal conv and the gated delta rule. Built with the Makefile's
  * AVX2_FLAGS; ops.c calls these when kq_isa_active() is AVX2 (an AVX-512 CPU runs
  * ops_avx512.c instead).
  *
@@ -27,14 +27,11 @@
 /* ================================ helpers =================================================== */
 
 /* exp(x): Cody-Waite reduction by ln 2, the Cephes expf polynomial, then 2^n built in the
- * exponent field. Below -87.3 (where 2^n would leave the normal range) the result is 0, as
- * expf's is to within its smallest normal; above 88.3 it stays at exp(88.3) (softmax only
- * passes x <= 0). */
+ * exponent field as two factors 2^h * 2^(n-h), so that n from -150 to 128 stays exact and the
+ * ends round to 0 / overflow to inf as expf does (x is clamped to [-104, 89] first). */
 INLINE __m256 exp256(__m256 x)
 {
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3f));
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -46,10 +43,26 @@ INLINE __m256 exp256(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    /* n in [-126, 127]: 2^n is (n + 127) << 23 */
-    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-    return _mm256_andnot_ps(under, p);
+    const __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* x / (1 + exp(-x)), as kop_silu. */
+INLINE __m256 silu256(__m256 x)
+{
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* 1 / (1 + exp(-x)), as kop_sigmoid. */
+INLINE __m256 sigmoid256(__m256 x)
+{
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
 INLINE float hmax_ps(__m256 v)
@@ -70,6 +83,73 @@ INLINE __m256i lanes(int64_t n)
 {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n >= 8 ? 8 : (int)n), idx);
+}
+
+/* sum of x[i]^2 in double (the reference's accumulation type). */
+static double sumsq(const float *x, int64_t n)
+{
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 v = _mm256_maskload_ps(x + i, lanes(n - i));
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        a0 = _mm256_fmadd_pd(lo, lo, a0);
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    return hsum_pd(_mm256_add_pd(a0, a1));
+}
+
+/* ================================ norms and activations ==================================== */
+
+void kop__avx2_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps)
+{
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt(sumsq(x, n) / (double)n + eps)));
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        __m256 v = _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv);
+        if (w)
+            v = _mm256_mul_ps(v, _mm256_maskload_ps(w + i, m));
+        _mm256_maskstore_ps(y + i, m, v);
+    }
+}
+
+void kop__avx2_l2norm(float *x, int64_t n, float eps)
+{
+    const double nrm = sqrt(sumsq(x, n));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / (nrm > eps ? nrm : eps)));
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+    }
+}
+
+void kop__avx2_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float eps)
+{
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt(sumsq(x, n) / (double)n + eps)));
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv),
+                                       _mm256_maskload_ps(w + i, m));
+        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(v, silu256(_mm256_maskload_ps(z + i, m))));
+    }
+}
+
+void kop__avx2_swiglu(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        const __m256 s = silu256(_mm256_maskload_ps(g + i, m));
+        _mm256_maskstore_ps(g + i, m, _mm256_mul_ps(s, _mm256_maskload_ps(u + i, m)));
+    }
+}
+
+void kop__avx2_mul_sigmoid(float *x, const float *g, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        const __m256 s = sigmoid256(_mm256_maskload_ps(g + i, m));
+        _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), s));
+    }
 }
 
 /* ================================ attention ================================================= */
@@ -218,6 +298,39 @@ void kop__avx2_attn_group(const float *q, int64_t q_stride, int64_t n_q, const f
                         const __m256 vs = _mm256_loadu_ps(v + s * kv_stride + d - 8);
                         _mm256_storeu_ps(og, _mm256_fmadd_ps(pg, vs, _mm256_loadu_ps(og)));
                     }
+        }
+    }
+}
+
+/* ================================ causal conv1d ============================================= */
+
+/* Input row t of the virtual matrix [state ; u] (t < K-1 reads the state). */
+INLINE const float *conv_row(const float *state, const float *u, int64_t C, int64_t K, int64_t t)
+{
+    return t < K - 1 ? state + t * C : u + (t - (K - 1)) * C;
+}
+
+/* 8 channels at a time; their K taps are gathered once (w is channel-major), then every token
+ * sums its K rows in tap order. K <= 16 (checked at model load). */
+void kop__avx2_conv1d_silu(const float *state, const float *u, const float *w, int64_t T,
+                           int64_t C, int64_t K, int64_t c0, int64_t c1, float *y)
+{
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)K));
+    for (int64_t c = c0; c < c1; c += 8) {
+        const __m256i m = lanes(c1 - c);
+        __m256 tap[16];
+        for (int64_t j = 0; j < K; j++)
+            tap[j] = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), w + c * K,
+                                              _mm256_add_epi32(idx, _mm256_set1_epi32((int)j)),
+                                              _mm256_castsi256_ps(m), 4);
+        for (int64_t t = 0; t < T; t++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t j = 0; j < K; j++) {
+                const float *row = conv_row(state, u, C, K, t + j) + c;
+                acc = _mm256_fmadd_ps(tap[j], _mm256_maskload_ps(row, m), acc);
+            }
+            _mm256_maskstore_ps(y + t * C + c, m, silu256(acc));
         }
     }
 }

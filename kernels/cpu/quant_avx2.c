@@ -19,6 +19,8 @@
 #include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx2_*
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 
 #define INLINE static inline __attribute__((always_inline))
 /* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
@@ -428,11 +430,15 @@ TILESET(q6_k, 2, 2);
  * chunk, and runs the R rows against one token at a time. A row's arithmetic (its chain of
  * groups, lane by lane) depends on nothing but its own data: not on R, the token count or the
  * thread split. Lanes of a last, partial group are zero blocks.
+ * The activation chunk lives in L3 (up to PK_ACT_BYTES, a per-thread heap buffer kept for the
+ * thread's life): every token chunk re-packs all weight rows from DRAM, so a chunk sized for
+ * L2 (about 50 tokens) spent 12% of a 512-token prefill packing; the packed rows (R of them)
+ * are what must stay in L1.
  */
 #define PK_MIN_T 8         /* fewer tokens: the tile kernels (packing would not pay) */
 #define PK_MAX_GROUPS 256  /* n <= 65536 */
 #define PK_R 8             /* rows per kernel call at most */
-#define PK_ACT_BYTES (256u << 10)
+#define PK_ACT_BYTES (8u << 20)
 #define PK_W_BYTES (24u << 10) /* a block of packed rows should stay in L1 */
 
 struct pk_grp {
@@ -444,7 +450,39 @@ struct pk_grp {
 /* How pk_kernel forms the products (see above). */
 enum pk_mode { PK_SIGNED, PK_SIGNED_WIDE, PK_UNSIGNED };
 
-static _Thread_local struct pk_grp pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_grp)];
+/* The calling thread's activation buffer of at least n groups (grown, never shrunk; freed by
+ * the key's destructor when the thread exits), or NULL when out of memory. */
+struct pk_buf {
+    int64_t cap;
+    struct pk_grp g[];
+};
+static pthread_key_t pk_key;
+static pthread_once_t pk_once = PTHREAD_ONCE_INIT;
+static bool pk_key_ok;
+
+static void pk_key_init(void)
+{
+    pk_key_ok = pthread_key_create(&pk_key, free) == 0;
+}
+
+static struct pk_grp *pk_act_buf(int64_t n)
+{
+    pthread_once(&pk_once, pk_key_init);
+    if (!pk_key_ok)
+        return NULL;
+    struct pk_buf *b = pthread_getspecific(pk_key);
+    if (b && b->cap >= n)
+        return b->g;
+    const int64_t cap = b && 2 * b->cap > n ? 2 * b->cap : n;
+    struct pk_buf *nb = aligned_alloc(32, sizeof *nb + (size_t)cap * sizeof(struct pk_grp));
+    if (!nb || pthread_setspecific(pk_key, nb) != 0) {
+        free(nb);
+        return NULL;
+    }
+    free(b);
+    nb->cap = cap;
+    return nb->g;
+}
 static _Thread_local struct pk_grp pk_w_tls[PK_MAX_GROUPS > PK_W_BYTES / sizeof(struct pk_grp)
                                                 ? PK_MAX_GROUPS
                                                 : PK_W_BYTES / sizeof(struct pk_grp)];
@@ -616,14 +654,18 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
     const int64_t G = kq ? nb : (nb + 7) / 8;
     if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
         return false;
-    const int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_grp)) / G;
+    int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_grp)) / G;
+    chunk = chunk < nt ? chunk : nt;
+    struct pk_grp *pa = pk_act_buf(chunk * G);
+    if (!pa)
+        return false;
     int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_grp)) / G;
     R = R >= 8 ? 8 : R >= 4 ? 4 : R >= 2 ? 2 : 1;
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
         for (int64_t t = t0; t < t1; t++)
             for (int64_t g = 0; g < G; g++) { /* activation levels are never -128 */
-                struct pk_grp *o = &pk_act_tls[(t - t0) * G + g];
+                struct pk_grp *o = &pa[(t - t0) * G + g];
                 if (kq)
                     pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, o);
                 else
@@ -645,7 +687,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             }
             const enum pk_mode mode = kq ? PK_UNSIGNED : wide ? PK_SIGNED_WIDE : PK_SIGNED;
             for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
-                pk_rows(mode, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
+                pk_rows(mode, rr, G, pk_w_tls, &pa[(t - t0) * G], y + t * ys + r);
         }
     }
     return true;

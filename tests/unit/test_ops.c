@@ -8,8 +8,7 @@
  *   - kop_gdn_step in place equals the step from a separate input state.
  * Tolerances: relative 2e-6 (norms, activations); for sums with cancellation, the error over the
  * largest output (conv 2e-6, attention 1e-5); relative 1e-5 above a floor for the GDN state
- * after 24 steps. The suite runs once per SIMD level the CPU has (AVX2, then AVX-512; AVX2
- * covers attention and the gated delta rule, the other ops fall through to the reference).
+ * after 24 steps. The suite runs once per SIMD level the CPU has (AVX2, then AVX-512).
  */
 #include "ops.h"   // defines: kop_*
 #include "quant.h" // defines: kq_isa_force, kq_isa_best
