@@ -12,17 +12,11 @@
  * Threads: pure functions; any number may call concurrently on disjoint outputs.
  */
 #include "ops_impl.h" // defines: kop__avx2_*
+#include "simd_avx2.h" // defines: INLINE, UNROLL, hsum_ps, hmax_ps
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
-
-#define INLINE static inline __attribute__((always_inline))
-#ifdef __clang__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
 
 /* ================================ helpers =================================================== */
 
@@ -63,13 +57,6 @@ INLINE __m256 sigmoid256(__m256 x)
 {
     const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
     return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-
-INLINE float hmax_ps(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 INLINE double hsum_pd(__m256d v)

@@ -17,19 +17,12 @@
  * Threads: pure functions.
  */
 #include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx2_*
+#include "simd_avx2.h" // defines: INLINE, UNROLL, hsum_ps, hmax_ps
 
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
 
-#define INLINE static inline __attribute__((always_inline))
-/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
- * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
-#ifdef __clang__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
 #define RMAX 4
 #define TMAX 4
 /* Decode kernels prefetch the weight stream this many bytes ahead: the hardware prefetcher alone
@@ -52,26 +45,11 @@ INLINE __m256 f16_bcast(const uint16_t *p)
     return _mm256_cvtph_ps(_mm_set1_epi16((short)*p));
 }
 
-/* Horizontal sum / max of the 8 lanes. */
-INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
 INLINE int hsum_epi32(__m256i v)
 {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
-}
-
-INLINE float hmax_ps(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 /* u8 x s8 products summed in groups of 4 into i32 lanes. */

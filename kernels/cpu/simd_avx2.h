@@ -1,0 +1,35 @@
+/*
+ * simd_avx2 — the inline helpers the AVX2 kernel files share (ops_avx2.c, quant_avx2.c): the
+ * always-inline and full-unroll spellings and the horizontal sum / max of 8 float lanes.
+ * Include only from files built with the Makefile's AVX2_FLAGS.
+ */
+#ifndef DELTAD_SIMD_AVX2_H
+#define DELTAD_SIMD_AVX2_H
+
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
+ * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
+#ifdef __clang__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 8")
+#endif
+
+/* Horizontal sum / max of the 8 lanes. */
+INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE float hmax_ps(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+#endif
