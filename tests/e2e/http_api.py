@@ -618,16 +618,21 @@ def check_auth_cors():
 def check_drain():
     """SIGTERM drains: a stream in flight ends with [DONE]; /health and new requests get 503
     (unavailable_error, Retry-After) meanwhile; the daemon exits 0."""
-    d = Daemon(B, MODEL, ["--slots", "2", "--ctx", "2048", "--drain-timeout", "30"],
+    # the stream must outlast the checks below: the demo model decodes thousands of tokens per
+    # second, so it asks for nearly the whole context and the checks start as soon as the
+    # daemon logs the drain (no fixed sleep)
+    d = Daemon(B, MODEL, ["--slots", "2", "--ctx", "4096", "--drain-timeout", "30"],
                name="http_api_drain").start()
     bias = eog_bias(d.port)
-    body = json.dumps({"messages": USER, "max_tokens": 1200, "logit_bias": bias, "stream": True})
+    body = json.dumps({"messages": USER, "max_tokens": 3900, "logit_bias": bias, "stream": True})
     curl = subprocess.Popen(["curl", "-sN", "--max-time", "60", "-d", body,
                              "http://127.0.0.1:%d%s" % (d.port, CHAT)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     first = curl.stdout.read(600)
     d.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
+    t_end = time.time() + 5
+    while "drain: stopping" not in d.log_text() and time.time() < t_end:
+        time.sleep(0.005)
     st_h, _, _ = request(d.port, "GET", "/health")
     st, hd, obj = post_json(d.port, CHAT, {"messages": USER, "max_tokens": 2})
     rest = curl.stdout.read()
