@@ -736,8 +736,10 @@ static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, int tm, int64_t n
 /*
  * Tokens go in chunks whose activations fit in L2 (~512 KiB); within a chunk each block of rm
  * weight rows is read from memory once and met with every token while it sits in L1/L2.
- * Decode (nt == 1) goes row after row instead: one sequential stream through the matrix reads
- * DRAM faster than rm interleaved ones.
+ * Decode (nt == 1) of long rows goes row after row instead: one sequential stream through the
+ * matrix reads DRAM faster than rm interleaved ones. Short rows (a small model's, in cache) go
+ * dm at a time: one call and one reduction per dm rows instead of per row, and dm independent
+ * chains (768 x 256 Q8_0 in cache: 26.7 GOP/s row by row, 36 with two rows, more with four).
  */
 void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size_t w_stride,
                     int64_t r0, int64_t r1, const void *act, size_t act_stride, int64_t nt,
@@ -749,6 +751,8 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
         int64_t r = r0;
+        for (; nt == 1 && n <= KQ__DEC_SHORT_N && r + ts->dm <= r1; r += ts->dm)
+            ts->dec(n, w8 + r * w_stride, w_stride, a8, act_stride, y + r, y_stride);
         for (; nt > 1 && r + ts->rm <= r1; r += ts->rm)
             drive_tokens(ts->full, ts->rows, ts->tm, n, w8 + r * w_stride, w_stride, a8,
                          act_stride, t0, t1, y + r, y_stride);

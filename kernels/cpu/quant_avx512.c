@@ -91,7 +91,7 @@ INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t y
 /*
  * The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset.
  */
-#define TILESET(NAME, RM, TM)                                                                     \
+#define TILESET(NAME, RM, TM, DM)                                                                   \
     static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
                             float *y, int64_t ys)                                                 \
     {                                                                                             \
@@ -112,8 +112,14 @@ INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t y
     {                                                                                             \
         NAME##_tile(1, 1, n, W, ws, A, as, y, ys);                                                \
     }                                                                                             \
+    static void NAME##_dec(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,  \
+                           float *y, int64_t ys)                                                  \
+    {                                                                                             \
+        NAME##_tile(DM, 1, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
     static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
-                                                    NAME##_toks, NAME##_single}
+                                                    NAME##_toks, NAME##_single,  \
+                                                    DM, NAME##_dec}
 
 /* ================================ F32 / F16 / BF16 weights ================================== */
 
@@ -165,9 +171,9 @@ INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *
 #define f32_tile(R, T, ...) float_tile(KQ_F32, R, T, __VA_ARGS__)
 #define f16_tile(R, T, ...) float_tile(KQ_F16, R, T, __VA_ARGS__)
 #define bf16_tile(R, T, ...) float_tile(KQ_BF16, R, T, __VA_ARGS__)
-TILESET(f32, 4, 4);
-TILESET(f16, 4, 4);
-TILESET(bf16, 4, 4);
+TILESET(f32, 4, 4, 4);
+TILESET(f16, 4, 4, 4);
+TILESET(bf16, 4, 4, 4);
 
 /* ================================ Q8_0 / Q4_0 weights ======================================= */
 
@@ -263,8 +269,8 @@ INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
 
 BLOCK32_TILE(q8_0)
 BLOCK32_TILE(q4_0)
-TILESET(q8_0, 4, 4);
-TILESET(q4_0, 4, 4);
+TILESET(q8_0, 4, 4, 4);
+TILESET(q4_0, 4, 4, 4);
 
 /* ================================ K-quant weights =========================================== */
 
@@ -427,9 +433,9 @@ INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, cons
 KQUANT_TILE(q4_k, KQ_Q4_K)
 KQUANT_TILE(q5_k, KQ_Q5_K)
 KQUANT_TILE(q6_k, KQ_Q6_K)
-TILESET(q4_k, 4, 4);
-TILESET(q5_k, 4, 4);
-TILESET(q6_k, 4, 4);
+TILESET(q4_k, 4, 4, 4);
+TILESET(q5_k, 4, 4, 4);
+TILESET(q6_k, 4, 4, 4);
 
 /* ================================ decode with a prepared activation ========================= */
 

@@ -103,7 +103,10 @@ struct kq__tileset {
     kq__tile_fn rows;   /* rm x 1 (also the decode kernel) */
     kq__tile_fn toks;   /* 1 x tm */
     kq__tile_fn single; /* 1 x 1 */
+    int dm;             /* rows of `dec` */
+    kq__tile_fn dec;    /* dm x 1: decode of rows of at most KQ__DEC_SHORT_N elements */
 };
+#define KQ__DEC_SHORT_N 1024
 /* Same contract as kq_matmul, driving the tiles of ts. */
 void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size_t w_stride,
                     int64_t r0, int64_t r1, const void *act, size_t act_stride, int64_t nt,
