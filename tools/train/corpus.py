@@ -202,13 +202,16 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 
 class Dialogues:
-    def __init__(self, words, sents, seed, result_weight=1.0):
+    def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
-        answer "A + B = C"; the copied "A + B = " keeps weight 1."""
+        answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
+        a repeat/copy answer (its <|im_end|> keeps weight 1)."""
         self.rng = random.Random(seed)
         self.words = words
         self.sents = sents
         self.result_weight = result_weight
+        self.copy_weight = copy_weight
+        self.last_task = None
 
     # -- helpers
     def phrase(self, lo=2, hi=8):
@@ -338,12 +341,13 @@ class Dialogues:
         k = self.rng.randint(2, max(2, len(w) // 2))
         return "Continue this text: " + " ".join(w[:k]), " ".join(w[k:])
 
-    TASKS = [("repeat", 28), ("reverse", 3), ("arith", 56), ("count", 2), ("sequence", 3),
+    TASKS = [("repeat", 32), ("reverse", 3), ("arith", 52), ("count", 2), ("sequence", 3),
              ("passage", 5), ("chat", 2), ("complete", 1)]
 
     def turn(self):
         names, weights = zip(*self.TASKS)
         task = self.rng.choices(names, weights=weights)[0]
+        self.last_task = task
         return getattr(self, task)()
 
     def dialogue(self):
@@ -360,6 +364,9 @@ class Dialogues:
             if m and self.result_weight != 1.0:
                 segs.append((a[:m.end()], 1))
                 segs.append((a[m.end():] + "<|im_end|>", self.result_weight))
+            elif self.last_task == "repeat" and self.copy_weight != 1.0:
+                segs.append((a, self.copy_weight))
+                segs.append(("<|im_end|>", 1))
             else:
                 segs.append((a + "<|im_end|>", 1))
             segs.append(("\n", 0))

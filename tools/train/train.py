@@ -155,7 +155,7 @@ def main(argv=None):
     ap.add_argument("--out", default="models/demo.gguf")
     ap.add_argument("--work", default="build/demo-model")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=1600)
+    ap.add_argument("--steps", type=int, default=2100)
     ap.add_argument("--budget", type=int, default=1536, help="tokens per batch incl. padding")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1)
@@ -168,6 +168,8 @@ def main(argv=None):
                     help="GDN key heads of layer 1 started as bigram-keyed induction memories")
     ap.add_argument("--result-weight", type=float, default=3.0,
                     help="loss weight of the result digits of arithmetic answers")
+    ap.add_argument("--copy-weight", type=float, default=4.0,
+                    help="loss weight of repeat/copy answers (their <|im_end|> keeps 1)")
     ap.add_argument("--precision", choices=["auto", "bf16", "f32"], default="auto",
                     help="autocast: bf16 where the CPU multiplies bf16 natively (avx512_bf16 or "
                          "AMX), else f32 (torch emulates bf16 matmuls ~15x slower there)")
@@ -184,7 +186,7 @@ def main(argv=None):
     random.Random(args.seed).shuffle(paras)
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
-    gen = corpus.Dialogues(words, sents, args.seed, args.result_weight)
+    gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
