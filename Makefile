@@ -170,8 +170,8 @@ bench: deps
 	@tools/bench.sh $(B)
 	@tools/bench_spec.sh $(B)
 
-# Retrain models/demo.gguf and models/demo-q8_0.gguf from scratch (seeded, ~18-27 min on one
-# thread, /usr/bin/python3 with torch + numpy), regenerate tests/fixtures/demo and print the
+# Retrain models/demo.gguf and models/demo-q8_0.gguf from scratch (seeded, ~29 min on two
+# cores, /usr/bin/python3 with torch + numpy), regenerate tests/fixtures/demo and print the
 # quality figures. Never part of test.
 .PHONY: demo-model
 demo-model: deps
