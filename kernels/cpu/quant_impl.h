@@ -100,7 +100,7 @@ typedef void (*kq__tile_fn)(int64_t n, const uint8_t *W, size_t w_stride, const 
 struct kq__tileset {
     int rm, tm;         /* shape of `full` */
     kq__tile_fn full;   /* rm x tm */
-    kq__tile_fn rows;   /* rm x 1 (also the decode kernel) */
+    kq__tile_fn rows;   /* rm x 1 */
     kq__tile_fn toks;   /* 1 x tm */
     kq__tile_fn single; /* 1 x 1 */
     int dm;             /* rows of `dec` */
