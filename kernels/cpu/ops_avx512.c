@@ -10,17 +10,12 @@
  * Threads: pure functions; any number may call concurrently on disjoint outputs.
  */
 #include "ops_impl.h" // defines: kop__avx512_*
+#define SIMD_UNROLL_MAX 16
+#include "simd.h" // defines: INLINE, UNROLL
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
-
-#define INLINE static inline __attribute__((always_inline))
-#ifdef __clang__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL _Pragma("GCC unroll 16")
-#endif
 
 /* ================================ helpers =================================================== */
 

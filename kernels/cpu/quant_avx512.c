@@ -23,17 +23,9 @@
  * Q8_0/Q4_0 decode, filled and used within one call.
  */
 #include "quant_impl.h" // defines: block structs, kq__tileset, kq__avx512_*
+#include "simd.h"       // defines: INLINE, UNROLL
 
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
- * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
-#ifdef __clang__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
 #define RMAX 4
 #define TMAX 4
 
@@ -89,9 +81,10 @@ INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t y
 }
 
 /*
- * The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset.
+ * The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset. The
+ * rm x 1 kernel doubles as the short-row decode kernel (rm = 4 rows already).
  */
-#define TILESET(NAME, RM, TM, DM)                                                                   \
+#define TILESET(NAME, RM, TM)                                                                     \
     static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
                             float *y, int64_t ys)                                                 \
     {                                                                                             \
@@ -112,14 +105,8 @@ INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t y
     {                                                                                             \
         NAME##_tile(1, 1, n, W, ws, A, as, y, ys);                                                \
     }                                                                                             \
-    static void NAME##_dec(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,  \
-                           float *y, int64_t ys)                                                  \
-    {                                                                                             \
-        NAME##_tile(DM, 1, n, W, ws, A, as, y, ys);                                               \
-    }                                                                                             \
     static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
-                                                    NAME##_toks, NAME##_single,  \
-                                                    DM, NAME##_dec}
+                                                    NAME##_toks, NAME##_single, RM, NAME##_rows}
 
 /* ================================ F32 / F16 / BF16 weights ================================== */
 
@@ -171,9 +158,9 @@ INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *
 #define f32_tile(R, T, ...) float_tile(KQ_F32, R, T, __VA_ARGS__)
 #define f16_tile(R, T, ...) float_tile(KQ_F16, R, T, __VA_ARGS__)
 #define bf16_tile(R, T, ...) float_tile(KQ_BF16, R, T, __VA_ARGS__)
-TILESET(f32, 4, 4, 4);
-TILESET(f16, 4, 4, 4);
-TILESET(bf16, 4, 4, 4);
+TILESET(f32, 4, 4);
+TILESET(f16, 4, 4);
+TILESET(bf16, 4, 4);
 
 /* ================================ Q8_0 / Q4_0 weights ======================================= */
 
@@ -269,8 +256,8 @@ INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *
 
 BLOCK32_TILE(q8_0)
 BLOCK32_TILE(q4_0)
-TILESET(q8_0, 4, 4, 4);
-TILESET(q4_0, 4, 4, 4);
+TILESET(q8_0, 4, 4);
+TILESET(q4_0, 4, 4);
 
 /* ================================ K-quant weights =========================================== */
 
@@ -433,9 +420,9 @@ INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, cons
 KQUANT_TILE(q4_k, KQ_Q4_K)
 KQUANT_TILE(q5_k, KQ_Q5_K)
 KQUANT_TILE(q6_k, KQ_Q6_K)
-TILESET(q4_k, 4, 4, 4);
-TILESET(q5_k, 4, 4, 4);
-TILESET(q6_k, 4, 4, 4);
+TILESET(q4_k, 4, 4);
+TILESET(q5_k, 4, 4);
+TILESET(q6_k, 4, 4);
 
 /* ================================ decode with a prepared activation ========================= */
 

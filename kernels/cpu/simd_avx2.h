@@ -1,21 +1,14 @@
 /*
- * simd_avx2 — the inline helpers the AVX2 kernel files share (ops_avx2.c, quant_avx2.c): the
- * always-inline and full-unroll spellings and the horizontal sum / max of 8 float lanes.
+ * simd_avx2 — the inline helpers the AVX2 kernel files share (ops_avx2.c, quant_avx2.c): simd.h's
+ * INLINE and UNROLL, and the horizontal sum / max of 8 float lanes.
  * Include only from files built with the Makefile's AVX2_FLAGS.
  */
 #ifndef DELTAD_SIMD_AVX2_H
 #define DELTAD_SIMD_AVX2_H
 
-#include <immintrin.h>
+#include "simd.h" // defines: INLINE, UNROLL
 
-#define INLINE static inline __attribute__((always_inline))
-/* Loops over tile rows / tokens are fully unrolled so the accumulators live in registers
- * (clang needs its own spelling: it accepts the GCC one but then keeps the loops). */
-#ifdef __clang__
-#define UNROLL _Pragma("unroll")
-#else
-#define UNROLL _Pragma("GCC unroll 8")
-#endif
+#include <immintrin.h>
 
 /* Horizontal sum / max of the 8 lanes. */
 INLINE float hsum_ps(__m256 v)

@@ -1,0 +1,24 @@
+/*
+ * simd — the spellings every SIMD kernel file shares (ops_avx2.c, ops_avx512.c, quant_avx2.c,
+ * quant_avx512.c): always-inline helpers and fully unrolled loops over tile rows / tokens, so
+ * the accumulators live in registers. A file that wants a deeper unroll than 8 defines
+ * SIMD_UNROLL_MAX before including this header.
+ */
+#ifndef DELTAD_SIMD_H
+#define DELTAD_SIMD_H
+
+#define INLINE static inline __attribute__((always_inline))
+
+#ifndef SIMD_UNROLL_MAX
+#define SIMD_UNROLL_MAX 8
+#endif
+/* clang needs its own spelling: it accepts the GCC one but then keeps the loops. */
+#ifdef __clang__
+#define UNROLL _Pragma("unroll")
+#else
+#define SIMD_PRAGMA(x) _Pragma(#x)
+#define SIMD_UNROLL_BY(n) SIMD_PRAGMA(GCC unroll n)
+#define UNROLL SIMD_UNROLL_BY(SIMD_UNROLL_MAX)
+#endif
+
+#endif
