@@ -194,6 +194,12 @@ static void cpu_bind_host(struct dev *d)
         LOG_W("cpu device: cannot bind its host thread (runs unbound)");
 }
 
+static enum kq_type cpu_weight_layout(const struct dev *d, enum kq_type t)
+{
+    (void)d;
+    return kq_repack_type(t);
+}
+
 static void cpu_destroy(struct dev *d)
 {
     struct cpu_dev *cd = cpu_of(d);
@@ -214,6 +220,7 @@ static const struct dev_ops cpu_ops = {
     .barrier = cpu_barrier,
     .n_threads = cpu_n_threads,
     .bind_host = cpu_bind_host,
+    .weight_layout = cpu_weight_layout,
 };
 
 int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,

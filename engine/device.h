@@ -70,6 +70,9 @@ struct dev_ops {
     /* Bind the calling thread, which will drive the device, near the device (a CPU device: to
      * the first core of its set; a GPU: its NUMA node). NULL: nothing to do. */
     void (*bind_host)(struct dev *d);
+    /* The layout in which this device computes weights of type t fastest (a CPU device:
+     * kq_repack_type); the model's tensors are rewritten to it at start-up. NULL: t. */
+    enum kq_type (*weight_layout)(const struct dev *d, enum kq_type t);
 };
 
 struct dev {
@@ -131,6 +134,11 @@ static inline void dev_barrier(struct dev *d)
 {
     if (d->ops->barrier)
         d->ops->barrier(d);
+}
+
+static inline enum kq_type dev_weight_layout(const struct dev *d, enum kq_type t)
+{
+    return d->ops->weight_layout ? d->ops->weight_layout(d, t) : t;
 }
 
 static inline int dev_n_threads(const struct dev *d)

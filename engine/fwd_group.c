@@ -14,7 +14,7 @@
 
 #include "comm.h"         // defines: comm_create_host
 #include "forward_impl.h" // defines: fwd__dev_*
-#include "shard.h"        // defines: shard_build
+#include "shard.h"        // defines: shard_build, shard_relayout
 #include "tpool.h"        // defines: tpool_run
 #include "util.h"         // defines: xcalloc, dd_errf
 
@@ -25,7 +25,7 @@ struct fwd_ctx {
     struct fwd_params p;
     int n;
     struct fwd_dev *dev[MAX_DEV];
-    struct model *shard[MAX_DEV]; /* owned shards (n > 1) */
+    struct model *shard[MAX_DEV]; /* owned shards (n > 1, or relaid-out weights), else NULL */
     struct comm *comm;            /* n > 1 */
     tpool_t *hosts;               /* n > 1: one host thread per device */
     bool bound[MAX_DEV];          /* host thread d was bound near device d (its first step) */
@@ -240,6 +240,12 @@ int fwd_n_devices(const struct fwd_ctx *f)
  * Lifecycle
  * ========================================================================================== */
 
+/* shard_relayout's callback: the layout device ctx wants for type t. */
+static enum kq_type layout_of(void *ctx, enum kq_type t)
+{
+    return dev_weight_layout(ctx, t);
+}
+
 int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
                      const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen)
 {
@@ -265,9 +271,16 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
     }
     for (int d = 0; d < n_dev && !rc; d++) {
         const struct model *dm = m;
-        if (n_dev > 1) {
+        if (n_dev > 1)
             rc = shard_build(m, n_dev, d, &f->shard[d], err, errlen);
-            dm = f->shard[d];
+        if (!rc) {
+            const size_t had = f->shard[d] ? f->shard[d]->owned_bytes : 0;
+            const int n_re = shard_relayout(m, &f->shard[d], layout_of, devs[d]);
+            if (n_re > 0)
+                LOG_I("device %d (%s): %d weight tensors, %.1f MiB, copied into its kernels' "
+                      "layout", d, devs[d]->ops->name, n_re,
+                      (double)(f->shard[d]->owned_bytes - had) / 1048576.0);
+            dm = f->shard[d] ? f->shard[d] : m;
         }
         if (!rc)
             rc = fwd__dev_create(dm, devs[d], p, f->comm, d, &f->dev[d], err, errlen);

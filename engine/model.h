@@ -4,7 +4,8 @@
  * shared expert), including the MTP ("nextn") block. Facts: docs/models.md sections 2 and 4.
  *
  * Weights stay in the GGUF mapping: a struct model_w is a view (data pointer into the mmap),
- * never a copy. Loading validates every hyper-parameter and every tensor's presence, type and
+ * never a copy (a device's shard may own copies: split tensors, and tensors in its kernels'
+ * layout, shard.h). Loading validates every hyper-parameter and every tensor's presence, type and
  * shape; errors name the file and the key or tensor.
  *
  * Ownership: model_load returns a model owning its gguf_t and tok_t; model_free releases them.

@@ -9,6 +9,7 @@
  */
 #include "shard.h" // defines: shard_build, shard_free
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,16 +55,22 @@ struct builder {
     int64_t cap;
 };
 
-static void *own(struct builder *bd, size_t bytes)
+/* Record buffer p of `bytes` as the shard's (freed by shard_free). */
+static void own_buffer(struct builder *bd, void *p, size_t bytes)
 {
     struct model *s = bd->s;
     if (s->n_owned == bd->cap) {
         bd->cap = bd->cap ? bd->cap * 2 : 64;
         s->owned = xrealloc(s->owned, (size_t)bd->cap * sizeof *s->owned);
     }
-    void *p = xaligned_alloc(bytes ? bytes : 64);
     s->owned[s->n_owned++] = p;
     s->owned_bytes += bytes;
+}
+
+static void *own(struct builder *bd, size_t bytes)
+{
+    void *p = xaligned_alloc(bytes ? bytes : 64);
+    own_buffer(bd, p, bytes);
     return p;
 }
 
@@ -270,18 +277,25 @@ static int shard_ffn(struct builder *bd, struct model_layer *l, const struct mod
  * Public
  * ========================================================================================== */
 
-int shard_build(const struct model *m, int n_dev, int rank, struct model **out, char *err,
-                size_t errlen)
+/* A shallow copy of m owning nothing yet (its layers array is its own). */
+static struct model *shallow_copy(const struct model *m)
 {
-    const struct model_hparams *hp = &m->hp;
     struct model *s = xcalloc(1, sizeof *s);
     *s = *m;
     s->owned = NULL;
     s->n_owned = 0;
     s->owned_bytes = 0;
     s->is_shard = true;
-    s->layers = xmalloc((size_t)hp->n_layer_all * sizeof *s->layers);
-    memcpy(s->layers, m->layers, (size_t)hp->n_layer_all * sizeof *s->layers);
+    s->layers = xmalloc((size_t)m->hp.n_layer_all * sizeof *s->layers);
+    memcpy(s->layers, m->layers, (size_t)m->hp.n_layer_all * sizeof *s->layers);
+    return s;
+}
+
+int shard_build(const struct model *m, int n_dev, int rank, struct model **out, char *err,
+                size_t errlen)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct model *s = shallow_copy(m);
     struct builder bd = {.s = s};
     int rc = 0, n_attn = 0, n_gdn = 0;
     for (int64_t il = 0; il < hp->n_layer_all && !rc; il++) {
@@ -301,6 +315,83 @@ int shard_build(const struct model *m, int n_dev, int rank, struct model **out, 
     }
     *out = s;
     return 0;
+}
+
+/* The layer tensors that go through the device's matmul (the others are F32 vectors). */
+static const size_t layer_mats[] = {
+    offsetof(struct model_layer, wq),        offsetof(struct model_layer, wk),
+    offsetof(struct model_layer, wv),        offsetof(struct model_layer, wo),
+    offsetof(struct model_layer, qkv),       offsetof(struct model_layer, gate),
+    offsetof(struct model_layer, beta),      offsetof(struct model_layer, alpha),
+    offsetof(struct model_layer, ba),        offsetof(struct model_layer, ssm_out),
+    offsetof(struct model_layer, ffn_gate),  offsetof(struct model_layer, ffn_up),
+    offsetof(struct model_layer, ffn_down),  offsetof(struct model_layer, gate_inp),
+    offsetof(struct model_layer, gate_exps), offsetof(struct model_layer, up_exps),
+    offsetof(struct model_layer, down_exps), offsetof(struct model_layer, gate_inp_shexp),
+    offsetof(struct model_layer, gate_shexp), offsetof(struct model_layer, up_shexp),
+    offsetof(struct model_layer, down_shexp), offsetof(struct model_layer, eh_proj),
+};
+
+/* w rewritten in layout `to` into a buffer of the shard (when its rows are plain and dense). */
+static void relayout(struct builder *bd, struct model_w *w, enum kq_type to)
+{
+    const int64_t rows = w->ne[1] * (w->ne[2] ? w->ne[2] : 1);
+    if (!w->data || to == w->type || w->nb1 != kq_row_bytes(w->type, w->ne[0]) ||
+        w->nb2 != w->nb1 * (size_t)w->ne[1])
+        return;
+    void *dst = xaligned_alloc(w->nb1 * (size_t)rows);
+    if (!kq_repack_rows(w->type, to, w->data, dst, w->ne[0], rows)) {
+        free(dst); /* not a pair the kernels convert: w stays as it is */
+        return;
+    }
+    own_buffer(bd, dst, w->nb1 * (size_t)rows);
+    w->data = dst;
+    w->type = to;
+}
+
+size_t shard_relayout_bytes(const struct model *m,
+                            enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx, int *n)
+{
+    size_t bytes = 0;
+    *n = 0;
+    for (int64_t il = 0; il < m->hp.n_layer_all; il++)
+        for (size_t i = 0; i < sizeof layer_mats / sizeof layer_mats[0]; i++) {
+            const struct model_w *w = (const void *)((const char *)&m->layers[il] + layer_mats[i]);
+            if (w->data && want(ctx, w->type) != w->type) {
+                bytes += w->nb2 * (size_t)(w->ne[2] ? w->ne[2] : 1);
+                ++*n;
+            }
+        }
+    if (m->output.data && want(ctx, m->output.type) != m->output.type) {
+        bytes += m->output.nb1 * (size_t)m->output.ne[1];
+        ++*n;
+    }
+    return bytes;
+}
+
+int shard_relayout(const struct model *m, struct model **shard,
+                   enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx)
+{
+    int n;
+    shard_relayout_bytes(*shard ? *shard : m, want, ctx, &n);
+    if (n == 0)
+        return 0;
+    struct model *s = *shard ? *shard : shallow_copy(m);
+    struct builder bd = {.s = s, .cap = s->n_owned};
+    for (int64_t il = 0; il < m->hp.n_layer_all; il++)
+        for (size_t i = 0; i < sizeof layer_mats / sizeof layer_mats[0]; i++) {
+            struct model_w *w = (void *)((char *)&s->layers[il] + layer_mats[i]);
+            relayout(&bd, w, want(ctx, w->type));
+        }
+    /* a tied LM head keeps sharing one buffer with the embedding (which get_rows dequantises) */
+    const bool tied = s->output.data == s->tok_embd.data && s->output.type == s->tok_embd.type;
+    relayout(&bd, &s->output, want(ctx, s->output.type));
+    if (tied) {
+        s->tok_embd.data = s->output.data;
+        s->tok_embd.type = s->output.type;
+    }
+    *shard = s;
+    return n;
 }
 
 void shard_free(struct model *s)

@@ -36,6 +36,18 @@ int shard_build(const struct model *m, int n_dev, int rank, struct model **out, 
                 size_t errlen);
 void shard_free(struct model *shard);
 
+/*
+ * Store the matrix weights of a device's model in the layouts its kernels prefer: every layer
+ * matmul weight and the LM head w with want(ctx, w.type) != w.type is rewritten (kq_repack_rows)
+ * into a buffer *shard owns. *shard is a shard of m, or NULL for the whole model, in which case
+ * a shallow copy is made when anything changes. Returns the number of tensors rewritten.
+ */
+int shard_relayout(const struct model *m, struct model **shard,
+                   enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx);
+/* What shard_relayout would rewrite in m: bytes, and *n tensors. */
+size_t shard_relayout_bytes(const struct model *m,
+                            enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx, int *n);
+
 /* Bytes this shard owns (split tensors) and reads from the shared mapping (replicated). */
 void shard_bytes(const struct model *shard, size_t *owned, size_t *replicated);
 

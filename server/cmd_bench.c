@@ -25,7 +25,8 @@
 
 #include "cache.h" // defines: cache_bytes_needed
 #include "cmd.h"   // defines: cmd_engine_open, cmd_feed
-#include "quant.h" // defines: kq_isa_name, kq_peak_ops
+#include "quant.h" // defines: kq_isa_name, kq_peak_ops, kq_repack_type
+#include "shard.h" // defines: shard_relayout_bytes
 #include "util.h"  // defines: dd_now, xaligned_alloc
 
 /* ============================================================================================
@@ -400,6 +401,13 @@ int cmd_bench(const struct cmd_opts *o)
  * info
  * ========================================================================================== */
 
+/* The layout a CPU device stores weights of type t in (dev_cpu's weight_layout). */
+static enum kq_type cpu_layout(void *ctx, enum kq_type t)
+{
+    (void)ctx;
+    return kq_repack_type(t);
+}
+
 int cmd_info(const struct cmd_opts *o)
 {
     char err[512];
@@ -428,7 +436,12 @@ int cmd_info(const struct cmd_opts *o)
     struct tok_cost c = per_token_cost(m);
     double bytes = c.trunk_bytes + c.head_bytes, params = c.trunk_params + c.head_params;
     printf("memory plan (1 sequence, ctx %lld):\n", (long long)ctx);
-    printf("  weights   %10.1f MiB  mmap, read in place (no copy)\n", m->weight_bytes / 1048576.0);
+    int n_re;
+    const size_t re = shard_relayout_bytes(m, cpu_layout, NULL, &n_re);
+    printf("  weights   %10.1f MiB  mmap, read in place\n", m->weight_bytes / 1048576.0);
+    if (n_re)
+        printf("            %10.1f MiB  of them (%d tensors) copied at start-up into the %s "
+               "kernels' layout\n", re / 1048576.0, n_re, kq_isa_name(kq_isa_active()));
     printf("  cache     %10.1f MiB  KV f32 + GDN state, 1 snapshot group\n",
            cache_bytes_needed(m, 1, ctx, 0) / 1048576.0);
     printf("  per extra snapshot group: %.2f MiB\n",

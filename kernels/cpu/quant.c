@@ -47,14 +47,17 @@ static struct type_info type_info(uint32_t t)
     case KQ_Q5_K: return (struct type_info){"q5_K", KQ__QK_K, sizeof(struct kq__q5_k)};
     case KQ_Q6_K: return (struct type_info){"q6_K", KQ__QK_K, sizeof(struct kq__q6_k)};
     case KQ_Q8_K: return (struct type_info){"q8_K", KQ__QK_K, sizeof(struct kq__q8_k)};
+    case KQ_Q4_KX: return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
+    case KQ_Q8_KX: return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
     default: return (struct type_info){"?", 0, 0};
     }
 }
 
-/* Q8_K is an activation format only: no weight tensor may use it. */
+/* Q8_K is an activation format only, and the X layouts are internal: no file may use them. */
 bool kq_type_supported(uint32_t type)
 {
-    return type != KQ_Q8_K && type_info(type).block_elems > 0;
+    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX &&
+           type_info(type).block_elems > 0;
 }
 
 const char *kq_type_name(uint32_t type)
@@ -86,6 +89,7 @@ enum kq_type kq_act_type(enum kq_type w)
     case KQ_Q4_K:
     case KQ_Q5_K:
     case KQ_Q6_K: return KQ_Q8_K;
+    case KQ_Q4_KX: return KQ_Q8_KX;
     default: return KQ_F32;
     }
 }
@@ -168,6 +172,82 @@ static float h2f(uint16_t h)
     return kq_f16_to_f32(h);
 }
 
+/* ================================ the X layouts ============================================= */
+
+/*
+ * Both X layouts reorder a super-block's 256 levels as an 8 x 8 matrix of 4-element groups:
+ * step k, group j of the X layout is group k of sub-block j of the plain one. That is a
+ * transpose, so the same function converts in both directions.
+ */
+static void transpose_levels8(const int8_t in[256], int8_t out[256])
+{
+    for (int k = 0; k < 8; k++)
+        for (int j = 0; j < 8; j++)
+            memcpy(out + 32 * k + 4 * j, in + 32 * j + 4 * k, 4);
+}
+
+/* Nibbles h (0 low, 1 high) of the 4 bytes at p, in the low nibbles. */
+static uint32_t nib4(const uint8_t *p, int h)
+{
+    uint32_t w;
+    memcpy(&w, p, 4);
+    return (w >> (4 * h)) & 0x0f0f0f0fu;
+}
+
+/*
+ * The Q4_K levels (sub-block j at chunk j / 2 of 32 bytes, high nibbles for odd j) into the
+ * Q4_KX order (steps 2c, 2c + 1 at chunk c), 4 bytes at a time: group j of chunk c of the X
+ * layout holds elements 8c..8c+3 of sub-block j in its low nibbles and 8c+4..8c+7 in its high
+ * ones. Read the other way, the same formula maps X back to plain: the map is its own inverse.
+ */
+static void transpose_nibbles(const uint8_t in[128], uint8_t out[128])
+{
+    for (int c = 0; c < 4; c++)
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *p = in + 32 * (j / 2) + 8 * c;
+            const uint32_t v = nib4(p, j % 2) | nib4(p + 4, j % 2) << 4;
+            memcpy(out + 32 * c + 4 * j, &v, 4);
+        }
+}
+
+/* Block p of an X type t rewritten in the other layout into *tmp, which is returned (both maps
+ * are their own inverses: X bytes give the plain block, plain bytes the X one); p itself for
+ * any other type. */
+static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock *tmp)
+{
+    if (t == KQ_Q4_KX) {
+        memcpy(&tmp->q4, p, sizeof tmp->q4);
+        transpose_nibbles(((const struct kq__q4_k *)p)->qs, tmp->q4.qs);
+        return (const uint8_t *)&tmp->q4;
+    }
+    if (t == KQ_Q8_KX) {
+        memcpy(&tmp->q8, p, sizeof tmp->q8);
+        transpose_levels8(((const struct kq__q8_k *)p)->qs, tmp->q8.qs);
+        return (const uint8_t *)&tmp->q8;
+    }
+    return p;
+}
+
+enum kq_type kq_repack_type(enum kq_type t)
+{
+    return t == KQ_Q4_K && kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
+}
+
+bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
+                    int64_t rows)
+{
+    const bool swap = (from == KQ_Q4_K && to == KQ_Q4_KX) || (from == KQ_Q4_KX && to == KQ_Q4_K);
+    if (from != to && !swap)
+        return false;
+    const size_t bytes = kq_row_bytes(from, n) * (size_t)rows;
+    memcpy(dst, src, bytes);
+    const struct kq__q4_k *in = src;
+    struct kq__q4_k *out = dst;
+    for (size_t b = 0; swap && b < bytes / sizeof *in; b++)
+        transpose_nibbles(in[b].qs, out[b].qs);
+    return true;
+}
+
 /* ================================ dequantisation ============================================ */
 
 /* Six-bit scale / min j of a Q4_K/Q5_K block. */
@@ -211,6 +291,9 @@ static void deq_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, cons
 /* One block of a quantised type t at p into y [kq_block_elems(t)]. */
 static void deq_block(enum kq_type t, const uint8_t *p, float *y)
 {
+    union kq__kblock tmp;
+    p = x_swap(t, p, &tmp);
+    t = t == KQ_Q4_KX ? KQ_Q4_K : t == KQ_Q8_KX ? KQ_Q8_K : t;
     if (t == KQ_Q8_0) {
         const struct kq__q8_0 *b = (const void *)p;
         for (int i = 0; i < KQ__QK; i++)
@@ -490,6 +573,13 @@ static void quant_block(enum kq_type t, const float *x, uint8_t *p)
     case KQ_Q5_K: quant_q5_k(x, (void *)p); break;
     case KQ_Q6_K: quant_q6_k(x, (void *)p); break;
     case KQ_Q8_K: quant_q8_k(x, (void *)p); break;
+    case KQ_Q4_KX:
+    case KQ_Q8_KX: { /* the plain block, transposed in place */
+        union kq__kblock tmp;
+        quant_block(t == KQ_Q4_KX ? KQ_Q4_K : KQ_Q8_K, x, p);
+        memcpy(p, x_swap(t, p, &tmp), kq_block_bytes(t));
+        break;
+    }
     default: break;
     }
 }
@@ -614,6 +704,14 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
         for (int64_t b = 0; b < n / KQ__QK_K; b++)
             s += dot_q6_k((const struct kq__q6_k *)wrow + b, ak + b);
         return s;
+    case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
+        for (int64_t b = 0; b < n / KQ__QK_K; b++) {
+            union kq__kblock tw, ta;
+            const struct kq__q4_k *q = (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw);
+            const struct kq__q8_k *a = (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta);
+            s += dot_kaffine(q->d, q->dmin, q->scales, NULL, q->qs, a);
+        }
+        return s;
     default: return 0.0f;
     }
 }
@@ -686,6 +784,16 @@ const char *kq_isa_name(enum kq_isa isa)
  * never changes a result beyond float summation order in the dot products. */
 void kq_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
 {
+    if (kq_act_type(w) == KQ_Q8_KX) { /* Q8_K, then each block's levels transposed */
+        kq_quantize_act(KQ_Q4_K, x, dst, n);
+        for (int64_t b = 0; b < n / KQ__QK_K; b++) {
+            struct kq__q8_k *blk = (struct kq__q8_k *)dst + b;
+            int8_t plain[256];
+            memcpy(plain, blk->qs, sizeof plain);
+            transpose_levels8(plain, blk->qs);
+        }
+        return;
+    }
     const enum kq_isa isa = kq_isa_active();
     if (isa == KQ_ISA_AVX512 && kq__avx512_quantize_act(w, x, dst, n))
         return;

@@ -33,6 +33,9 @@ enum kq_type {
     KQ_Q6_K = 14,
     KQ_Q8_K = 15, /* activation-only type */
     KQ_BF16 = 30,
+    /* Internal layouts (never in a file; kq_type_supported is false for them). */
+    KQ_Q4_KX = 1012, /* Q4_K with its levels transposed: see kq_repack_type */
+    KQ_Q8_KX = 1015, /* activation of Q4_KX: Q8_K with its levels transposed the same way */
 };
 
 enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
@@ -55,6 +58,22 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n);
 /* Reference quantiser (deterministic) for every weight type and for Q8_K. */
 void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 
+/* ---- repacked layouts -------------------------------------------------------------------- */
+/*
+ * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q4_KX for Q4_K
+ * on AVX2, t itself otherwise. Q4_KX is Q4_K with the same bytes per block and the same d, dmin
+ * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
+ * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
+ * so one vector of sub-block scales serves all 8 steps. Its activation (Q8_KX) is reordered the
+ * same way. Every function here accepts both types; the results equal Q4_K's on the same data.
+ */
+enum kq_type kq_repack_type(enum kq_type t);
+/* Rows of src (type `from`) rewritten as type `to` in dst (same size): from == to copies, and
+ * (Q4_K, Q4_KX) either way converts; false (nothing written) for any other pair. n elements per
+ * row, rows kq_row_bytes apart. */
+bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
+                    int64_t rows);
+
 /* ---- activations -------------------------------------------------------------------------- */
 enum kq_type kq_act_type(enum kq_type w);
 size_t kq_act_row_bytes(enum kq_type w, int64_t n);
@@ -74,8 +93,8 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  *
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
- * its block of 4: decode (nt == 1) has its own kernels; on AVX-512 nt >= 8 of Q8_0 / Q4_0 /
- * Q4_K runs a packed kernel whose every output depends only on its row and token. The
+ * its block of 4: decode (nt == 1) has its own kernels; nt >= 8 of Q8_0 / Q4_0 / Q4_K (and on
+ * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token. The
  * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,

@@ -13,6 +13,8 @@
  *   Q8_0  |w| . sign(a, w); the i16 pairs stay below 2 * 128 * 127 < 32768
  *   Q4_0  q (0..15) . a, minus 8 * sum(a)
  *   Q4_K/Q5_K/Q6_K  levels (0..63) . a, scaled per sub-block; min terms from the bsums
+ *   Q4_KX  Q4_K's, with the i16 pairs of all 8 steps of a super-block summed before one
+ *          vpmaddwd with the scales (the layout puts sub-block j in dword j of every step)
  *
  * Threads: pure functions.
  */
@@ -477,6 +479,119 @@ static void q4_k_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, 
 static const struct kq__tileset q4_k_tiles = {2,         2,          q4_k_full, q4_k_rows,
                                               q4_k_toks, q4_k_single, 2,         q4_k_rows};
 
+/*
+ * Q4_KX weights (quant.h: Q4_K with its levels transposed) against Q8_KX activations. Every
+ * 32-byte step holds 4 elements of each of the 8 sub-blocks, dword j for sub-block j, so the
+ * steps' vpmaddubsw products can be summed as i16 (8 steps x 2 x 15 x 127 = 30480 < 32768) and
+ * scaled once per super-block with one vpmaddwd against the pair-duplicated scales: per 32
+ * elements a level unpack, one vpmaddubsw and one vpaddw, against ksb's extra scale spread,
+ * vpmaddwd and vpaddd. The min term is ksb's.
+ */
+static const uint8_t q4kx_pairdup[32] = {0, 0x80, 0, 0x80, 1, 0x80, 1, 0x80, 2, 0x80, 2, 0x80,
+                                         3, 0x80, 3, 0x80, 4, 0x80, 4, 0x80, 5, 0x80, 5, 0x80,
+                                         6, 0x80, 6, 0x80, 7, 0x80, 7, 0x80};
+
+/* The scales (sc) and mins (*mins) of a Q4_K/Q4_KX super-block as dword j = (v_j, v_j). */
+INLINE __m256i q4kx_scales(const struct kq__q4_k *b, __m256i *mins)
+{
+    uint64_t sc, m;
+    kq__unpack_scales(b->scales, &sc, &m);
+    const __m256i pd = _mm256_loadu_si256((const void *)q4kx_pairdup);
+    const __m128i v = _mm_set_epi64x((long long)m, (long long)sc);
+    *mins = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_unpackhi_epi64(v, v)), pd);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), pd);
+}
+
+/* Levels of step k of a Q4_KX super-block: the low nibbles of qs[32 (k / 2) ..], odd k high. */
+INLINE __m256i q4kx_levels(const struct kq__q4_k *b, int k)
+{
+    const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * (k / 2)));
+    return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(x, 4) : x, _mm256_set1_epi8(15));
+}
+
+INLINE void q4_kx_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,
+                       size_t as, float *y, int64_t ys)
+{
+    __m256 acc[RMAX][TMAX];
+    zero_tile(acc);
+    for (int64_t ib = 0; ib < n / KQ__QK_K; ib++) {
+        __m256i s16[RMAX][TMAX];
+        UNROLL for (int r = 0; r < R; r++)
+            UNROLL for (int t = 0; t < T; t++)
+                s16[r][t] = _mm256_setzero_si256();
+        UNROLL for (int k = 0; k < 8; k++) {
+            __m256i q[RMAX];
+            UNROLL for (int r = 0; r < R; r++)
+                q[r] = q4kx_levels((const struct kq__q4_k *)(W + r * ws) + ib, k);
+            UNROLL for (int t = 0; t < T; t++) {
+                const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+                const __m256i a = _mm256_loadu_si256((const void *)(c->qs + 32 * k));
+                UNROLL for (int r = 0; r < R; r++)
+                    s16[r][t] = _mm256_add_epi16(s16[r][t], _mm256_maddubs_epi16(q[r], a));
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
+            __m256i mins;
+            const __m256i sc = q4kx_scales(b, &mins);
+            const float d = h2f(b->d), dmin = h2f(b->dmin);
+            UNROLL for (int t = 0; t < T; t++) {
+                const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+                const __m256i bs = _mm256_loadu_si256((const void *)c->bsums);
+                const __m256i si = _mm256_madd_epi16(s16[r][t], sc), mt = _mm256_madd_epi16(bs, mins);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * c->d), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * c->d), acc[r][t]);
+            }
+        }
+    }
+    store_tile(R, T, acc, y, ys);
+}
+
+/* The decode kernel: q4_kx_tile(1, 1) with the weight stream prefetched and the scale and min
+ * terms kept in separate accumulators. */
+static void q4_kx_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                         float *y, int64_t ys)
+{
+    (void)ws, (void)as, (void)ys;
+    const struct kq__q4_k *w = (const struct kq__q4_k *)W;
+    const struct kq__q8_k *a = (const struct kq__q8_k *)A;
+    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KQ__QK_K; ib++) {
+        _mm_prefetch((const char *)(w + ib) + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + ib) + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + ib) + PF_DIST + 128, _MM_HINT_T0);
+        __m256i mins, s16 = _mm256_setzero_si256();
+        const __m256i sc = q4kx_scales(&w[ib], &mins);
+        UNROLL for (int k = 0; k < 8; k++) {
+            const __m256i av = _mm256_loadu_si256((const void *)(a[ib].qs + 32 * k));
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q4kx_levels(&w[ib], k), av));
+        }
+        const __m256i mt = _mm256_madd_epi16(_mm256_loadu_si256((const void *)a[ib].bsums), mins);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, sc)),
+                              _mm256_set1_ps(h2f(w[ib].d) * a[ib].d), acc);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(h2f(w[ib].dmin) * a[ib].d), accm);
+    }
+    *y = hsum_ps(_mm256_sub_ps(acc, accm));
+}
+
+static void q4_kx_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                       float *y, int64_t ys)
+{
+    q4_kx_tile(4, 2, n, W, ws, A, as, y, ys);
+}
+static void q4_kx_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                       float *y, int64_t ys)
+{
+    q4_kx_tile(4, 1, n, W, ws, A, as, y, ys);
+}
+static void q4_kx_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                       float *y, int64_t ys)
+{
+    q4_kx_tile(1, 2, n, W, ws, A, as, y, ys);
+}
+static const struct kq__tileset q4_kx_tiles = {4,          2,           q4_kx_full, q4_kx_rows,
+                                               q4_kx_toks, q4_kx_single, 4,          q4_kx_rows};
+
 /* ================================ prefill with packed groups ================================ */
 
 /*
@@ -614,38 +729,42 @@ static bool pk_pack(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, 
     return pk_store(v, o);
 }
 
-/* Super-block g of a Q4_K weight row: sub-block 2i is the low nibbles of qs[32i ..], 2i + 1
- * the high ones. */
-static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, struct pk_grp *o)
+/* Super-block g of a Q4_K weight row (sub-block 2i is the low nibbles of qs[32i ..], 2i + 1
+ * the high ones), or of a Q4_KX row (x), whose steps are already the packed vectors. */
+static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, bool x, struct pk_grp *o)
 {
     const struct kq__q4_k *b = row + g;
     __m256i v[8];
-    UNROLL for (int i = 0; i < 4; i++) {
-        const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * i));
-        v[2 * i] = _mm256_and_si256(x, _mm256_set1_epi8(15));
-        v[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
-    }
+    UNROLL for (int k = 0; k < 8; k++)
+        v[k] = q4kx_levels(b, k);
+    if (!x)
+        pk_transpose(v);
+    UNROLL for (int k = 0; k < 8; k++)
+        _mm256_store_si256(&o->q[k], v[k]);
     uint64_t sc, m;
     kq__unpack_scales(b->scales, &sc, &m);
     const __m256 fsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
     const __m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
     o->d = _mm256_mul_ps(_mm256_set1_ps(h2f(b->d)), fsc);
     o->s = _mm256_mul_ps(_mm256_set1_ps(h2f(b->dmin)), fm);
-    (void)pk_store(v, o);
 }
 
-/* Super-block g of a Q8_K activation row: levels, the row scale and its 32-element sums. */
-static void pk_pack_q8_k(const struct kq__q8_k *row, int64_t g, struct pk_grp *o)
+/* Super-block g of a Q8_K (or, x, Q8_KX) activation row: levels, the row scale and its
+ * 32-element sums. */
+static void pk_pack_q8_k(const struct kq__q8_k *row, int64_t g, bool x, struct pk_grp *o)
 {
     const struct kq__q8_k *b = row + g;
     __m256i v[8];
     UNROLL for (int j = 0; j < 8; j++)
         v[j] = _mm256_loadu_si256((const void *)(b->qs + 32 * j));
+    if (!x)
+        pk_transpose(v);
+    UNROLL for (int k = 0; k < 8; k++)
+        _mm256_store_si256(&o->q[k], v[k]);
     const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b->bsums),
                                          _mm256_set1_epi16(1)); /* pairs of 16-element sums */
     o->d = _mm256_set1_ps(b->d);
     o->s = _mm256_mul_ps(_mm256_cvtepi32_ps(bs), o->d);
-    (void)pk_store(v, o);
 }
 
 /* y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token. */
@@ -667,11 +786,14 @@ INLINE void pk_kernel(enum pk_mode mode, int R, int64_t G, const struct pk_grp *
                 const __m256i p = mode == PK_UNSIGNED ? _mm256_maddubs_epi16(w, a)
                                   : mode == PK_SIGNED ? _mm256_maddubs_epi16(aabs, _mm256_sign_epi8(w, a))
                                   : _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w));
-                s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p, ones));
+                s[r] = mode == PK_UNSIGNED ? _mm256_add_epi16(s[r], p)
+                                           : _mm256_add_epi32(s[r], _mm256_madd_epi16(p, ones));
             }
         }
         UNROLL for (int r = 0; r < R; r++) {
             const struct pk_grp *w = &W[r * G + g];
+            if (mode == PK_UNSIGNED) /* i16 sums of 8 steps: |8 x 2 x 15 x 127| < 32768 */
+                s[r] = _mm256_madd_epi16(s[r], ones);
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_mul_ps(w->d, A[g].d), acc[r]);
             if (mode == PK_UNSIGNED)
                 acc[r] = _mm256_fnmadd_ps(w->s, A[g].s, acc[r]);
@@ -717,7 +839,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                           int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
                           int64_t ys)
 {
-    const bool kq = wt == KQ_Q4_K;
+    const bool kq = wt == KQ_Q4_K || wt == KQ_Q4_KX, x = wt == KQ_Q4_KX;
     const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
     const int64_t G = kq ? nb : (nb + 7) / 8;
     if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
@@ -735,7 +857,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             for (int64_t g = 0; g < G; g++) { /* activation levels are never -128 */
                 struct pk_grp *o = &pa[(t - t0) * G + g];
                 if (kq)
-                    pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, o);
+                    pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, x, o);
                 else
                     (void)pk_pack(KQ_Q8_0, act + t * as, nb, g, o);
             }
@@ -748,7 +870,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                 for (int64_t g = 0; g < G; g++) {
                     struct pk_grp *o = &pk_w_tls[i * G + g];
                     if (kq)
-                        pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, o);
+                        pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, x, o);
                     else
                         wide |= pk_pack(wt, W + (r + i) * ws, nb, g, o);
                 }
@@ -877,7 +999,7 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)
 {
-    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K || w == KQ_Q4_KX) &&
         packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
         return true;
     const struct kq__tileset *ts;
@@ -888,6 +1010,7 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
     case KQ_Q8_0: ts = &q8_0_tiles; break;
     case KQ_Q4_0: ts = &q4_0_tiles; break;
     case KQ_Q4_K: ts = &q4_k_tiles; break;
+    case KQ_Q4_KX: ts = &q4_kx_tiles; break;
     case KQ_Q5_K: ts = &q5_k_tiles; break;
     case KQ_Q6_K: ts = &q6_k_tiles; break;
     default: return false;

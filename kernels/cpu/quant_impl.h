@@ -65,6 +65,12 @@ struct kq__q8_k {
     int16_t bsums[16];
 };
 
+/* Room for one K-quant weight or activation block (the X layouts convert through it). */
+union kq__kblock {
+    struct kq__q4_k q4;
+    struct kq__q8_k q8;
+};
+
 _Static_assert(sizeof(struct kq__q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(struct kq__q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(struct kq__q4_k) == 144, "q4_k layout");

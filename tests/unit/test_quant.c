@@ -228,6 +228,68 @@ TEST(block_q4_k)
     CHECK(y[255] == 63.0f * (float)(b[143] >> 4) - 31.5f);
 }
 
+/* Q4_KX (quant.h): step k, 4-byte group j holds elements 4k..4k+3 of sub-block j, as nibbles
+ * packed like Q4_K's (step k in the low nibbles of qs[32 (k / 2) ..] for even k, else high). */
+static int kx_nibble(const uint8_t *qs, int e)
+{
+    const int j = e / 32, k = e % 32 / 4, t = e % 4;
+    return (qs[32 * (k / 2) + 4 * j + t] >> (4 * (k % 2))) & 15;
+}
+
+TEST(block_q4_kx)
+{
+    CHECK(!kq_type_supported(KQ_Q4_KX));
+    CHECK(!kq_type_supported(KQ_Q8_KX));
+    CHECK_STR_EQ(kq_type_name(KQ_Q4_KX), "q4_Kx");
+    CHECK_EQ(kq_act_type(KQ_Q4_KX), KQ_Q8_KX);
+    CHECK_EQ(kq_row_bytes(KQ_Q4_KX, 512), 288);
+    CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : KQ_Q4_K);
+    CHECK_EQ(kq_repack_type(KQ_Q8_0), KQ_Q8_0);
+    uint8_t b[2][144], x[2][144], back[2][144];
+    for (int r = 0; r < 2; r++) {
+        put16(b[r], 0x3c00);
+        put16(b[r] + 2, 0x3800);
+        memcpy(b[r] + 4, k_packed, 12);
+        for (int i = 0; i < 128; i++)
+            b[r][16 + i] = (uint8_t)(i * 7 + 3 + 50 * r);
+    }
+    CHECK(kq_repack_rows(KQ_Q4_K, KQ_Q4_KX, b, x, 256, 2));
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        bad += memcmp(x[r], b[r], 16) != 0; /* d, dmin, scales unchanged */
+        for (int e = 0; e < 256; e++)
+            bad += kx_nibble(x[r] + 16, e) != k_nibble(b[r] + 16, e);
+    }
+    CHECK_EQ(bad, 0);
+    float yb[512], yx[512];
+    kq_dequantize_row(KQ_Q4_K, b, yb, 512);
+    kq_dequantize_row(KQ_Q4_KX, x, yx, 512);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(KQ_Q4_KX, KQ_Q4_K, x, back, 256, 2));
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(!kq_repack_rows(KQ_Q8_0, KQ_Q4_KX, b, back, 256, 1));
+    /* The reference dots agree bit for bit; the activation is the Q8_K one reordered alike. */
+    float a[512];
+    uint8_t ak[2 * 292], akx[2 * 292];
+    for (int i = 0; i < 512; i++)
+        a[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    kq_quantize_act(KQ_Q4_K, a, ak, 512);
+    kq_quantize_act(KQ_Q4_KX, a, akx, 512);
+    for (int blk = 0; blk < 2; blk++) {
+        const int8_t *q = (const int8_t *)(ak + 292 * blk + 4), *qx = (const int8_t *)(akx + 292 * blk + 4);
+        for (int e = 0; e < 256; e++) /* element e of sub-block j at step k, group j */
+            bad += qx[32 * (e % 32 / 4) + 4 * (e / 32) + e % 4] != q[e];
+        bad += memcmp(ak + 292 * blk, akx + 292 * blk, 4) != 0;
+        bad += memcmp(ak + 292 * blk + 260, akx + 292 * blk + 260, 32) != 0; /* bsums */
+    }
+    CHECK_EQ(bad, 0);
+    const float dk = kq_dot(KQ_Q4_K, 512, b, ak), dx = kq_dot(KQ_Q4_KX, 512, x, akx);
+    CHECK(dk == dx);
+    kq_isa_force(isa);
+}
+
 TEST(block_q5_k)
 {
     uint8_t b[176];
@@ -349,8 +411,8 @@ TEST(round_trip)
 
 /* ================================ dot products ============================================== */
 
-static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,
-                                      KQ_Q4_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0, KQ_Q4_0,
+                                      KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
 /* Test problem: rows x n weights of type t and nt activation rows, quantised. */
@@ -547,11 +609,11 @@ TEST(simd_act_quantisers)
 {
     const enum kq_isa best = kq_isa_best();
     static const int ns[] = {256, 512, 4352, 8448};
-    static const enum kq_type acts[] = {KQ_F32, KQ_Q8_0, KQ_Q4_K};
+    static const enum kq_type acts[] = {KQ_F32, KQ_Q8_0, KQ_Q4_K, KQ_Q4_KX};
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         int diff_bytes = 0;
         for (size_t j = 0; j < 4; j++)
-            for (size_t k = 0; k < 3; k++) {
+            for (size_t k = 0; k < 4; k++) {
                 const int n = ns[j];
                 const size_t bytes = kq_act_row_bytes(acts[k], n);
                 float *x = malloc(sizeof(float) * n);
@@ -607,6 +669,7 @@ int main(void)
     RUN(block_q8_0);
     RUN(block_q4_0);
     RUN(block_q4_k);
+    RUN(block_q4_kx);
     RUN(block_q5_k);
     RUN(block_q6_k);
     RUN(block_q8_k);

@@ -20,6 +20,7 @@
 #include "forward.h" // defines: fwd_create_group
 #include "model.h"   // defines: model_load
 #include "quant.h"   // defines: kq_isa_force, kq_isa_best
+#include "shard.h"   // defines: shard_relayout
 #include "test.h"
 
 static char models[512];
@@ -196,6 +197,77 @@ TEST(every_arch_on_1_to_4_devices)
     tp_matches("uneven-qwen35moe-q4_k.gguf"); /* experts 768 wide, Q4_K: uneven / empty */
     tp_matches("small-qwen35-f32.gguf");
     tp_matches("small-qwen35-q6_k.gguf");
+}
+
+static enum kq_type want_x(void *ctx, enum kq_type t)
+{
+    (void)ctx;
+    return t == KQ_Q4_K ? KQ_Q4_KX : t;
+}
+
+/*
+ * shard_relayout: every Q4_K matmul weight of the whole model (dense and MoE) is rewritten as
+ * Q4_KX into owned buffers, the model itself untouched; the relaid model's logits equal the
+ * plain model's bit for bit under the scalar kernels (whose Q4_KX dot is Q4_K's) and to
+ * rounding under the SIMD ones (the CPU device relays out Q4_K by itself on AVX2).
+ */
+static void relayout_matches(const char *file)
+{
+    struct group g;
+    if (group_open(&g, file, 1) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct model *s = NULL;
+    const int n_re = shard_relayout(g.m, &s, want_x, NULL);
+    CHECK(n_re > 0 && s != NULL);
+    if (!s) {
+        group_close(&g);
+        return;
+    }
+    int plain = 0, x = 0, orig_x = 0;
+    for (int64_t il = 0; il < s->hp.n_layer_all; il++) {
+        const struct model_w *w[] = {&s->layers[il].qkv, &s->layers[il].wq, &s->layers[il].ffn_up,
+                                     &s->layers[il].gate_exps, &s->layers[il].down_exps};
+        const struct model_w *o[] = {&g.m->layers[il].qkv, &g.m->layers[il].wq, &g.m->layers[il].ffn_up,
+                                     &g.m->layers[il].gate_exps, &g.m->layers[il].down_exps};
+        for (int i = 0; i < 5; i++) {
+            plain += w[i]->data && w[i]->type == KQ_Q4_K;
+            x += w[i]->data && w[i]->type == KQ_Q4_KX && w[i]->data != o[i]->data;
+            orig_x += o[i]->type == KQ_Q4_KX;
+        }
+    }
+    printf("  %-24s %d tensors relaid out (%d checked as Q4_KX), %.1f MiB owned\n", file, n_re, x,
+           (double)s->owned_bytes / 1048576.0);
+    CHECK(x > 0);
+    CHECK_EQ(plain, 0);
+    CHECK_EQ(orig_x, 0);
+    const int64_t n = 24, V = g.m->hp.n_vocab;
+    float *a = malloc((size_t)(n * V) * sizeof(float)), *b = malloc((size_t)(n * V) * sizeof(float));
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    CHECK(logits_of(&g, n, a, NULL) == 0);
+    struct model *plain_m = g.m;
+    g.m = s;
+    CHECK(logits_of(&g, n, b, NULL) == 0);
+    CHECK(memcmp(a, b, (size_t)(n * V) * sizeof(float)) == 0);
+    kq_isa_force(isa);
+    CHECK(logits_of(&g, n, b, NULL) == 0);
+    const double e = nmse(b, a, (size_t)(n * V));
+    printf("  %-24s relaid, %s kernels against the scalar plain ones: NMSE %.2e\n", file,
+           kq_isa_name(isa), e);
+    CHECK(e < 1e-3);
+    g.m = plain_m;
+    shard_free(s);
+    free(a);
+    free(b);
+    group_close(&g);
+}
+
+TEST(relayout_of_q4_k)
+{
+    relayout_matches("small-qwen35-q4_k.gguf");
+    relayout_matches("uneven-qwen35moe-q4_k.gguf");
 }
 
 TEST(memory_per_device)
@@ -377,6 +449,7 @@ int main(int argc, char **argv)
     if (access(probe, R_OK) != 0)
         TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
     RUN(every_arch_on_1_to_4_devices);
+    RUN(relayout_of_q4_k);
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
     RUN(comm_registry);
