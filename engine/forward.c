@@ -205,6 +205,41 @@ void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct 
     f->b = NULL;
 }
 
+/*
+ * The MTP block's rows that want no logits (the KV sync of accepted tokens) need only their K/V:
+ * nothing reads their output. When the batch has such rows, store the K/V of every row
+ * (attn_norm of the whole residual f->x, then the k/v projections), and gather the wanted rows,
+ * their residual rows moved to the front of f->x, into f->sub for the full block. Returns
+ * false (nothing done) when every row wants logits. The choice depends on the batch alone, so
+ * every device of a group takes the same path (the block's allreduces stay matched).
+ */
+static bool kv_only_rows(struct fwd_dev *f)
+{
+    const struct fwd_batch *b = f->b;
+    const int64_t T = b->n_tokens, E = f->m->hp.n_embd, il = f->m->hp.n_layer;
+    int64_t n = 0;
+    for (int64_t t = 0; t < T; t++) {
+        bool last = t + 1 == T || b->seq[t + 1] != b->seq[t];
+        if (!(b->logits ? b->logits[t] != 0 : last))
+            continue;
+        f->sub_tok[n] = b->token[t];
+        f->sub_pos[n] = b->pos[t];
+        f->sub_seq[n] = b->seq[t];
+        f->sub_want[n] = 1;
+        f->sub_row[n++] = t;
+    }
+    if (n == T)
+        return false;
+    add_norm(f, &f->m->layers[il].attn_norm, f->xn);
+    fwd__attn_kv(f, il, f->xn);
+    for (int64_t i = 0; i < n; i++) /* sub_row[i] >= i: each source row is read before it is
+                                       overwritten */
+        memmove(f->x + i * E, f->x + f->sub_row[i] * E, (size_t)E * sizeof(float));
+    f->sub = (struct fwd_batch){.n_tokens = n, .token = f->sub_tok, .pos = f->sub_pos,
+                                .seq = f->sub_seq, .logits = f->sub_want};
+    return true;
+}
+
 void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                   int64_t n_runs, const float *h_prev)
 {
@@ -221,8 +256,20 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
     rmsnorm_rows(f, f->mix, &l->enorm, f->xn, E, E, 2 * E);
     rmsnorm_rows(f, h_prev, &l->hnorm, f->xn + E, E, E, 2 * E);
     fwd__matmul(f, &l->eh_proj, f->xn, T, f->x);
-    block(f, il);
-    output_head(f, l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm);
+    const struct model_w *norm = l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm;
+    if (!kv_only_rows(f)) {
+        block(f, il);
+        output_head(f, norm);
+    } else if (f->sub.n_tokens == 0) {
+        f->n_logits = 0;
+    } else { /* the wanted rows' block; their hidden rows go back to their batch rows */
+        f->b = &f->sub;
+        rope_tables(f);
+        block(f, il);
+        output_head(f, norm);
+        for (int64_t i = f->sub.n_tokens - 1; i >= 0; i--)
+            memmove(f->hidden + f->sub_row[i] * E, f->hidden + i * E, (size_t)E * sizeof(float));
+    }
     f->b = NULL;
 }
 
@@ -327,6 +374,11 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
     f->eout = xaligned_alloc((size_t)(Tk * E) * sizeof(float));
     f->sh_gate = xaligned_alloc((size_t)T * sizeof(float));
     f->hidden = xaligned_alloc((size_t)(T * E) * sizeof(float));
+    f->sub_tok = xcalloc((size_t)T, sizeof *f->sub_tok);
+    f->sub_seq = xcalloc((size_t)T, sizeof *f->sub_seq);
+    f->sub_pos = xcalloc((size_t)T, sizeof *f->sub_pos);
+    f->sub_row = xcalloc((size_t)T, sizeof *f->sub_row);
+    f->sub_want = xcalloc((size_t)T, sizeof *f->sub_want);
     f->hsel = xaligned_alloc((size_t)(T * E) * sizeof(float));
     f->logits = xaligned_alloc((size_t)(T * hp->n_vocab) * sizeof(float));
     f->attn_scratch_n = grp * p->n_ctx < ATTN_SCRATCH ? grp * p->n_ctx : ATTN_SCRATCH;
@@ -353,7 +405,8 @@ void fwd__dev_destroy(struct fwd_dev *f)
                     f->big3,   f->small,   f->beta,    f->decay, f->rope,   f->route_w,
                     f->route_e, f->slot,   f->e_off,   f->e_row, f->gath,   f->eg,
                     f->eu,     f->eout,    f->sh_gate, f->hidden, f->hsel,  f->logits,
-                    f->attn_scratch};
+                    f->attn_scratch, f->sub_tok, f->sub_seq, f->sub_pos, f->sub_row,
+                    f->sub_want};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(f);

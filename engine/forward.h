@@ -73,7 +73,9 @@ int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t e
 
 /* MTP forward: row t combines token b->token[t] at position b->pos[t] with h_prev [n_tokens][E]
  * (the trunk hidden of position pos-1, zeros when unknown). Writes the MTP block's KV cache and
- * fwd_logits like fwd_decode. Fails with DD_EUNSUPPORTED when the model has no MTP block. */
+ * fwd_logits like fwd_decode; fwd_hidden holds the MTP block's hidden rows of the rows that
+ * asked for logits only (the other rows only fill the KV cache: their rows are unspecified).
+ * Fails with DD_EUNSUPPORTED when the model has no MTP block. */
 int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
             size_t errlen);
 

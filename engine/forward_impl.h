@@ -62,6 +62,11 @@ struct fwd_dev {
     float *eout;      /* [T * k][E] expert down projections by slot */
     float *sh_gate;   /* [T] sigmoid gate of the shared expert */
     float *hidden; /* [T][E] post-output_norm hidden of every row */
+    /* MTP: the batch of the rows that want logits (the others only fill the KV cache) */
+    struct fwd_batch sub;
+    int32_t *sub_tok, *sub_seq; /* [T] */
+    int64_t *sub_pos, *sub_row; /* [T]; sub_row: the row in the full batch */
+    uint8_t *sub_want;          /* [T] all 1 */
     float *hsel;   /* [T][E] rows that want logits */
     float *logits; /* [T][V] */
     int64_t n_logits;
@@ -94,6 +99,8 @@ void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn
 /* The layer kinds (forward_mix.c, forward_ffn.c): xn [T][E] -> out [T][E], partial over the
  * devices of a group (the caller reduces). */
 void fwd__attn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix);
+/* The attention layer's K/V store alone (rows whose output nobody reads). */
+void fwd__attn_kv(struct fwd_dev *f, int64_t il, const float *xn);
 void fwd__gdn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix);
 void fwd__ffn(struct fwd_dev *f, const struct model_layer *l, const float *xn, float *out);
 

@@ -28,7 +28,7 @@
 
 struct attn_arg {
     int64_t il;
-    float *q, *k, *v; /* [T][q_ld], [T][kvd], [T][kvd] */
+    float *q, *k, *v; /* [T][q_ld], [T][kvd], [T][kvd]; q NULL: K/V only */
     int64_t q_ld;
     float *out; /* [T][H*D] */
 };
@@ -48,7 +48,7 @@ static void qk_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_t t1)
     const int64_t qstride = hp->attn_gated ? 2 * D : D;
     for (int64_t t = t0; t < t1; t++) {
         const float *cs = f->rope + t * hp->n_rot;
-        for (int64_t h = 0; h < l->n_head; h++) {
+        for (int64_t h = 0; a->q && h < l->n_head; h++) {
             float *qh = a->q + t * a->q_ld + h * qstride;
             kop_rmsnorm(qh, l->q_norm.data, qh, D, hp->eps);
             kop_rope_neox_cs(qh, hp->n_rot, cs);
@@ -116,6 +116,19 @@ void fwd__attn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix)
     struct attn_task c = {f, &a};
     dev_parallel(f->dev, attn_worker, &c);
     fwd__matmul(f, &l->wo, a.out, T, mix);
+}
+
+/* Only the K/V rows of the batch into the cache: the k/v projections, k norm + RoPE, store. */
+void fwd__attn_kv(struct fwd_dev *f, int64_t il, const float *xn)
+{
+    const struct model_layer *l = &f->m->layers[il];
+    const int64_t T = f->b->n_tokens;
+    if (l->n_head_kv == 0)
+        return; /* a zero-size shard */
+    struct attn_arg a = {.il = il, .k = f->big1, .v = f->big2};
+    struct dev_mm mm[2] = {fwd__mm(&l->wk, xn, T, a.k), fwd__mm(&l->wv, xn, T, a.v)};
+    dev_matmul_multi(f->dev, mm, 2);
+    fwd__par_items(f, T, l->n_head_kv * f->m->hp.head_dim, qk_items, &a);
 }
 
 /* ============================================================================================
