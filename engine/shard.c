@@ -344,7 +344,15 @@ static void relayout(struct builder *bd, struct model_w *w, enum kq_type to)
         free(dst); /* not a pair the kernels convert: w stays as it is */
         return;
     }
-    own_buffer(bd, dst, w->nb1 * (size_t)rows);
+    bool replaced = false; /* a split tensor's copy is the shard's already: swap it out */
+    for (int64_t i = 0; i < bd->s->n_owned && !replaced; i++)
+        if (bd->s->owned[i] == w->data) {
+            free(bd->s->owned[i]);
+            bd->s->owned[i] = dst;
+            replaced = true;
+        }
+    if (!replaced)
+        own_buffer(bd, dst, w->nb1 * (size_t)rows);
     w->data = dst;
     w->type = to;
 }

@@ -264,10 +264,46 @@ static void relayout_matches(const char *file)
     group_close(&g);
 }
 
+/* Device d's owned bytes in a group of n over file's model, with the kernels of isa. */
+static size_t owned_bytes(const char *file, int n, int d, enum kq_isa isa)
+{
+    struct group g;
+    char err[512];
+    struct fwd_ctx *f;
+    size_t own = 0, rep = 0;
+    const enum kq_isa was = kq_isa_active();
+    kq_isa_force(isa);
+    struct fwd_params p = {.max_tokens = 8, .n_seq = 1, .n_ctx = 32, .draft_max = 1};
+    if (group_open(&g, file, n) == 0 && fwd_create_group(g.m, g.devs, n, &p, &f, err, sizeof err) == 0) {
+        fwd_device_bytes(f, d, &own, &rep);
+        fwd_destroy(f);
+    }
+    group_close(&g);
+    kq_isa_force(was);
+    return own;
+}
+
 TEST(relayout_of_q4_k)
 {
     relayout_matches("small-qwen35-q4_k.gguf");
     relayout_matches("uneven-qwen35moe-q4_k.gguf");
+    /* On 2 devices the relaid copy of a split tensor replaces the split copy; only the
+     * replicated matrices (the MTP eh_proj here) add a copy of their own. */
+    const size_t plain = owned_bytes("small-qwen35-q4_k.gguf", 2, 0, KQ_ISA_SCALAR);
+    const size_t best = owned_bytes("small-qwen35-q4_k.gguf", 2, 0, kq_isa_best());
+    size_t rep = 0;
+    struct group g;
+    if (kq_repack_type(KQ_Q4_K) != KQ_Q4_K && group_open(&g, "small-qwen35-q4_k.gguf", 1) == 0) {
+        for (int64_t il = 0; il < g.m->hp.n_layer_all; il++) {
+            const struct model_w *w = &g.m->layers[il].eh_proj;
+            rep += w->data && w->type == KQ_Q4_K ? w->nb1 * (size_t)w->ne[1] : 0;
+        }
+        group_close(&g);
+    }
+    printf("  small-qwen35-q4_k.gguf   2 devices, device 0 owns %zu bytes (scalar) / %zu (%s), "
+           "%zu of them replicated\n", plain, best, kq_isa_name(kq_isa_best()), rep);
+    CHECK(plain > 0);
+    CHECK_EQ(best, plain + rep);
 }
 
 /* MTP logits and hidden rows of n fixed tokens with the rows in want[] asking for logits. */
