@@ -149,6 +149,13 @@ static void rope_tables(struct fwd_dev *f)
         kop_rope_table(hp->n_rot, f->b->pos[t], hp->rope_base, f->rope + t * hp->n_rot);
 }
 
+/* Does row t of batch b produce a logits row (b->logits, or by default the last of its run)? */
+static bool wants_logits(const struct fwd_batch *b, int64_t t)
+{
+    bool last = t + 1 == b->n_tokens || b->seq[t + 1] != b->seq[t];
+    return b->logits ? b->logits[t] != 0 : last;
+}
+
 /* Final norm (every row, kept as the MTP input) and the LM head for the rows asked for. */
 static void output_head(struct fwd_dev *f, const struct model_w *norm)
 {
@@ -157,9 +164,7 @@ static void output_head(struct fwd_dev *f, const struct model_w *norm)
     add_norm(f, norm, f->hidden);
     f->n_logits = 0;
     for (int64_t t = 0; t < b->n_tokens; t++) {
-        bool last = t + 1 == b->n_tokens || b->seq[t + 1] != b->seq[t];
-        bool want = b->logits ? b->logits[t] != 0 : last;
-        if (want)
+        if (wants_logits(b, t))
             memcpy(f->hsel + f->n_logits++ * E, f->hidden + t * E, (size_t)E * sizeof(float));
     }
     if (f->n_logits)
@@ -219,8 +224,7 @@ static bool kv_only_rows(struct fwd_dev *f)
     const int64_t T = b->n_tokens, E = f->m->hp.n_embd, il = f->m->hp.n_layer;
     int64_t n = 0;
     for (int64_t t = 0; t < T; t++) {
-        bool last = t + 1 == T || b->seq[t + 1] != b->seq[t];
-        if (!(b->logits ? b->logits[t] != 0 : last))
+        if (!wants_logits(b, t))
             continue;
         f->sub_tok[n] = b->token[t];
         f->sub_pos[n] = b->pos[t];

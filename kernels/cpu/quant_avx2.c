@@ -85,8 +85,8 @@ INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t y
             y[t * ys + r] = hsum_ps(acc[r][t]);
 }
 
-/* The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset. */
-#define TILESET(NAME, RM, TM, DM)                                                                   \
+/* The tile shapes of a kernel family NAME##_tile(R, T, ...): RM x TM, RM x 1 and 1 x TM. */
+#define TILE_SHAPES(NAME, RM, TM)                                                                 \
     static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
                             float *y, int64_t ys)                                                 \
     {                                                                                             \
@@ -101,7 +101,11 @@ INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t y
                             float *y, int64_t ys)                                                 \
     {                                                                                             \
         NAME##_tile(1, TM, n, W, ws, A, as, y, ys);                                               \
-    }                                                                                             \
+    }
+
+/* The tile shapes plus the 1 x 1 and DM x 1 decode tiles, packaged as a kq__tileset. */
+#define TILESET(NAME, RM, TM, DM)                                                                   \
+    TILE_SHAPES(NAME, RM, TM)                                                                     \
     static void NAME##_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,          \
                               size_t as, float *y, int64_t ys)                                    \
     {                                                                                             \
@@ -115,6 +119,12 @@ INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t y
     static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
                                                     NAME##_toks, NAME##_single,  \
                                                     DM, NAME##_dec}
+
+/* The tile shapes with a hand-written decode kernel SINGLE; short rows decode RM x 1. */
+#define TILESET_DECODE(NAME, RM, TM, SINGLE)                                                      \
+    TILE_SHAPES(NAME, RM, TM)                                                                     \
+    static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
+                                                    NAME##_toks, SINGLE, RM, NAME##_rows}
 
 /* ================================ F32 / F16 / BF16 weights ================================== */
 
@@ -461,23 +471,7 @@ static void q4_k_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A
     *y = hsum_ps(acc) - _mm_cvtss_f32(m2);
 }
 
-static void q4_k_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      float *y, int64_t ys)
-{
-    q4_k_tile(2, 2, n, W, ws, A, as, y, ys);
-}
-static void q4_k_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      float *y, int64_t ys)
-{
-    q4_k_tile(2, 1, n, W, ws, A, as, y, ys);
-}
-static void q4_k_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                      float *y, int64_t ys)
-{
-    q4_k_tile(1, 2, n, W, ws, A, as, y, ys);
-}
-static const struct kq__tileset q4_k_tiles = {2,         2,          q4_k_full, q4_k_rows,
-                                              q4_k_toks, q4_k_single, 2,         q4_k_rows};
+TILESET_DECODE(q4_k, 2, 2, q4_k_single);
 
 /*
  * Q4_KX weights (quant.h: Q4_K with its levels transposed) against Q8_KX activations. Every
@@ -574,23 +568,7 @@ static void q4_kx_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *
     *y = hsum_ps(_mm256_sub_ps(acc, accm));
 }
 
-static void q4_kx_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                       float *y, int64_t ys)
-{
-    q4_kx_tile(4, 2, n, W, ws, A, as, y, ys);
-}
-static void q4_kx_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                       float *y, int64_t ys)
-{
-    q4_kx_tile(4, 1, n, W, ws, A, as, y, ys);
-}
-static void q4_kx_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                       float *y, int64_t ys)
-{
-    q4_kx_tile(1, 2, n, W, ws, A, as, y, ys);
-}
-static const struct kq__tileset q4_kx_tiles = {4,          2,           q4_kx_full, q4_kx_rows,
-                                               q4_kx_toks, q4_kx_single, 4,          q4_kx_rows};
+TILESET_DECODE(q4_kx, 4, 2, q4_kx_single);
 
 /* ================================ prefill with packed groups ================================ */
 
