@@ -5,8 +5,7 @@
  */
 #include "comm.h"     // defines: comm_create, comm_create_host
 #include "dev_cuda.h" // defines: dev_cuda_create, dev_cuda__create
-
-#include "util.h" // defines: dd_errf
+#include "util.h"     // defines: dd_errf
 
 #ifdef DELTAD_NCCL
 #include "comm_nccl.h" // defines: comm_nccl_create

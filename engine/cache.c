@@ -79,9 +79,10 @@ int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t 
     c->rs_idx = xcalloc((size_t)n_seq, sizeof *c->rs_idx);
     c->valid = xcalloc((size_t)n_seq, sizeof *c->valid);
     if (!c->k || !c->v || !c->gdn) {
-        dd_errf(err, errlen, "cannot allocate the cache: %.1f MiB for %lld sequences x %lld tokens"
-                " with %lld snapshot groups", c->bytes / 1048576.0, (long long)n_seq,
-                (long long)n_ctx, (long long)c->n_groups);
+        dd_errf(err, errlen,
+                "cannot allocate the cache: %.1f MiB for %lld sequences x %lld tokens"
+                " with %lld snapshot groups",
+                c->bytes / 1048576.0, (long long)n_seq, (long long)n_ctx, (long long)c->n_groups);
         cache_destroy(c);
         return DD_EFULL;
     }
@@ -90,8 +91,8 @@ int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t 
 
 void cache_destroy(struct cache *c)
 {
-    void *bufs[] = {c->k, c->v, c->gdn, c->kv_dim, c->conv_elems, c->ssm_elems,
-                    c->kv_off, c->gdn_off, c->rs_idx, c->valid};
+    void *bufs[] = {c->k,         c->v,      c->gdn,     c->kv_dim, c->conv_elems,
+                    c->ssm_elems, c->kv_off, c->gdn_off, c->rs_idx, c->valid};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     memset(c, 0, sizeof *c);
@@ -113,7 +114,8 @@ float *cache_v(const struct cache *c, int64_t il, int64_t s)
 static float *gdn_at(const struct cache *c, int64_t il, int64_t g, int64_t s)
 {
     ASSERT(g >= 0 && g < c->n_groups && s >= 0 && s < c->n_seq);
-    return c->gdn + c->gdn_off[il] + ((size_t)g * c->n_seq + s) * (c->conv_elems[il] + c->ssm_elems[il]);
+    return c->gdn + c->gdn_off[il] +
+           ((size_t)g * c->n_seq + s) * (c->conv_elems[il] + c->ssm_elems[il]);
 }
 
 float *cache_conv(const struct cache *c, int64_t il, int64_t g, int64_t s)

@@ -31,19 +31,19 @@
 
 struct cache {
     int64_t n_seq, n_ctx, n_groups;
-    int64_t n_layers;     /* layers of the model, MTP included */
+    int64_t n_layers; /* layers of the model, MTP included */
     /* per layer il (dims as this device holds the layer): */
-    int64_t *kv_dim;      /* [n_layers] Hkv_il * D for attention layers, 0 for GDN layers */
-    int64_t *conv_elems;  /* [n_layers] (K-1) * C_il for GDN layers, 0 otherwise */
-    int64_t *ssm_elems;   /* [n_layers] Hv_il * S * S for GDN layers, 0 otherwise */
-    size_t *kv_off;       /* [n_layers] float offset of the layer's [n_seq][n_ctx][kv_dim] block */
-    size_t *gdn_off;      /* [n_layers] float offset of [n_groups][n_seq][conv_elems + ssm_elems] */
-    float *k, *v;         /* all attention layers' K and V blocks */
-    float *gdn;           /* all GDN layers' groups: per (group, seq) conv then ssm */
+    int64_t *kv_dim;     /* [n_layers] Hkv_il * D for attention layers, 0 for GDN layers */
+    int64_t *conv_elems; /* [n_layers] (K-1) * C_il for GDN layers, 0 otherwise */
+    int64_t *ssm_elems;  /* [n_layers] Hv_il * S * S for GDN layers, 0 otherwise */
+    size_t *kv_off;      /* [n_layers] float offset of the layer's [n_seq][n_ctx][kv_dim] block */
+    size_t *gdn_off;     /* [n_layers] float offset of [n_groups][n_seq][conv_elems + ssm_elems] */
+    float *k, *v;        /* all attention layers' K and V blocks */
+    float *gdn;          /* all GDN layers' groups: per (group, seq) conv then ssm */
     int64_t n_gdn_layers;
-    int32_t *rs_idx;      /* [n_seq] group holding the current state */
-    int32_t *valid;       /* [n_seq] snapshots usable for rollback */
-    size_t bytes;         /* total allocated */
+    int32_t *rs_idx; /* [n_seq] group holding the current state */
+    int32_t *valid;  /* [n_seq] snapshots usable for rollback */
+    size_t bytes;    /* total allocated */
 };
 
 /* Allocate for n_seq sequences of up to n_ctx tokens with draft_max rollback depth. Returns 0

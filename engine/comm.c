@@ -34,13 +34,13 @@ struct comm {
     float *bufs[MAX_RANKS]; /* published by each rank for the current call */
     float *result;          /* [cap] */
     int64_t cap;
-    float *slots;           /* [2][n][small_cap] the small calls' copies, by parity and rank */
+    float *slots; /* [2][n][small_cap] the small calls' copies, by parity and rank */
     int64_t small_cap;
-    int par[MAX_RANKS];     /* each rank's parity for its next small call */
+    int par[MAX_RANKS]; /* each rank's parity for its next small call */
     atomic_int arrived;
-    atomic_int phase;       /* barrier generation */
-    double seconds;         /* rank 0 only: inside host_allreduce */
-    double wait_seconds;    /* rank 0 only: of those, waiting for the others at the entry */
+    atomic_int phase;    /* barrier generation */
+    double seconds;      /* rank 0 only: inside host_allreduce */
+    double wait_seconds; /* rank 0 only: of those, waiting for the others at the entry */
     int64_t calls;
 };
 

@@ -14,15 +14,17 @@
  * reach NCCL (comm_allreduce skips them). Every NCCL and CUDA call goes through a check that
  * reports file:line and aborts (STYLE rule 18c).
  */
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include "comm_nccl.h" // defines: comm_nccl_create
+
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm.h"      // defines: struct comm_ops
-#include "comm_nccl.h" // defines: comm_nccl_create
-#include "kcuda.h"     // defines: kc_f32_to_bf16_on, kc_bf16_to_f32_on
-#include "util.h"      // defines: xcalloc, dd_errf, dd_abort
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "comm.h"  // defines: struct comm_ops
+#include "kcuda.h" // defines: kc_f32_to_bf16_on, kc_bf16_to_f32_on
+#include "util.h"  // defines: xcalloc, dd_errf, dd_abort
 
 #define NCCL_CHECK(x) nccl_check((x), __FILE__, __LINE__)
 #define CUDA_CHECK(x) cuda_check((x), __FILE__, __LINE__)
@@ -114,8 +116,7 @@ static const struct comm_ops nccl_ops = {
 struct comm *comm_nccl_create(int n_ranks, const int *cuda_devices, char *err, size_t errlen)
 {
     int have = 0;
-    if (n_ranks < 1 || n_ranks > MAX_GPUS || cudaGetDeviceCount(&have) != cudaSuccess ||
-        have < 1) {
+    if (n_ranks < 1 || n_ranks > MAX_GPUS || cudaGetDeviceCount(&have) != cudaSuccess || have < 1) {
         dd_errf(err, errlen, "NCCL: %d GPUs requested, %d usable", n_ranks, have);
         return NULL;
     }

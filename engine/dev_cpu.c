@@ -21,7 +21,7 @@
 struct cpu_dev {
     struct dev base;
     tpool_t *pool;
-    void *act;      /* activation scratch, act_cap bytes */
+    void *act; /* activation scratch, act_cap bytes */
     size_t act_cap;
 };
 
@@ -44,7 +44,7 @@ struct mm_plan {
     int n, n_src;
     int src_of[DEV_MM_MAX];
     struct mm_src src[DEV_MM_MAX];
-    double cost[DEV_MM_MAX];       /* per output row: weight bytes x tokens */
+    double cost[DEV_MM_MAX];        /* per output row: weight bytes x tokens */
     double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
 };
 
@@ -106,8 +106,8 @@ static void mm_worker(void *ctx, int ith, int nth)
         const struct mm_src *q = &p->src[p->src_of[j]];
         const int64_t a = j == j0 ? r0 : 0, b = j == j1 ? r1 : m->w.n_out;
         if (a < b)
-            kq_matmul(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act,
-                      q->act_stride, m->T, m->y, m->w.n_out);
+            kq_matmul(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act, q->act_stride,
+                      m->T, m->y, m->w.n_out);
     }
 }
 
@@ -122,7 +122,10 @@ static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
             return s;
     }
     struct mm_src *q = &p->src[p->n_src];
-    *q = (struct mm_src){.x = m->x, .T = m->T, .n_in = m->w.n_in, .w = m->w.type,
+    *q = (struct mm_src){.x = m->x,
+                         .T = m->T,
+                         .n_in = m->w.n_in,
+                         .w = m->w.type,
                          .act_stride = kq_act_row_bytes(m->w.type, m->w.n_in)};
     q->act = (char *)p->cd->act + *off;
     *off += ((size_t)m->T * q->act_stride + 63) / 64 * 64;

@@ -92,8 +92,8 @@ static const void *weight_dev(struct cuda_dev *cd, const struct dev_mat *w)
     void *p = kc_malloc(bytes);
     if (!p) {
         LOG_E("cuda device %d: out of GPU memory uploading a %s weight of %.1f MiB "
-              "(%.1f MiB resident)", cd->gpu, kq_type_name(w->type), bytes / 1048576.0,
-              cd->w_bytes / 1048576.0);
+              "(%.1f MiB resident)",
+              cd->gpu, kq_type_name(w->type), bytes / 1048576.0, cd->w_bytes / 1048576.0);
         abort();
     }
     kc_upload(cd->s, p, w->data, bytes);
@@ -112,8 +112,7 @@ static float *grow(struct cuda_dev *cd, float **buf, size_t *cap, size_t need)
     kc_free(*buf);
     *buf = kc_malloc(need);
     if (!*buf) {
-        LOG_E("cuda device %d: cannot allocate %.1f MiB of activations", cd->gpu,
-              need / 1048576.0);
+        LOG_E("cuda device %d: cannot allocate %.1f MiB of activations", cd->gpu, need / 1048576.0);
         abort();
     }
     *cap = need;

@@ -33,9 +33,10 @@
 int eng_submit(eng_t *e, eng_req_t *r, char *err, size_t errlen)
 {
     if (r->p.n_prompt < 1 || r->p.n_prompt >= e->p.n_ctx) {
-        dd_errf(err, errlen, "the prompt has %lld tokens; this server's context is %lld tokens "
-                "(at least one must remain for the answer)", (long long)r->p.n_prompt,
-                (long long)e->p.n_ctx);
+        dd_errf(err, errlen,
+                "the prompt has %lld tokens; this server's context is %lld tokens "
+                "(at least one must remain for the answer)",
+                (long long)r->p.n_prompt, (long long)e->p.n_ctx);
         return DD_EINVAL;
     }
     for (int64_t i = 0; i < r->p.n_prompt; i++)
@@ -222,8 +223,11 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
-    struct smp_params sp = {.temperature = r->p.s.temperature, .top_k = r->p.s.top_k,
-                            .top_p = r->p.s.top_p, .min_p = r->p.s.min_p, .seed = r->p.s.seed};
+    struct smp_params sp = {.temperature = r->p.s.temperature,
+                            .top_k = r->p.s.top_k,
+                            .top_p = r->p.s.top_p,
+                            .min_p = r->p.s.min_p,
+                            .seed = r->p.s.seed};
     s->smp.p = sp;
     smp_reseed(&s->smp, sp.seed);
     tok_stream_init(&s->ts);
@@ -412,7 +416,7 @@ static void fail_batch(eng_t *e, const char *msg)
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (s->state == SLOT_FREE || s->run == RUN_NONE)
-            continue; /* no rows in the failed step: its state is intact, it keeps going */
+            continue;    /* no rows in the failed step: its state is intact, it keeps going */
         s->n_cached = 0; /* a step that failed part-way may have advanced its GDN state */
         eng__finish(e, s, ENG_FINISH_ERROR, msg);
     }
@@ -421,14 +425,14 @@ static void fail_batch(eng_t *e, const char *msg)
 /* One scheduler step; returns false when nothing is runnable. */
 static bool eng_step(eng_t *e)
 {
-    phase_admit(e);                   /* 1 */
-    phase_reap(e);                    /* 2 */
-    int64_t n = phase_plan(e);        /* 3 */
+    phase_admit(e);            /* 1 */
+    phase_reap(e);             /* 2 */
+    int64_t n = phase_plan(e); /* 3 */
     if (n == 0)
         return false;
     e->b_n = n;
-    struct fwd_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
-                          .logits = e->b_want};
+    struct fwd_batch b = {
+        .n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_want};
     char err[256];
     double t0 = dd_now();
     bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
@@ -440,8 +444,8 @@ static bool eng_step(eng_t *e)
         return true;
     }
     prepare_mtp_inputs(e, n);
-    phase_sample_emit(e);       /* 5 sample, 6 verify, 7 emit */
-    eng__spec_draft(e, n);      /* MTP KV sync and drafts for the next step */
+    phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
+    eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
     return true;
@@ -491,7 +495,7 @@ static void *eng_main(void *arg)
         pthread_mutex_lock(&e->mu);
         bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
         if (!busy && !stop && !e->in_head) { /* 8: sleep until a submit or stop (or 100 ms:
-                                               * the loop counter is the watchdog's heartbeat) */
+                                              * the loop counter is the watchdog's heartbeat) */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100 * 1000000L;
@@ -536,8 +540,8 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->pending_h = xcalloc(E, sizeof(float));
     s->draft_h = xcalloc(E, sizeof(float));
     s->spec_ckpt.pos = -1;
-    s->spec_ckpt.state = e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64)
-                                                      : NULL;
+    s->spec_ckpt.state =
+        e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
     s->spec_ckpt.h = xcalloc(E, sizeof(float));
 }
 
@@ -566,7 +570,8 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
     if (p->n_slots < 1 || p->n_slots > 1024 || p->n_ctx < 8 || p->max_batch_tokens < 1 ||
         p->max_batch_tokens < p->n_slots || p->queue_max < 0 || p->n_checkpoints < 0 ||
         p->n_checkpoints > 256 || p->checkpoint_every < 1) {
-        dd_errf(err, errlen, "invalid engine parameters: slots %lld (1..1024), ctx %lld (>= 8), "
+        dd_errf(err, errlen,
+                "invalid engine parameters: slots %lld (1..1024), ctx %lld (>= 8), "
                 "max_batch_tokens %lld (>= slots), queue_max %lld, checkpoints %lld (0..256)",
                 (long long)p->n_slots, (long long)p->n_ctx, (long long)p->max_batch_tokens,
                 (long long)p->queue_max, (long long)p->n_checkpoints);
@@ -580,10 +585,12 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
         (p->spec_types && p->draft_max < 1) ||
         (p->spec_types && p->max_batch_tokens < 1 + p->draft_max) ||
         (p->spec_rollback != ENG_ROLLBACK_SNAPSHOT && p->spec_rollback != ENG_ROLLBACK_RECOMPUTE)) {
-        dd_errf(err, errlen, "invalid speculation parameters: types %u, draft_max %lld (1..16 when "
+        dd_errf(err, errlen,
+                "invalid speculation parameters: types %u, draft_max %lld (1..16 when "
                 "speculating, and max_batch_tokens >= 1 + draft_max), ngram n %lld min %lld "
                 "(1 <= min <= n <= 16), ngram_max_draft %lld (0..%d), rollback %d (0 snapshot, "
-                "1 recompute)", p->spec_types, (long long)p->draft_max, (long long)p->ngram_n,
+                "1 recompute)",
+                p->spec_types, (long long)p->draft_max, (long long)p->ngram_n,
                 (long long)p->ngram_min, (long long)p->ngram_max_draft, ENG_MAX_DRAFT,
                 p->spec_rollback);
         return DD_EINVAL;
@@ -614,8 +621,10 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->m = m;
     e->dev = devs[0];
     e->p = *p;
-    struct fwd_params fp = {.max_tokens = p->max_batch_tokens, .n_seq = p->n_slots,
-                            .n_ctx = p->n_ctx, .draft_max = eng__snap_depth(p)};
+    struct fwd_params fp = {.max_tokens = p->max_batch_tokens,
+                            .n_seq = p->n_slots,
+                            .n_ctx = p->n_ctx,
+                            .draft_max = eng__snap_depth(p)};
     rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);

@@ -77,10 +77,10 @@ struct eng_logit_bias {
 };
 
 struct eng_sampling {
-    float temperature; /* 0 = greedy */
-    float top_p;       /* 1 = off */
-    float min_p;       /* 0 = off */
-    int32_t top_k;     /* 0 = off */
+    float temperature;                         /* 0 = greedy */
+    float top_p;                               /* 1 = off */
+    float min_p;                               /* 0 = off */
+    int32_t top_k;                             /* 0 = off */
     float presence_penalty, frequency_penalty; /* OpenAI semantics, over generated tokens */
     float repetition_penalty;                  /* multiplicative (llama.cpp), 1 = off */
     uint64_t seed;
@@ -93,12 +93,12 @@ struct eng_sampling {
 struct eng_req_params {
     int32_t *prompt; /* [n_prompt] token ids; transferred to the request */
     int64_t n_prompt;
-    int64_t max_tokens; /* 0 = until end-of-generation or the context is full */
+    int64_t max_tokens;       /* 0 = until end-of-generation or the context is full */
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, transferred; never emitted */
     int n_stop;
     struct eng_sampling s;
-    double deadline; /* absolute dd_now() seconds, 0 = none */
-    bool cache_prompt; /* reuse a slot's cached prefix (default true) */
+    double deadline;    /* absolute dd_now() seconds, 0 = none */
+    bool cache_prompt;  /* reuse a slot's cached prefix (default true) */
     bool spec_override; /* false: the engine's spec_types; true: spec_types below (a subset) */
     unsigned spec_types;
 };
@@ -122,8 +122,8 @@ struct eng_delta {
     enum eng_finish finish; /* valid when done */
     char error[256];        /* message when finish == ENG_FINISH_ERROR */
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* usage, valid when done */
-    int64_t drafted_tokens, accepted_tokens; /* speculation, valid when done */
-    double t_queued, t_first_token, t_done; /* dd_now() stamps for metrics */
+    int64_t drafted_tokens, accepted_tokens;                 /* speculation, valid when done */
+    double t_queued, t_first_token, t_done;                  /* dd_now() stamps for metrics */
 };
 
 typedef struct eng eng_t;
@@ -182,7 +182,7 @@ struct eng_slot_stats {
 struct eng_stats {
     int64_t queue_depth, active_slots, n_slots;
     int64_t prompt_tokens_total, generated_tokens_total, steps_total, cached_tokens_total;
-    double busy_seconds; /* time spent in forward steps */
+    double busy_seconds;      /* time spent in forward steps */
     double allreduce_seconds; /* part of it spent in tensor-parallel allreduces */
     int64_t n_devices;
     int64_t drafted_total, accepted_total, verify_steps_total;

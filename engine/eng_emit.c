@@ -161,4 +161,3 @@ bool eng__accept(eng_t *e, struct slot *s, int32_t id)
     accept_token(e, s, id);
     return s->state != SLOT_FREE;
 }
-

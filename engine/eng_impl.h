@@ -59,35 +59,35 @@ struct slot {
     int32_t last;     /* sampled, not yet fed */
     double last_used; /* for LRU choice among free slots */
     struct smp smp;
-    float *logits;    /* [n_vocab] scratch: biased / penalised logits */
-    int32_t *counts;  /* [n_vocab] occurrences among generated tokens */
+    float *logits;   /* [n_vocab] scratch: biased / penalised logits */
+    int32_t *counts; /* [n_vocab] occurrences among generated tokens */
     struct tok_stream ts;
-    char *pend;       /* [pend_cap] text held back while it may start a stop string */
+    char *pend; /* [pend_cap] text held back while it may start a stop string */
     size_t pend_len, pend_cap;
     struct ckpt *ckpts; /* [n_ckpt] */
     /* this step's run */
     enum run_kind run;
     int64_t row0, run_len; /* rows [row0, row0 + run_len) of the batch */
     /* speculation */
-    unsigned spec;        /* drafters enabled for the current request (ENG_SPEC_*) */
-    int32_t *draft;       /* [draft_cap] proposed continuation of `last` */
+    unsigned spec;  /* drafters enabled for the current request (ENG_SPEC_*) */
+    int32_t *draft; /* [draft_cap] proposed continuation of `last` */
     int64_t n_draft;
-    int64_t draft_goal;   /* MTP draft length wanted this round */
-    float *pending_h;     /* [n_embd] trunk hidden of position n_cached - 1 (zeros if unknown) */
-    float *draft_h;       /* [n_embd] MTP hidden carried between chained draft steps */
+    int64_t draft_goal;    /* MTP draft length wanted this round */
+    float *pending_h;      /* [n_embd] trunk hidden of position n_cached - 1 (zeros if unknown) */
+    float *draft_h;        /* [n_embd] MTP hidden carried between chained draft steps */
     struct ckpt spec_ckpt; /* state before a verification longer than the snapshot depth */
-    int32_t *replay;      /* [draft_cap + 1] accepted tokens to re-feed after a restore */
+    int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
     int32_t miss_streak;       /* drafting rounds in a row that gave nothing (note_miss) */
     int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
     /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
-    int32_t *lag_tok;          /* [ENG_MAX_DRAFT] */
-    int64_t *lag_pos;          /* [ENG_MAX_DRAFT] */
-    float *lag_h;              /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
+    int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
+    int64_t *lag_pos; /* [ENG_MAX_DRAFT] */
+    float *lag_h;     /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
     int64_t n_lag;
-    int64_t n_reused;          /* prompt tokens of the current request served by the cache */
+    int64_t n_reused; /* prompt tokens of the current request served by the cache */
     /* published after every step for eng_get_slots (other threads) */
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
@@ -100,7 +100,7 @@ struct eng {
     struct fwd_ctx *fwd;
     struct slot *slots; /* [n_slots] */
     int64_t n_ckpt;
-    int64_t draft_cap; /* longest draft of any drafter */
+    int64_t draft_cap;  /* longest draft of any drafter */
     int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
@@ -108,15 +108,15 @@ struct eng {
     uint8_t *b_want;
     int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
     int64_t b_n;       /* rows in the current batch */
-    float *h_trunk; /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
-    float *h_prev;  /* [max_batch_tokens][n_embd] MTP inputs */
-    uint8_t *b_none; /* [max_batch_tokens] zeros: no logits rows */
-    bool mtp;        /* the MTP drafter is active (enabled and the model has the block) */
+    float *h_trunk;    /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
+    float *h_prev;     /* [max_batch_tokens][n_embd] MTP inputs */
+    uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;
     uint8_t *y_want; /* rows whose logits are wanted: the first step of MTP drafts */
-    float *y_h; /* [max_batch_tokens][n_embd] */
+    float *y_h;      /* [max_batch_tokens][n_embd] */
     /* inbox */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -130,7 +130,7 @@ struct eng {
     atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
-    atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
+    atomic_llong st_accepted_at[ENG_MAX_DRAFT];        /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
 

@@ -10,11 +10,10 @@
  *
  * Thread safety: pure functions of their arguments.
  */
-#include "eng.h" // defines: eng_mem_estimate, eng_mem_check
-
 #include <stdio.h>
 
 #include "cache.h"    // defines: cache_mem_parts
+#include "eng.h"      // defines: eng_mem_estimate, eng_mem_check
 #include "eng_impl.h" // defines: eng__snap_depth, eng__draft_cap
 #include "util.h"     // defines: dd_errf, DD_EFULL
 
@@ -61,12 +60,12 @@ int eng_mem_check(const struct model *m, const struct eng_params *p, int64_t lim
         snprintf(lim, sizeof lim, "%lld bytes", (long long)limit);
     else
         snprintf(lim, sizeof lim, "%.1f MiB", (double)limit / MiB);
-    dd_errf(err, errlen, "the caches need %.1f MiB but %s is %s: KV %.1f MiB (%lld slots x "
+    dd_errf(err, errlen,
+            "the caches need %.1f MiB but %s is %s: KV %.1f MiB (%lld slots x "
             "%lld tokens), MTP layer KV %.1f MiB, GDN state %.1f MiB + %lld snapshot groups "
             "%.1f MiB (slots x (1 + draft_max) x %.2f MiB), checkpoints %.1f MiB",
-            u.total / MiB, limit_name, lim, u.kv / MiB, (long long)p->n_slots,
-            (long long)p->n_ctx, u.mtp_kv / MiB, u.gdn / MiB, (long long)eng__snap_depth(p),
-            u.snapshots / MiB, p->n_slots ? u.gdn / MiB / (double)p->n_slots : 0.0,
-            u.ckpts / MiB);
+            u.total / MiB, limit_name, lim, u.kv / MiB, (long long)p->n_slots, (long long)p->n_ctx,
+            u.mtp_kv / MiB, u.gdn / MiB, (long long)eng__snap_depth(p), u.snapshots / MiB,
+            p->n_slots ? u.gdn / MiB / (double)p->n_slots : 0.0, u.ckpts / MiB);
     return DD_EFULL;
 }

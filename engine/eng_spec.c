@@ -51,8 +51,8 @@ static void ngram_round(eng_t *e, struct slot *s)
     if (room < 1)
         return;
     s->tokens[s->n_cached] = s->last; /* history = cached tokens + the pending one */
-    s->n_draft = spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min,
-                                  room, s->draft);
+    s->n_draft =
+        spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
 }
 
 /* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
@@ -128,7 +128,10 @@ static void mtp_chain(eng_t *e)
         }
         if (n == 0)
             return;
-        struct fwd_batch b = {.n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq,
+        struct fwd_batch b = {.n_tokens = n,
+                              .token = e->b_tok,
+                              .pos = e->b_pos,
+                              .seq = e->b_seq,
                               .logits = e->b_want};
         ASSERT(fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err) == 0);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
@@ -198,8 +201,8 @@ static void sync_flush(eng_t *e, int64_t *n)
     if (*n == 0)
         return;
     const int64_t E = e->m->hp.n_embd, V = e->m->hp.n_vocab;
-    struct fwd_batch b = {.n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq,
-                          .logits = e->y_want};
+    struct fwd_batch b = {
+        .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
     ASSERT(fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err) == 0);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
@@ -236,8 +239,7 @@ static bool may_lag(const struct slot *s)
 static void lag_flush(eng_t *e, int64_t *n, struct slot *s)
 {
     for (int64_t k = 0; k < s->n_lag; k++)
-        sync_add(e, n, s->lag_tok[k], s->lag_pos[k], s->id, s->lag_h + k * e->m->hp.n_embd,
-                 false);
+        sync_add(e, n, s->lag_tok[k], s->lag_pos[k], s->id, s->lag_h + k * e->m->hp.n_embd, false);
     s->n_lag = 0;
 }
 

@@ -23,15 +23,14 @@
  * fwd_decode/fwd_mtp allocate nothing, all buffers come from fwd__dev_create.
  * Thread: the engine thread; parallel parts run on the device's workers over disjoint slices.
  */
-#include "forward_impl.h" // defines: struct fwd_dev, struct fwd_run, fwd__dev_*
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h" // defines: comm_allreduce
-#include "ops.h"  // defines: kop_rmsnorm, kop_add, kop_rope_table
-#include "util.h" // defines: xcalloc, xaligned_alloc, dd_errf
+#include "comm.h"         // defines: comm_allreduce
+#include "forward_impl.h" // defines: struct fwd_dev, struct fwd_run, fwd__dev_*
+#include "ops.h"          // defines: kop_rmsnorm, kop_add, kop_rope_table
+#include "util.h"         // defines: xcalloc, xaligned_alloc, dd_errf
 
 /* ============================================================================================
  * Helpers
@@ -67,8 +66,7 @@ static void items_worker(void *ctx, int ith, int nth)
         t->fn(t->f, t->arg, lo, hi);
 }
 
-void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn,
-                    const void *arg)
+void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn, const void *arg)
 {
     if (f->n_threads == 1 || n * work < PAR_MIN_WORK) {
         fn(f, arg, 0, n);
@@ -100,8 +98,8 @@ static void norm_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_t t
 static void rmsnorm_rows(struct fwd_dev *f, const float *x, const struct model_w *w, float *y,
                          int64_t n, int64_t ld_x, int64_t ld_y)
 {
-    struct norm_arg a = {.x = x, .w = w ? w->data : NULL, .y = y, .n = n, .ld_x = ld_x,
-                         .ld_y = ld_y};
+    struct norm_arg a = {
+        .x = x, .w = w ? w->data : NULL, .y = y, .n = n, .ld_x = ld_x, .ld_y = ld_y};
     fwd__par_items(f, f->b->n_tokens, n, norm_items, &a);
 }
 
@@ -109,8 +107,8 @@ static void rmsnorm_rows(struct fwd_dev *f, const float *x, const struct model_w
 static void add_norm(struct fwd_dev *f, const struct model_w *w, float *y)
 {
     const int64_t E = f->m->hp.n_embd;
-    struct norm_arg a = {.x = f->x, .w = w->data, .y = y, .n = E, .ld_x = E, .ld_y = E,
-                         .add_mix = f->mix_pending};
+    struct norm_arg a = {
+        .x = f->x, .w = w->data, .y = y, .n = E, .ld_x = E, .ld_y = E, .add_mix = f->mix_pending};
     fwd__par_items(f, f->b->n_tokens, E, norm_items, &a);
     f->mix_pending = false;
 }
@@ -128,7 +126,6 @@ static void embed_rows(struct fwd_dev *f, float *x)
 {
     fwd__par_items(f, f->b->n_tokens, f->m->hp.n_embd, embed_items, x);
 }
-
 
 /* ============================================================================================
  * The spine of one device's step
@@ -239,8 +236,11 @@ static bool kv_only_rows(struct fwd_dev *f)
     for (int64_t i = 0; i < n; i++) /* sub_row[i] >= i: each source row is read before it is
                                        overwritten */
         memmove(f->x + i * E, f->x + f->sub_row[i] * E, (size_t)E * sizeof(float));
-    f->sub = (struct fwd_batch){.n_tokens = n, .token = f->sub_tok, .pos = f->sub_pos,
-                                .seq = f->sub_seq, .logits = f->sub_want};
+    f->sub = (struct fwd_batch){.n_tokens = n,
+                                .token = f->sub_tok,
+                                .pos = f->sub_pos,
+                                .seq = f->sub_seq,
+                                .logits = f->sub_want};
     return true;
 }
 
@@ -260,7 +260,8 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
     rmsnorm_rows(f, f->mix, &l->enorm, f->xn, E, E, 2 * E);
     rmsnorm_rows(f, h_prev, &l->hnorm, f->xn + E, E, E, 2 * E);
     fwd__matmul(f, &l->eh_proj, f->xn, T, f->x);
-    const struct model_w *norm = l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm;
+    const struct model_w *norm =
+        l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm;
     if (!kv_only_rows(f)) {
         block(f, il);
         output_head(f, norm);
@@ -302,9 +303,9 @@ static size_t multi_act_bytes(const struct model *m, int64_t T)
     size_t need = 0;
     for (int64_t il = 0; il < hp->n_layer_all; il++) {
         const struct model_layer *l = &m->layers[il];
-        const struct model_w *xn_mats[] = {&l->wq, &l->wk, &l->wv, &l->qkv, &l->gate, &l->beta,
-                                           &l->alpha, &l->ba, &l->ffn_gate, &l->ffn_up,
-                                           &l->gate_inp, &l->gate_shexp, &l->up_shexp};
+        const struct model_w *xn_mats[] = {
+            &l->wq, &l->wk,       &l->wv,     &l->qkv,      &l->gate,       &l->beta,    &l->alpha,
+            &l->ba, &l->ffn_gate, &l->ffn_up, &l->gate_inp, &l->gate_shexp, &l->up_shexp};
         struct dev_mm mm[13];
         int n = 0;
         for (size_t i = 0; i < sizeof xn_mats / sizeof xn_mats[0]; i++)
@@ -330,9 +331,11 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
     const struct model_hparams *hp = &m->hp;
     if (p->max_tokens < 1 || p->n_seq < 1 || p->n_ctx < 1 || p->draft_max < 0 ||
         p->draft_max > 64) {
-        dd_errf(err, errlen, "invalid forward parameters (max_tokens %lld, n_seq %lld, n_ctx "
-                "%lld, draft_max %lld)", (long long)p->max_tokens, (long long)p->n_seq,
-                (long long)p->n_ctx, (long long)p->draft_max);
+        dd_errf(err, errlen,
+                "invalid forward parameters (max_tokens %lld, n_seq %lld, n_ctx "
+                "%lld, draft_max %lld)",
+                (long long)p->max_tokens, (long long)p->n_seq, (long long)p->n_ctx,
+                (long long)p->draft_max);
         return DD_EINVAL;
     }
     struct fwd_dev *f = xcalloc(1, sizeof *f);
@@ -405,12 +408,12 @@ void fwd__dev_destroy(struct fwd_dev *f)
     if (!f)
         return;
     cache_destroy(&f->cache);
-    void *bufs[] = {f->x,      f->xn,      f->mix,     f->big0,  f->big1,   f->big2,
-                    f->big3,   f->small,   f->beta,    f->decay, f->rope,   f->route_w,
-                    f->route_e, f->slot,   f->e_off,   f->e_row, f->gath,   f->eg,
-                    f->eu,     f->eout,    f->sh_gate, f->hidden, f->hsel,  f->logits,
-                    f->attn_scratch, f->sub_tok, f->sub_seq, f->sub_pos, f->sub_row,
-                    f->sub_want};
+    void *bufs[] = {f->x,       f->xn,      f->mix,     f->big0,    f->big1,
+                    f->big2,    f->big3,    f->small,   f->beta,    f->decay,
+                    f->rope,    f->route_w, f->route_e, f->slot,    f->e_off,
+                    f->e_row,   f->gath,    f->eg,      f->eu,      f->eout,
+                    f->sh_gate, f->hidden,  f->hsel,    f->logits,  f->attn_scratch,
+                    f->sub_tok, f->sub_seq, f->sub_pos, f->sub_row, f->sub_want};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(f);

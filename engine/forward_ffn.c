@@ -11,11 +11,10 @@
  * Invariants: a row's arithmetic never depends on the rest of the batch or on the split.
  * Thread: the engine thread (or a group's host thread); items run on the device's workers.
  */
-#include "forward_impl.h" // defines: struct fwd_dev, fwd__mm, fwd__matmul, fwd__par_items
-
 #include <string.h>
 
-#include "ops.h" // defines: kop_swiglu, kop_axpy, kop_sigmoid, kop_moe_route
+#include "forward_impl.h" // defines: struct fwd_dev, fwd__mm, fwd__matmul, fwd__par_items
+#include "ops.h"          // defines: kop_swiglu, kop_axpy, kop_sigmoid, kop_moe_route
 
 /* ============================================================================================
  * Helpers
@@ -115,8 +114,7 @@ static void combine_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_
 /* The products of every expert with rows: gate and up from its gathered slots (down = false;
  * a decode row reads xn itself), or down from its SwiGLU rows plus the shared expert's down
  * (down = true); in calls of at most DEV_MM_MAX products. */
-static void moe_experts(struct fwd_dev *f, const struct model_layer *l, const float *xn,
-                        bool down)
+static void moe_experts(struct fwd_dev *f, const struct model_layer *l, const float *xn, bool down)
 {
     const int64_t E = f->m->hp.n_embd, ff = l->gate_exps.ne[1], T = f->b->n_tokens;
     struct dev_mm mm[DEV_MM_MAX];

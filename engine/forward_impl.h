@@ -40,17 +40,17 @@ struct fwd_dev {
     int64_t n_runs;
     bool mix_pending; /* mix holds a block output not yet added to x */
     /* activations, rows of the batch */
-    float *x;      /* [T][E] residual stream */
-    float *xn;     /* [T][2E] normalised input of a block (2E for the MTP concat) */
-    float *mix;    /* [T][E] block output */
-    float *big0;   /* [T][w0] q+gate | GDN qkv | FFN gate | shared expert gate */
-    float *big1;   /* [T][w1] k | conv out | FFN up | shared expert up */
-    float *big2;   /* [T][w2] v | GDN z | shared expert down */
-    float *big3;   /* [T][w3] attention / GDN output before o_proj */
-    float *small;  /* [T][ws] beta/alpha (or ba) logits, router logits */
-    float *beta;   /* [T][Hv] */
-    float *decay;  /* [T][Hv] */
-    float *rope;   /* [T][n_rot] the rotation table of each row's position */
+    float *x;     /* [T][E] residual stream */
+    float *xn;    /* [T][2E] normalised input of a block (2E for the MTP concat) */
+    float *mix;   /* [T][E] block output */
+    float *big0;  /* [T][w0] q+gate | GDN qkv | FFN gate | shared expert gate */
+    float *big1;  /* [T][w1] k | conv out | FFN up | shared expert up */
+    float *big2;  /* [T][w2] v | GDN z | shared expert down */
+    float *big3;  /* [T][w3] attention / GDN output before o_proj */
+    float *small; /* [T][ws] beta/alpha (or ba) logits, router logits */
+    float *beta;  /* [T][Hv] */
+    float *decay; /* [T][Hv] */
+    float *rope;  /* [T][n_rot] the rotation table of each row's position */
     /* MoE: the rows routed to each expert, gathered in expert order ("slots") */
     float *route_w;   /* [T][k] routing weights */
     int32_t *route_e; /* [T][k] routing experts, ascending per row */
@@ -61,14 +61,14 @@ struct fwd_dev {
     float *eg, *eu;   /* [T * k][ff_exp] expert gate / up (then SwiGLU) by slot */
     float *eout;      /* [T * k][E] expert down projections by slot */
     float *sh_gate;   /* [T] sigmoid gate of the shared expert */
-    float *hidden; /* [T][E] post-output_norm hidden of every row */
+    float *hidden;    /* [T][E] post-output_norm hidden of every row */
     /* MTP: the batch of the rows that want logits (the others only fill the KV cache) */
     struct fwd_batch sub;
     int32_t *sub_tok, *sub_seq; /* [T] */
     int64_t *sub_pos, *sub_row; /* [T]; sub_row: the row in the full batch */
     uint8_t *sub_want;          /* [T] all 1 */
-    float *hsel;   /* [T][E] rows that want logits */
-    float *logits; /* [T][V] */
+    float *hsel;                /* [T][E] rows that want logits */
+    float *logits;              /* [T][V] */
     int64_t n_logits;
     float *attn_scratch;    /* [n_threads][attn_scratch_n] attention scores */
     int64_t attn_scratch_n; /* n_ctx <= it <= grp * n_ctx, at most ATTN_SCRATCH when n_ctx is */
@@ -79,8 +79,8 @@ struct fwd_dev {
 
 static inline struct dev_mat fwd__mat(const struct model_w *w)
 {
-    return (struct dev_mat){.data = w->data, .type = w->type, .n_in = w->ne[0], .n_out = w->ne[1],
-                            .row_bytes = w->nb1};
+    return (struct dev_mat){
+        .data = w->data, .type = w->type, .n_in = w->ne[0], .n_out = w->ne[1], .row_bytes = w->nb1};
 }
 
 /* One product of a dev_matmul_multi call: y [T][n_out] = x [T][n_in] * w. */
@@ -93,8 +93,7 @@ void fwd__matmul(struct fwd_dev *f, const struct model_w *w, const float *x, int
 
 /* Parallel loop over n items of `work` elements each (see forward.c). */
 typedef void (*fwd__items_fn)(struct fwd_dev *f, const void *arg, int64_t i0, int64_t i1);
-void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn,
-                    const void *arg);
+void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn, const void *arg);
 
 /* The layer kinds (forward_mix.c, forward_ffn.c): xn [T][E] -> out [T][E], partial over the
  * devices of a group (the caller reduces). */

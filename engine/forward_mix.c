@@ -15,11 +15,10 @@
  * Invariants: a row's arithmetic never depends on the rest of the batch or on the split.
  * Thread: the engine thread (or a group's host thread); items run on the device's workers.
  */
-#include "forward_impl.h" // defines: struct fwd_dev, fwd__mm, fwd__matmul, fwd__par_items
-
 #include <math.h>
 #include <string.h>
 
+#include "forward_impl.h" // defines: struct fwd_dev, fwd__mm, fwd__matmul, fwd__par_items
 #include "ops.h" // defines: kop_rmsnorm, kop_rope_neox_cs, kop_attn_group, kop_gdn_step, ...
 
 /* ============================================================================================
@@ -106,7 +105,11 @@ void fwd__attn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix)
     const struct model_hparams *hp = &f->m->hp;
     const struct model_layer *l = &f->m->layers[il];
     const int64_t T = f->b->n_tokens, D = hp->head_dim;
-    struct attn_arg a = {.il = il, .q = f->big0, .k = f->big1, .v = f->big2, .out = f->big3,
+    struct attn_arg a = {.il = il,
+                         .q = f->big0,
+                         .k = f->big1,
+                         .v = f->big2,
+                         .out = f->big3,
                          .q_ld = l->n_head * D * (hp->attn_gated ? 2 : 1)};
     struct dev_mm mm[3] = {fwd__mm(&l->wq, xn, T, a.q), /* [T][H * (2)D] */
                            fwd__mm(&l->wk, xn, T, a.k), /* [T][Hkv * D] */
@@ -212,8 +215,8 @@ static void gdn_worker(void *ctx, int ith, int nth)
             const float *yt = a->y + t * C;
             float *ot = a->o + t * Hv * S + h * S;
             kop_gdn_step(M, t == ru->t0 ? M_in : M, yt + kh * S, yt + Hk * S + kh * S,
-                         yt + 2 * Hk * S + h * S, f->decay[t * Hv + h], f->beta[t * Hv + h],
-                         scale, S, ot);
+                         yt + 2 * Hk * S + h * S, f->decay[t * Hv + h], f->beta[t * Hv + h], scale,
+                         S, ot);
             kop_rmsnorm_gate(ot, l->ssm_norm.data, a->z + t * Hv * S + h * S, S, hp->eps);
             int64_t back = ru->t1 - 1 - t; /* this state is `back` tokens before the end */
             if (back >= 1 && back < f->cache.n_groups)
@@ -248,8 +251,8 @@ void fwd__gdn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix)
     const struct model_layer *l = &f->m->layers[il];
     const int64_t T = f->b->n_tokens, C = l->conv_ch, S = hp->ssm_s, Hv = l->ssm_hv;
     struct gdn_arg a = {.il = il, .u = f->big0, .y = f->big1, .z = f->big2, .o = f->big3};
-    float *bl = f->small, *al = f->small + T * Hv; /* [T][Hv] each, or ba [T][2Hv] */
-    struct dev_mm mm[4] = {fwd__mm(&l->qkv, xn, T, f->big0),  /* [T][C] */
+    float *bl = f->small, *al = f->small + T * Hv;             /* [T][Hv] each, or ba [T][2Hv] */
+    struct dev_mm mm[4] = {fwd__mm(&l->qkv, xn, T, f->big0),   /* [T][C] */
                            fwd__mm(&l->gate, xn, T, f->big2)}; /* [T][Hv*S] */
     const bool ba = hp->arch == ARCH_QWEN3NEXT;
     if (ba)

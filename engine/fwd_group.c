@@ -278,7 +278,8 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
             const int n_re = shard_relayout(m, &f->shard[d], layout_of, devs[d]);
             if (n_re > 0)
                 LOG_I("device %d (%s): %d weight tensors, %.1f MiB, copied into its kernels' "
-                      "layout", d, devs[d]->ops->name, n_re,
+                      "layout",
+                      d, devs[d]->ops->name, n_re,
                       (double)(f->shard[d]->owned_bytes - had) / 1048576.0);
             dm = f->shard[d] ? f->shard[d] : m;
         }

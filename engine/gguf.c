@@ -53,17 +53,17 @@ struct type_info {
 /* Indexed by ggml type id; gaps (removed ids 4, 5, 31-33, 36-38) have name NULL and are
  * rejected like unknown ids. Block sizes are those of ggml's block structs. */
 static const struct type_info type_table[] = {
-    [0] = {"f32", 1, 4},         [1] = {"f16", 1, 2},        [2] = {"q4_0", 32, 18},
-    [3] = {"q4_1", 32, 20},      [6] = {"q5_0", 32, 22},     [7] = {"q5_1", 32, 24},
-    [8] = {"q8_0", 32, 34},      [9] = {"q8_1", 32, 36},     [10] = {"q2_K", 256, 84},
-    [11] = {"q3_K", 256, 110},   [12] = {"q4_K", 256, 144},  [13] = {"q5_K", 256, 176},
-    [14] = {"q6_K", 256, 210},   [15] = {"q8_K", 256, 292},  [16] = {"iq2_xxs", 256, 66},
+    [0] = {"f32", 1, 4},         [1] = {"f16", 1, 2},         [2] = {"q4_0", 32, 18},
+    [3] = {"q4_1", 32, 20},      [6] = {"q5_0", 32, 22},      [7] = {"q5_1", 32, 24},
+    [8] = {"q8_0", 32, 34},      [9] = {"q8_1", 32, 36},      [10] = {"q2_K", 256, 84},
+    [11] = {"q3_K", 256, 110},   [12] = {"q4_K", 256, 144},   [13] = {"q5_K", 256, 176},
+    [14] = {"q6_K", 256, 210},   [15] = {"q8_K", 256, 292},   [16] = {"iq2_xxs", 256, 66},
     [17] = {"iq2_xs", 256, 74},  [18] = {"iq3_xxs", 256, 98}, [19] = {"iq1_s", 256, 50},
-    [20] = {"iq4_nl", 32, 18},   [21] = {"iq3_s", 256, 110}, [22] = {"iq2_s", 256, 82},
-    [23] = {"iq4_xs", 256, 136}, [24] = {"i8", 1, 1},        [25] = {"i16", 1, 2},
-    [26] = {"i32", 1, 4},        [27] = {"i64", 1, 8},       [28] = {"f64", 1, 8},
-    [29] = {"iq1_m", 256, 56},   [30] = {"bf16", 1, 2},      [34] = {"tq1_0", 256, 54},
-    [35] = {"tq2_0", 256, 66},   [39] = {"mxfp4", 32, 17},   [40] = {"nvfp4", 64, 36},
+    [20] = {"iq4_nl", 32, 18},   [21] = {"iq3_s", 256, 110},  [22] = {"iq2_s", 256, 82},
+    [23] = {"iq4_xs", 256, 136}, [24] = {"i8", 1, 1},         [25] = {"i16", 1, 2},
+    [26] = {"i32", 1, 4},        [27] = {"i64", 1, 8},        [28] = {"f64", 1, 8},
+    [29] = {"iq1_m", 256, 56},   [30] = {"bf16", 1, 2},       [34] = {"tq1_0", 256, 54},
+    [35] = {"tq2_0", 256, 66},   [39] = {"mxfp4", 32, 17},    [40] = {"nvfp4", 64, 36},
 };
 
 bool gguf_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes, const char **name)
@@ -88,9 +88,9 @@ static size_t vtype_size(uint32_t t)
 
 static const char *vtype_name(uint32_t t)
 {
-    static const char *const names[GGUF_T_COUNT] = {"u8",  "i8",     "u16",   "i16", "u32",
-                                                    "i32", "f32",    "bool",  "string",
-                                                    "array", "u64",  "i64",   "f64"};
+    static const char *const names[GGUF_T_COUNT] = {"u8",  "i8",  "u16",  "i16",    "u32",
+                                                    "i32", "f32", "bool", "string", "array",
+                                                    "u64", "i64", "f64"};
     return t < GGUF_T_COUNT ? names[t] : "?";
 }
 
@@ -99,12 +99,12 @@ static const char *vtype_name(uint32_t t)
 /* One key/value. Values are never copied: `off` locates them in the file, and the getters
  * memcpy scalars out (the file gives no alignment guarantee for them). */
 struct kv {
-    char *key;         /* NUL-terminated copy */
-    uint32_t type;     /* enum gguf_vtype */
-    uint32_t etype;    /* arrays: element type */
-    uint64_t n;        /* strings: byte length; arrays: element count */
-    size_t off;        /* scalars: the value; strings: first byte; arrays: first element */
-    size_t *str_off;   /* string arrays only: [n] offsets of each element's u64 length */
+    char *key;       /* NUL-terminated copy */
+    uint32_t type;   /* enum gguf_vtype */
+    uint32_t etype;  /* arrays: element type */
+    uint64_t n;      /* strings: byte length; arrays: element count */
+    size_t off;      /* scalars: the value; strings: first byte; arrays: first element */
+    size_t *str_off; /* string arrays only: [n] offsets of each element's u64 length */
 };
 
 /* Open-addressing hash table from a name to its index; slot value -1 = empty. */
@@ -210,7 +210,8 @@ struct rd {
 
 /* Formats "<path>: <field>: <problem> (at byte N)" and returns DD_EFORMAT. N is the offset of
  * the offending field itself (not of the cursor), so a hex dump shows the culprit at once. */
-static int fail(struct rd *r, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct rd *r, size_t at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int fail(struct rd *r, size_t at, const char *fmt, ...)
 {
     char msg[256];
@@ -591,8 +592,8 @@ static int check_layout(struct rd *r, gguf_t *g, const size_t *info_pos)
         const struct gguf_tensor *t = &g->t[s[k + 1].i];
         snprintf(r->field, sizeof(r->field), "tensor %lld '%.120s'", (long long)s[k + 1].i,
                  t->name);
-        rc = fail(r, info_pos[s[k + 1].i], "data overlaps tensor %lld '%.80s'",
-                  (long long)s[k].i, g->t[s[k].i].name);
+        rc = fail(r, info_pos[s[k + 1].i], "data overlaps tensor %lld '%.80s'", (long long)s[k].i,
+                  g->t[s[k].i].name);
     }
     free(s);
     return rc;
@@ -863,14 +864,29 @@ static int int_at(const uint8_t *p, uint32_t t, int64_t *out)
     memcpy(&v, p, sz);
     switch (t) {
     case GGUF_T_U8:
-    case GGUF_T_BOOL: *out = v.u8; return 0;
-    case GGUF_T_I8: *out = v.i8; return 0;
-    case GGUF_T_U16: *out = v.u16; return 0;
-    case GGUF_T_I16: *out = v.i16; return 0;
-    case GGUF_T_U32: *out = v.u32; return 0;
-    case GGUF_T_I32: *out = v.i32; return 0;
-    case GGUF_T_I64: *out = v.i64; return 0;
-    default: break;
+    case GGUF_T_BOOL:
+        *out = v.u8;
+        return 0;
+    case GGUF_T_I8:
+        *out = v.i8;
+        return 0;
+    case GGUF_T_U16:
+        *out = v.u16;
+        return 0;
+    case GGUF_T_I16:
+        *out = v.i16;
+        return 0;
+    case GGUF_T_U32:
+        *out = v.u32;
+        return 0;
+    case GGUF_T_I32:
+        *out = v.i32;
+        return 0;
+    case GGUF_T_I64:
+        *out = v.i64;
+        return 0;
+    default:
+        break;
     }
     if (v.u64 > (uint64_t)INT64_MAX)
         return DD_ERANGE;
@@ -1115,8 +1131,7 @@ void gguf_writer_set_str(gguf_writer_t *w, const char *key, const char *s)
 }
 
 /* Array of fixed-size elements: type, count, packed little-endian elements. */
-static void set_arr_fixed(gguf_writer_t *w, const char *key, uint32_t et, const void *v,
-                          uint64_t n)
+static void set_arr_fixed(gguf_writer_t *w, const char *key, uint32_t et, const void *v, uint64_t n)
 {
     struct buf *b = kv_slot(w, key, GGUF_T_ARRAY);
     buf_u32(b, et);

@@ -45,7 +45,8 @@ struct gguf_tensor {
     const char *name;
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS];
-    uint32_t type;   /* ggml type id (0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K, 30 BF16 ...) */
+    uint32_t type; /* ggml type id (0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K, 30 BF16
+                      ...) */
     uint64_t offset; /* relative to the data section */
     size_t size;     /* bytes */
     const void *data;
@@ -66,13 +67,13 @@ void gguf_close(gguf_t *g);
 uint32_t gguf_version(const gguf_t *g);
 uint32_t gguf_alignment(const gguf_t *g);
 size_t gguf_file_size(const gguf_t *g);
-const void *gguf_base(const gguf_t *g);          /* start of the mapping */
-size_t gguf_data_offset(const gguf_t *g);        /* byte offset of the data section */
+const void *gguf_base(const gguf_t *g);   /* start of the mapping */
+size_t gguf_data_offset(const gguf_t *g); /* byte offset of the data section */
 
 /* Key/value access. Keys are looked up by exact name. */
 int64_t gguf_n_kv(const gguf_t *g);
 int64_t gguf_find_key(const gguf_t *g, const char *key); /* index or -1 */
-const char *gguf_key_name(const gguf_t *g, int64_t i);    /* NUL-terminated copy */
+const char *gguf_key_name(const gguf_t *g, int64_t i);   /* NUL-terminated copy */
 enum gguf_vtype gguf_kv_type(const gguf_t *g, int64_t i);
 
 /* Typed scalar getters. Return 0, DD_ENOTFOUND when the key is absent, or DD_ETYPE when the
@@ -113,7 +114,8 @@ bool gguf_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes,
 
 typedef struct gguf_writer gguf_writer_t;
 
-gguf_writer_t *gguf_writer_create(uint32_t alignment); /* 0 → 32; writes general.alignment if != 32 */
+gguf_writer_t *
+gguf_writer_create(uint32_t alignment); /* 0 → 32; writes general.alignment if != 32 */
 void gguf_writer_set_u32(gguf_writer_t *w, const char *key, uint32_t v);
 void gguf_writer_set_i32(gguf_writer_t *w, const char *key, int32_t v);
 void gguf_writer_set_u64(gguf_writer_t *w, const char *key, uint64_t v);

@@ -101,8 +101,10 @@ static int read_arch(struct loader *L)
             return 0;
         }
     }
-    dd_errf(L->err, L->errlen, "%s: unsupported architecture '%.*s' (supported: qwen3, qwen35, "
-            "qwen35moe, qwen3next)", L->m->path, (int)(n > 64 ? 64 : n), s);
+    dd_errf(L->err, L->errlen,
+            "%s: unsupported architecture '%.*s' (supported: qwen3, qwen35, "
+            "qwen35moe, qwen3next)",
+            L->m->path, (int)(n > 64 ? 64 : n), s);
     return DD_EUNSUPPORTED;
 }
 
@@ -118,8 +120,9 @@ static int read_attn_hparams(struct loader *L, struct model_hparams *hp)
     rc = rc ? rc : hp_u32(L, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv);
     if (rc)
         return rc;
-    if ((rc = hp_check(L, hp->n_head > 0 && hp->n_embd > 0, "head_count and embedding_length "
-                                                             "must be > 0")))
+    if ((rc = hp_check(L, hp->n_head > 0 && hp->n_embd > 0,
+                       "head_count and embedding_length "
+                       "must be > 0")))
         return rc;
     rc = rc ? rc : hp_u32(L, "attention.key_length", false, hp->n_embd / hp->n_head, &klen);
     rc = rc ? rc : hp_u32(L, "attention.value_length", false, hp->n_embd / hp->n_head, &vlen);
@@ -133,13 +136,17 @@ static int read_attn_hparams(struct loader *L, struct model_hparams *hp)
     hp->n_layer = hp->n_layer_all - hp->n_nextn;
     rc = rc ? rc : hp_check(L, klen == vlen, "attention.key_length != value_length");
     rc = rc ? rc : hp_check(L, klen > 0 && klen <= 512, "head dim must be in 1..512");
-    rc = rc ? rc : hp_check(L, hp->n_head_kv > 0 && hp->n_head % hp->n_head_kv == 0,
-                            "head_count must be a multiple of head_count_kv");
-    rc = rc ? rc : hp_check(L, hp->n_rot > 0 && hp->n_rot % 2 == 0 && hp->n_rot <= klen,
-                            "rope.dimension_count must be even and <= head dim");
+    rc = rc ? rc
+            : hp_check(L, hp->n_head_kv > 0 && hp->n_head % hp->n_head_kv == 0,
+                       "head_count must be a multiple of head_count_kv");
+    rc = rc ? rc
+            : hp_check(L, hp->n_rot > 0 && hp->n_rot % 2 == 0 && hp->n_rot <= klen,
+                       "rope.dimension_count must be even and <= head dim");
     rc = rc ? rc : hp_check(L, hp->n_nextn <= 1, "nextn_predict_layers must be 0 or 1");
-    rc = rc ? rc : hp_check(L, hp->n_layer >= 1 && hp->n_layer <= 1024, "block_count out of "
-                                                                         "range");
+    rc = rc ? rc
+            : hp_check(L, hp->n_layer >= 1 && hp->n_layer <= 1024,
+                       "block_count out of "
+                       "range");
     rc = rc ? rc : hp_check(L, hp->eps > 0 && hp->eps < 1, "rms epsilon out of range");
     rc = rc ? rc : hp_check(L, hp->rope_base > 0, "rope.freq_base must be > 0");
     if (hp->attn_scale == 0.0f)
@@ -157,15 +164,18 @@ static int read_ffn_hparams(struct loader *L, struct model_hparams *hp)
     rc = rc ? rc : hp_u32(L, "expert_used_count", true, 0, &hp->n_expert_used);
     if (rc)
         return rc;
-    rc = hp_check(L, hp->n_expert > 0 && hp->n_expert <= 1024 && hp->n_expert_used > 0 &&
-                         hp->n_expert_used <= hp->n_expert && hp->n_expert_used <= 64,
+    rc = hp_check(L,
+                  hp->n_expert > 0 && hp->n_expert <= 1024 && hp->n_expert_used > 0 &&
+                      hp->n_expert_used <= hp->n_expert && hp->n_expert_used <= 64,
                   "expert_count / expert_used_count out of range");
-    rc = rc ? rc : hp_u32(L, "expert_feed_forward_length", false,
-                          hp->n_ff / (hp->n_expert_used ? hp->n_expert_used : 1), &hp->n_ff_exp);
-    rc = rc ? rc : hp_u32(L, "expert_shared_feed_forward_length", false, hp->n_ff,
-                          &hp->n_ff_shexp);
-    return rc ? rc : hp_check(L, hp->n_ff_exp > 0 && hp->n_ff_shexp > 0, "expert widths must "
-                                                                          "be > 0");
+    rc = rc ? rc
+            : hp_u32(L, "expert_feed_forward_length", false,
+                     hp->n_ff / (hp->n_expert_used ? hp->n_expert_used : 1), &hp->n_ff_exp);
+    rc = rc ? rc : hp_u32(L, "expert_shared_feed_forward_length", false, hp->n_ff, &hp->n_ff_shexp);
+    return rc ? rc
+              : hp_check(L, hp->n_ff_exp > 0 && hp->n_ff_shexp > 0,
+                         "expert widths must "
+                         "be > 0");
 }
 
 static int read_gdn_hparams(struct loader *L, struct model_hparams *hp)
@@ -180,14 +190,21 @@ static int read_gdn_hparams(struct loader *L, struct model_hparams *hp)
     if (rc)
         return rc;
     rc = hp_check(L, hp->fa_interval >= 1, "full_attention_interval must be >= 1");
-    rc = rc ? rc : hp_check(L, hp->conv_k >= 2 && hp->conv_k <= 16, "ssm.conv_kernel out of "
-                                                                     "range 2..16");
-    rc = rc ? rc : hp_check(L, hp->ssm_s >= 1 && hp->ssm_s <= 256, "ssm.state_size out of range "
-                                                                    "1..256");
-    rc = rc ? rc : hp_check(L, hp->ssm_hk > 0 && hp->ssm_hv > 0 && hp->ssm_hv % hp->ssm_hk == 0,
-                            "ssm.time_step_rank must be a multiple of ssm.group_count");
-    rc = rc ? rc : hp_check(L, inner == hp->ssm_hv * hp->ssm_s, "ssm.inner_size != time_step_rank"
-                                                                " * state_size");
+    rc = rc ? rc
+            : hp_check(L, hp->conv_k >= 2 && hp->conv_k <= 16,
+                       "ssm.conv_kernel out of "
+                       "range 2..16");
+    rc = rc ? rc
+            : hp_check(L, hp->ssm_s >= 1 && hp->ssm_s <= 256,
+                       "ssm.state_size out of range "
+                       "1..256");
+    rc = rc ? rc
+            : hp_check(L, hp->ssm_hk > 0 && hp->ssm_hv > 0 && hp->ssm_hv % hp->ssm_hk == 0,
+                       "ssm.time_step_rank must be a multiple of ssm.group_count");
+    rc = rc ? rc
+            : hp_check(L, inner == hp->ssm_hv * hp->ssm_s,
+                       "ssm.inner_size != time_step_rank"
+                       " * state_size");
     hp->conv_ch = 2 * hp->ssm_hk * hp->ssm_s + hp->ssm_hv * hp->ssm_s;
     hp->kmap_mod = hp->arch != ARCH_QWEN3NEXT;
     hp->attn_gated = true;
@@ -216,10 +233,11 @@ static int bind(struct loader *L, struct model_w *w, const char *name, int req, 
     /* [E] norms are sometimes written as [E, 1]: only the element counts must agree */
     for (int d = 0; d < 4; d++) {
         if (t->ne[d] != want[d]) {
-            dd_errf(L->err, L->errlen, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected "
-                    "[%lld, %lld, %lld]", L->m->path, name, (long long)t->ne[0],
-                    (long long)t->ne[1], (long long)t->ne[2], (long long)want[0],
-                    (long long)want[1], (long long)want[2]);
+            dd_errf(L->err, L->errlen,
+                    "%s: tensor '%s' has shape [%lld, %lld, %lld], expected "
+                    "[%lld, %lld, %lld]",
+                    L->m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                    (long long)want[0], (long long)want[1], (long long)want[2]);
             return DD_EFORMAT;
         }
     }
@@ -227,10 +245,13 @@ static int bind(struct loader *L, struct model_w *w, const char *name, int req, 
     if (type_ok && ne0 % kq_block_elems((enum kq_type)t->type) != 0)
         type_ok = false;
     if (!type_ok) {
-        dd_errf(L->err, L->errlen, "%s: tensor '%s' has type %s, which is not supported here "
-                "(%s)", L->m->path, name, kq_type_name(t->type),
-                types == T_F32 ? "must be f32" : "supported: f32 f16 bf16 q8_0 q4_0 q4_k q5_k "
-                                                  "q6_k with whole blocks per row");
+        dd_errf(L->err, L->errlen,
+                "%s: tensor '%s' has type %s, which is not supported here "
+                "(%s)",
+                L->m->path, name, kq_type_name(t->type),
+                types == T_F32 ? "must be f32"
+                               : "supported: f32 f16 bf16 q8_0 q4_0 q4_k q5_k "
+                                 "q6_k with whole blocks per row");
         return DD_EUNSUPPORTED;
     }
     w->data = t->data;
@@ -334,8 +355,8 @@ static int bind_layer(struct loader *L, int64_t il)
     rc = bind_blk(L, il, &l->eh_proj, "nextn.eh_proj", REQ, T_ANY, 2 * E, E, 0);
     rc = rc ? rc : bind_blk(L, il, &l->enorm, "nextn.enorm", REQ, T_F32, E, 0, 0);
     rc = rc ? rc : bind_blk(L, il, &l->hnorm, "nextn.hnorm", REQ, T_F32, E, 0, 0);
-    rc = rc ? rc : bind_blk(L, il, &l->shared_head_norm, "nextn.shared_head_norm", OPT, T_F32, E,
-                            0, 0);
+    rc = rc ? rc
+            : bind_blk(L, il, &l->shared_head_norm, "nextn.shared_head_norm", OPT, T_F32, E, 0, 0);
     return rc;
 }
 
@@ -364,9 +385,10 @@ static int bind_all(struct loader *L)
     if (rc)
         return rc;
     if (L->n_bound != gguf_n_tensors(L->g)) {
-        dd_errf(L->err, L->errlen, "%s: wrong number of tensors: the file has %lld, the %s "
-                "architecture uses %lld", m->path, (long long)gguf_n_tensors(L->g), L->arch,
-                (long long)L->n_bound);
+        dd_errf(L->err, L->errlen,
+                "%s: wrong number of tensors: the file has %lld, the %s "
+                "architecture uses %lld",
+                m->path, (long long)gguf_n_tensors(L->g), L->arch, (long long)L->n_bound);
         return DD_EFORMAT;
     }
     return 0;
@@ -442,10 +464,12 @@ void model_print(const struct model *m, void *file)
 {
     FILE *f = file;
     const struct model_hparams *hp = &m->hp;
-    fprintf(f, "model: %s\n  arch %s, E %lld, layers %lld (%lld GDN + %lld attention) + %lld MTP,"
-            " vocab %lld\n", m->path, model_arch_name(hp->arch), (long long)hp->n_embd,
-            (long long)hp->n_layer, (long long)model_n_gdn_layers(m),
-            (long long)model_n_attn_layers(m), (long long)hp->n_nextn, (long long)hp->n_vocab);
+    fprintf(f,
+            "model: %s\n  arch %s, E %lld, layers %lld (%lld GDN + %lld attention) + %lld MTP,"
+            " vocab %lld\n",
+            m->path, model_arch_name(hp->arch), (long long)hp->n_embd, (long long)hp->n_layer,
+            (long long)model_n_gdn_layers(m), (long long)model_n_attn_layers(m),
+            (long long)hp->n_nextn, (long long)hp->n_vocab);
     fprintf(f, "  attention: H %lld, Hkv %lld, D %lld, rot %lld, base %g%s\n",
             (long long)hp->n_head, (long long)hp->n_head_kv, (long long)hp->head_dim,
             (long long)hp->n_rot, hp->rope_base, hp->attn_gated ? ", output gate" : "");

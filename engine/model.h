@@ -82,8 +82,8 @@ struct model {
     tok_t *tok;
     struct model_w tok_embd, output_norm, output; /* output may alias tok_embd (tied) */
     int64_t vocab_lo, vocab_hi; /* rows of the LM head held here (a shard: a vocab slice) */
-    struct model_layer *layers;                    /* [n_layer_all] */
-    size_t weight_bytes;                           /* sum of bound tensor sizes */
+    struct model_layer *layers; /* [n_layer_all] */
+    size_t weight_bytes;        /* sum of bound tensor sizes */
     /* a tensor-parallel shard (shard.h): the buffers of its split tensors */
     bool is_shard;
     void **owned;

@@ -26,7 +26,7 @@ struct smp_params {
 
 struct smp {
     struct smp_params p;
-    uint64_t rng;      /* xorshift64* state, never 0 */
+    uint64_t rng; /* xorshift64* state, never 0 */
     int64_t n_vocab;
     struct smp_cand *cand; /* [n_vocab] candidates */
 };

@@ -115,9 +115,11 @@ static int cut_cols(struct builder *bd, struct model_w *w, const struct slice *s
         if (segs[i].lo == segs[i].hi)
             continue; /* an empty segment cuts nothing */
         if (segs[i].lo % B || segs[i].hi % B) {
-            dd_errf(err, errlen, "tensor parallelism: a slice of %lld..%lld columns cuts a %s "
-                    "block of %lld", (long long)segs[i].lo, (long long)segs[i].hi,
-                    kq_type_name(w->type), (long long)B);
+            dd_errf(err, errlen,
+                    "tensor parallelism: a slice of %lld..%lld columns cuts a %s "
+                    "block of %lld",
+                    (long long)segs[i].lo, (long long)segs[i].hi, kq_type_name(w->type),
+                    (long long)B);
             return DD_EUNSUPPORTED;
         }
         cols += segs[i].hi - segs[i].lo;
@@ -168,8 +170,7 @@ static int shard_attn(struct builder *bd, struct model_layer *l, const struct mo
                       int n, int rank, int rot, char *err, size_t errlen)
 {
     const int64_t D = hp->head_dim, grp = hp->n_head / hp->n_head_kv;
-    struct slice kv = split(hp->n_head_kv, gran(grp * D, kq_block_elems(l->wo.type)), n, rank,
-                            rot);
+    struct slice kv = split(hp->n_head_kv, gran(grp * D, kq_block_elems(l->wo.type)), n, rank, rot);
     const int64_t qs = hp->attn_gated ? 2 * D : D;
     struct slice q = {kv.lo * grp * qs, kv.hi * grp * qs}, k = {kv.lo * D, kv.hi * D};
     struct slice o = {kv.lo * grp * D, kv.hi * grp * D};
@@ -269,8 +270,9 @@ static int shard_ffn(struct builder *bd, struct model_layer *l, const struct mod
                          &l->n_ff, err, errlen);
     int rc = shard_mlp(bd, &l->gate_exps, &l->up_exps, &l->down_exps, hp->n_ff_exp, n, rank, rot,
                        &l->n_ff_exp, err, errlen);
-    return rc ? rc : shard_mlp(bd, &l->gate_shexp, &l->up_shexp, &l->down_shexp, hp->n_ff_shexp,
-                               n, rank, rot, &l->n_ff_shexp, err, errlen);
+    return rc ? rc
+              : shard_mlp(bd, &l->gate_shexp, &l->up_shexp, &l->down_shexp, hp->n_ff_shexp, n, rank,
+                          rot, &l->n_ff_shexp, err, errlen);
 }
 
 /* ============================================================================================
@@ -319,15 +321,15 @@ int shard_build(const struct model *m, int n_dev, int rank, struct model **out, 
 
 /* The layer tensors that go through the device's matmul (the others are F32 vectors). */
 static const size_t layer_mats[] = {
-    offsetof(struct model_layer, wq),        offsetof(struct model_layer, wk),
-    offsetof(struct model_layer, wv),        offsetof(struct model_layer, wo),
-    offsetof(struct model_layer, qkv),       offsetof(struct model_layer, gate),
-    offsetof(struct model_layer, beta),      offsetof(struct model_layer, alpha),
-    offsetof(struct model_layer, ba),        offsetof(struct model_layer, ssm_out),
-    offsetof(struct model_layer, ffn_gate),  offsetof(struct model_layer, ffn_up),
-    offsetof(struct model_layer, ffn_down),  offsetof(struct model_layer, gate_inp),
-    offsetof(struct model_layer, gate_exps), offsetof(struct model_layer, up_exps),
-    offsetof(struct model_layer, down_exps), offsetof(struct model_layer, gate_inp_shexp),
+    offsetof(struct model_layer, wq),         offsetof(struct model_layer, wk),
+    offsetof(struct model_layer, wv),         offsetof(struct model_layer, wo),
+    offsetof(struct model_layer, qkv),        offsetof(struct model_layer, gate),
+    offsetof(struct model_layer, beta),       offsetof(struct model_layer, alpha),
+    offsetof(struct model_layer, ba),         offsetof(struct model_layer, ssm_out),
+    offsetof(struct model_layer, ffn_gate),   offsetof(struct model_layer, ffn_up),
+    offsetof(struct model_layer, ffn_down),   offsetof(struct model_layer, gate_inp),
+    offsetof(struct model_layer, gate_exps),  offsetof(struct model_layer, up_exps),
+    offsetof(struct model_layer, down_exps),  offsetof(struct model_layer, gate_inp_shexp),
     offsetof(struct model_layer, gate_shexp), offsetof(struct model_layer, up_shexp),
     offsetof(struct model_layer, down_shexp), offsetof(struct model_layer, eh_proj),
 };
@@ -357,8 +359,8 @@ static void relayout(struct builder *bd, struct model_w *w, enum kq_type to)
     w->type = to;
 }
 
-size_t shard_relayout_bytes(const struct model *m,
-                            enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx, int *n)
+size_t shard_relayout_bytes(const struct model *m, enum kq_type (*want)(void *ctx, enum kq_type t),
+                            void *ctx, int *n)
 {
     size_t bytes = 0;
     *n = 0;
@@ -419,9 +421,9 @@ void shard_bytes(const struct model *s, size_t *owned, size_t *replicated)
     size_t rep = (size_t)s->tok_embd.nb2 + (size_t)s->hp.n_embd * 4; /* embedding + final norm */
     for (int64_t il = 0; il < s->hp.n_layer_all; il++) {
         const struct model_layer *l = &s->layers[il];
-        const struct model_w *w[] = {&l->attn_norm, &l->ffn_norm, &l->q_norm, &l->k_norm,
-                                     &l->ssm_norm, &l->gate_inp, &l->gate_inp_shexp, &l->eh_proj,
-                                     &l->enorm, &l->hnorm, &l->shared_head_norm};
+        const struct model_w *w[] = {&l->attn_norm, &l->ffn_norm, &l->q_norm,          &l->k_norm,
+                                     &l->ssm_norm,  &l->gate_inp, &l->gate_inp_shexp,  &l->eh_proj,
+                                     &l->enorm,     &l->hnorm,    &l->shared_head_norm};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
             rep += w[i]->data ? w[i]->nb2 * (size_t)w[i]->ne[2] : 0;
     }

@@ -45,8 +45,8 @@ void shard_free(struct model *shard);
 int shard_relayout(const struct model *m, struct model **shard,
                    enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx);
 /* What shard_relayout would rewrite in m: bytes, and *n tensors. */
-size_t shard_relayout_bytes(const struct model *m,
-                            enum kq_type (*want)(void *ctx, enum kq_type t), void *ctx, int *n);
+size_t shard_relayout_bytes(const struct model *m, enum kq_type (*want)(void *ctx, enum kq_type t),
+                            void *ctx, int *n);
 
 /* Bytes this shard owns (split tensors) and reads from the shared mapping (replicated). */
 void shard_bytes(const struct model *shard, size_t *owned, size_t *replicated);

@@ -18,11 +18,12 @@
 #include "topo.h" // defines: topo_t, topo_coreset, topo_plan, topo_gpu
 
 #include <errno.h>
-#include <hwloc.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <hwloc.h>
 
 #include "util.h" // defines: xmalloc, xcalloc, dd_errf, LOG_W, DD_* codes
 

@@ -20,8 +20,8 @@ static void *log_ud;
 const char *dd_strerror(int err)
 {
     switch (err) {
-#define DD_ERR_CASE(name, code, msg)                                                              \
-    case code:                                                                                    \
+#define DD_ERR_CASE(name, code, msg)                                                               \
+    case code:                                                                                     \
         return msg;
         DD_ERRNO_MAP(DD_ERR_CASE)
 #undef DD_ERR_CASE

@@ -14,16 +14,16 @@
 #include <stdint.h>
 
 /* ---- errors: one table, negative codes ---------------------------------------------------- */
-#define DD_ERRNO_MAP(X)                                                                           \
-    X(OK, 0, "success")                                                                          \
-    X(EINVAL, -1, "invalid argument")                                                            \
-    X(ENOMEM, -2, "out of memory")                                                               \
-    X(EIO, -3, "input/output error")                                                             \
-    X(EFORMAT, -4, "malformed file")                                                             \
-    X(ENOTFOUND, -5, "not found")                                                                \
-    X(ETYPE, -6, "wrong type")                                                                   \
-    X(EUNSUPPORTED, -7, "unsupported")                                                           \
-    X(ERANGE, -8, "out of range")                                                                \
+#define DD_ERRNO_MAP(X)                                                                            \
+    X(OK, 0, "success")                                                                            \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EIO, -3, "input/output error")                                                               \
+    X(EFORMAT, -4, "malformed file")                                                               \
+    X(ENOTFOUND, -5, "not found")                                                                  \
+    X(ETYPE, -6, "wrong type")                                                                     \
+    X(EUNSUPPORTED, -7, "unsupported")                                                             \
+    X(ERANGE, -8, "out of range")                                                                  \
     X(EFULL, -9, "capacity exceeded")
 
 enum dd_err {
@@ -91,10 +91,10 @@ void dd_log_set(dd_log_fn fn, void *ud);
 void dd_log(enum dd_log_level lvl, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define LOG_AT(lvl, ...)                                                                          \
-    do {                                                                                          \
-        if ((int)(lvl) <= dd_log_level)                                                           \
-            dd_log((lvl), __func__, __VA_ARGS__);                                                 \
+#define LOG_AT(lvl, ...)                                                                           \
+    do {                                                                                           \
+        if ((int)(lvl) <= dd_log_level)                                                            \
+            dd_log((lvl), __func__, __VA_ARGS__);                                                  \
     } while (0)
 #define LOG_E(...) LOG_AT(DD_LOG_ERROR, __VA_ARGS__)
 #define LOG_W(...) LOG_AT(DD_LOG_WARN, __VA_ARGS__)

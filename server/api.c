@@ -201,8 +201,7 @@ static int parse_sampling(const cJSON *o, struct api_req *r, struct api_error *e
 }
 
 /* logit_bias: {"<token id>": bias in [-100, 100]}, ids checked against the vocabulary. */
-static int parse_logit_bias(const cJSON *o, int64_t n_vocab, struct api_req *r,
-                            struct api_error *e)
+static int parse_logit_bias(const cJSON *o, int64_t n_vocab, struct api_req *r, struct api_error *e)
 {
     const cJSON *lb;
     if (api__get_obj(o, "logit_bias", &lb, e))
@@ -237,8 +236,7 @@ static int parse_logit_bias(const cJSON *o, int64_t n_vocab, struct api_req *r,
 /* One stop string: non-empty (an empty one would stop at once) and bounded in length. */
 static int add_stop(struct api_req *r, const cJSON *v, struct api_error *e)
 {
-    if (!cJSON_IsString(v) || !v->valuestring[0] ||
-        strlen(v->valuestring) > API_MAX_STOP_LEN) {
+    if (!cJSON_IsString(v) || !v->valuestring[0] || strlen(v->valuestring) > API_MAX_STOP_LEN) {
         api_error_set(e, E400, NULL, "stop",
                       "'stop' entries must be non-empty strings of at most %d bytes",
                       API_MAX_STOP_LEN);
@@ -327,7 +325,8 @@ static int parse_logprobs(const cJSON *o, struct api_req *r, struct api_error *e
 static int parse_spec(const cJSON *o, struct api_req *r, struct api_error *e)
 {
     static const char *const names[] = {"none", "ngram", "mtp", "ngram,mtp"};
-    static const unsigned masks[] = {0, ENG_SPEC_NGRAM, ENG_SPEC_MTP, ENG_SPEC_NGRAM | ENG_SPEC_MTP};
+    static const unsigned masks[] = {0, ENG_SPEC_NGRAM, ENG_SPEC_MTP,
+                                     ENG_SPEC_NGRAM | ENG_SPEC_MTP};
     const cJSON *v = api__field(o, "speculative");
     if (!v || cJSON_IsTrue(v))
         return 0;
@@ -358,10 +357,10 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
     r->cache_prompt = true;
     if (api__get_str(o, "model", &ignored, e) || api__get_str(o, "user", &ignored, e) ||
         get_int(o, "n", 1, n_max, &r->n, e) ||
-        api__get_bool(o, "cache_prompt", &r->cache_prompt, e) ||
-        parse_sampling(o, r, e) || parse_logit_bias(o, tok_n_vocab(ctx->model->tok), r, e) ||
-        parse_stop(o, r, e) || parse_max_tokens(o, ctx, r, e) || parse_stream(o, r, e) ||
-        parse_logprobs(o, r, e) || parse_spec(o, r, e))
+        api__get_bool(o, "cache_prompt", &r->cache_prompt, e) || parse_sampling(o, r, e) ||
+        parse_logit_bias(o, tok_n_vocab(ctx->model->tok), r, e) || parse_stop(o, r, e) ||
+        parse_max_tokens(o, ctx, r, e) || parse_stream(o, r, e) || parse_logprobs(o, r, e) ||
+        parse_spec(o, r, e))
         return -1;
     return 0;
 }
@@ -369,8 +368,7 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
 /* ---- prompts --------------------------------------------------------------------------- */
 
 /* Append the tokens of s[0..n) to p->ids (capacity: the caller reserved n + 1 more). */
-void api__encode_into(const tok_t *t, const char *s, size_t n, bool special,
-                        struct api_prompt *p)
+void api__encode_into(const tok_t *t, const char *s, size_t n, bool special, struct api_prompt *p)
 {
     if (n == 0)
         return;
@@ -491,8 +489,8 @@ static int parse_prompt(const cJSON *root, const tok_t *t, struct api_req *r, st
 }
 
 /* Completions: prompt, echo, suffix (only empty: no fill-in-the-middle), best_of (only 1). */
-static int parse_completion_fields(const cJSON *root, const struct api_ctx *ctx,
-                                   struct api_req *r, struct api_error *e)
+static int parse_completion_fields(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
+                                   struct api_error *e)
 {
     const char *suffix = NULL;
     int64_t best_of = 1;
@@ -583,7 +581,6 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
     out->spec_override = r->spec_override;
     out->spec_types = r->spec_types;
 }
-
 
 /* ---- /tokenize and /detokenize --------------------------------------------------------- */
 

@@ -24,9 +24,9 @@
 #include "eng.h"   // defines: struct eng_sampling, struct eng_req_params, ENG_MAX_STOP
 #include "model.h" // defines: struct model
 
-#define API_MAX_STOP_LEN 256   /* bytes per stop string */
+#define API_MAX_STOP_LEN 256 /* bytes per stop string */
 #define API_MAX_LOGIT_BIAS 1024
-#define API_MAX_PROMPTS 32     /* batched completions prompts */
+#define API_MAX_PROMPTS 32 /* batched completions prompts */
 #define API_MAX_COMPLETION_LOGPROBS 5
 
 /* reasoning_format: what happens to a <think> block in chat output (config key and request
@@ -39,13 +39,13 @@ enum api_reasoning {
 /* What validation needs to know about the server; borrowed. */
 struct api_ctx {
     const struct model *model;
-    int64_t n_ctx;              /* positions per slot */
-    int64_t n_slots;            /* upper bound of n */
-    int64_t max_tokens_default; /* 0 = until end-of-generation or the context is full */
-    int max_json_depth;         /* nesting limit checked before parsing */
-    const chat_tmpl_t *tmpl;    /* the model's chat template; NULL = built-in ChatML */
+    int64_t n_ctx;                /* positions per slot */
+    int64_t n_slots;              /* upper bound of n */
+    int64_t max_tokens_default;   /* 0 = until end-of-generation or the context is full */
+    int max_json_depth;           /* nesting limit checked before parsing */
+    const chat_tmpl_t *tmpl;      /* the model's chat template; NULL = built-in ChatML */
     enum api_reasoning reasoning; /* the server's reasoning_format */
-    bool allow_forced_output;   /* honour "debug_forced_output" (tests only) */
+    bool allow_forced_output;     /* honour "debug_forced_output" (tests only) */
 };
 
 struct api_error {
@@ -70,23 +70,23 @@ struct api_prompt {
 struct api_req {
     enum api_kind kind;
     bool stream, include_usage, logprobs, echo, cache_prompt;
-    bool spec_override;   /* "speculative" given: use spec_types instead of the server's */
-    unsigned spec_types;  /* ENG_SPEC_* mask */
-    int32_t top_logprobs; /* alternatives per position, 0 .. ENG_MAX_TOP_LOGPROBS */
-    int64_t n;            /* choices per prompt */
-    int64_t max_tokens;   /* requested cap, 0 = none; clamped per prompt by api_req_params */
-    struct eng_sampling s; /* s.logit_bias owned here; s.seed is the base seed of choice 0 */
+    bool spec_override;       /* "speculative" given: use spec_types instead of the server's */
+    unsigned spec_types;      /* ENG_SPEC_* mask */
+    int32_t top_logprobs;     /* alternatives per position, 0 .. ENG_MAX_TOP_LOGPROBS */
+    int64_t n;                /* choices per prompt */
+    int64_t max_tokens;       /* requested cap, 0 = none; clamped per prompt by api_req_params */
+    struct eng_sampling s;    /* s.logit_bias owned here; s.seed is the base seed of choice 0 */
     char *stop[ENG_MAX_STOP]; /* owned */
     int n_stop;
     struct api_prompt *prompts; /* [n_prompts] */
     int64_t n_prompts;
     int64_t n_ctx; /* copied from the ctx, for clamping */
     /* chat output parsing (see reply.h) */
-    bool reasoning;      /* split <think> blocks into reasoning_content */
-    bool think_open;     /* the rendered prompt left a <think> block open */
-    bool tool_calls;     /* parse tool calls (tools given, tool_choice not "none") */
-    int max_calls;       /* 0 = any, 1 = parallel_tool_calls false */
-    char *tools_json;    /* the request's tools array as JSON text, owned, or NULL */
+    bool reasoning;   /* split <think> blocks into reasoning_content */
+    bool think_open;  /* the rendered prompt left a <think> block open */
+    bool tool_calls;  /* parse tool calls (tools given, tool_choice not "none") */
+    int max_calls;    /* 0 = any, 1 = parallel_tool_calls false */
+    char *tools_json; /* the request's tools array as JSON text, owned, or NULL */
     /* test-only (debug_allow_forced_output): the exact assistant text to emit instead of the
      * model's, owned, or NULL */
     char *forced_output;

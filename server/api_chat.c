@@ -10,13 +10,12 @@
  *
  * Thread safety: no shared state; called on HTTP threads.
  */
-#include "api_impl.h" // defines: api__parse_chat
-
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h" // defines: chat_render, chat_check, struct chat_prompt
-#include "util.h" // defines: xcalloc, xstrdup
+#include "api_impl.h" // defines: api__parse_chat
+#include "chat.h"     // defines: chat_render, chat_check, struct chat_prompt
+#include "util.h"     // defines: xcalloc, xstrdup
 
 /* ---- prompt ---------------------------------------------------------------------------- */
 
@@ -36,7 +35,6 @@ static void encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api
     }
     api__encode_into(t, cp->text + at, cp->len - at, true, p);
 }
-
 
 /* The text of chat_render without its spans (the buffer changes hands). */
 int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
@@ -78,8 +76,8 @@ static int check_response_format(const cJSON *root, struct api_error *e)
 }
 
 /* reasoning_format (llama.cpp's field): none, or separate (also spelt deepseek or auto). */
-static int parse_reasoning_format(const cJSON *root, const struct api_ctx *ctx,
-                                  struct api_req *r, struct api_error *e)
+static int parse_reasoning_format(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
+                                  struct api_error *e)
 {
     const char *f = NULL;
     if (api__get_str(root, "reasoning_format", &f, e))
@@ -145,8 +143,8 @@ static cJSON *template_kwargs(const cJSON *kwargs, const char *effort)
 
 /* Render (the template sees the validated tree; nothing of it survives this function) and
  * tokenize. A template error is the client's: a 400 with the template's message. */
-static int render(const cJSON *msgs, const cJSON *tools, const cJSON *kw,
-                  const struct api_ctx *ctx, struct api_req *r, struct api_error *e)
+static int render(const cJSON *msgs, const cJSON *tools, const cJSON *kw, const struct api_ctx *ctx,
+                  struct api_req *r, struct api_error *e)
 {
     struct chat_prompt cp;
     char err[512];
@@ -172,8 +170,7 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
         api_error_set(e, E400, NULL, ce.param, "%s", ce.message);
         return -1;
     }
-    if (check_response_format(root, e) ||
-        api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
+    if (check_response_format(root, e) || api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
         api__get_str(root, "reasoning_effort", &effort, e) ||
         parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, r, e) ||
         parse_forced(root, ctx, r, e))

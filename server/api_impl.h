@@ -26,8 +26,7 @@ int api__get_str(const cJSON *o, const char *key, const char **out, struct api_e
 int api__get_obj(const cJSON *o, const char *key, const cJSON **out, struct api_error *e);
 
 /* Append the tokens of s[0..n) to p->ids (the caller reserved n + 1 more). */
-void api__encode_into(const tok_t *t, const char *s, size_t n, bool special,
-                      struct api_prompt *p);
+void api__encode_into(const tok_t *t, const char *s, size_t n, bool special, struct api_prompt *p);
 /* The model's BOS when its tokenizer asks for one (Qwen's does not). */
 void api__add_bos(const tok_t *t, struct api_prompt *p);
 

@@ -110,8 +110,8 @@ const struct cfg_row cfg__rows[] = {
      "Jinja chat template to use instead of the model's (\"\" = the GGUF's, else ChatML)"},
     {"reasoning_format", CFG_ENUM, "separate", 0, 0, R, OFF(reasoning_format), "separate|none",
      "separate: <think> blocks go to reasoning_content; none: left in the content"},
-    {"debug_allow_forced_output", CFG_BOOL, "false", 0, 0, R, OFF(debug_allow_forced_output),
-     NULL, "TESTS ONLY: honour the request field debug_forced_output (fixed assistant text)"},
+    {"debug_allow_forced_output", CFG_BOOL, "false", 0, 0, R, OFF(debug_allow_forced_output), NULL,
+     "TESTS ONLY: honour the request field debug_forced_output (fixed assistant text)"},
     /* ---- endpoints and logging ---- */
     {"metrics", CFG_BOOL, "true", 0, 0, R, OFF(metrics), NULL, "serve Prometheus /metrics"},
     {"slots_endpoint", CFG_BOOL, "true", 0, 0, R, OFF(slots_endpoint), NULL,
@@ -157,8 +157,9 @@ int cfg__parse_i64(const char *s, int64_t *out)
         return -1;
     long long mul = 1; /* K/M/G are powers of 1024, as in max_body = 8M */
     if (*end && strchr("kKmMgG", *end)) {
-        mul = tolower((unsigned char)*end) == 'k' ? 1LL << 10
-              : tolower((unsigned char)*end) == 'm' ? 1LL << 20 : 1LL << 30;
+        mul = tolower((unsigned char)*end) == 'k'   ? 1LL << 10
+              : tolower((unsigned char)*end) == 'm' ? 1LL << 20
+                                                    : 1LL << 30;
         end++;
     }
     if (*end || v > INT64_MAX / mul || v < -(INT64_MAX / mul))
@@ -171,7 +172,7 @@ int cfg__parse_i64(const char *s, int64_t *out)
 static int parse_bool(const char *s, bool *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no",
-                                                                               "off", "0"};
+                                                                                "off", "0"};
     for (int i = 0; i < 4; i++) {
         if (strcasecmp(s, yes[i]) == 0 || strcasecmp(s, no[i]) == 0) {
             *out = strcasecmp(s, yes[i]) == 0;
@@ -228,8 +229,7 @@ static int set_string(struct cfg *c, const struct cfg_row *r, const char *val, c
 
 /* Parse and range-check val into the field of row r. Returns 0, or -1 with msg written. The
  * message quotes the value unless the row is secret. */
-static int set_value(struct cfg *c, const struct cfg_row *r, const char *val, char *msg,
-                     size_t cap)
+static int set_value(struct cfg *c, const struct cfg_row *r, const char *val, char *msg, size_t cap)
 {
     void *dst = (char *)c + r->off;
     const char *shown = (r->flags & CFG_SECRET) ? "(hidden)" : val;
@@ -340,11 +340,15 @@ static int fail_unknown(const char *where, const char *key, char *err, size_t er
             best = i, best_d = d;
     }
     if (best >= 0)
-        dd_errf(err, errlen, "%s: key '%s': unknown key\nHINT: did you mean '%s'? "
-                "(`deltad serve --help` lists every key)", where, key, cfg__rows[best].name);
+        dd_errf(err, errlen,
+                "%s: key '%s': unknown key\nHINT: did you mean '%s'? "
+                "(`deltad serve --help` lists every key)",
+                where, key, cfg__rows[best].name);
     else
-        dd_errf(err, errlen, "%s: key '%s': unknown key\nHINT: `deltad serve --help` lists "
-                "every key", where, key);
+        dd_errf(err, errlen,
+                "%s: key '%s': unknown key\nHINT: `deltad serve --help` lists "
+                "every key",
+                where, key);
     return DD_EINVAL;
 }
 
@@ -465,8 +469,10 @@ static int parse_line(struct cfg *c, const char *path, int ln, char *s, char *er
     size_t klen = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
     const char *eq = s + klen + strspn(s + klen, " \t");
     if (klen == 0 || klen >= sizeof key || *eq != '=') {
-        dd_errf(err, errlen, "%s: expected 'key = value', got '%.40s'\nHINT: each line is "
-                "'key = value'; '#' starts a comment; quote values that contain '#'", where, s);
+        dd_errf(err, errlen,
+                "%s: expected 'key = value', got '%.40s'\nHINT: each line is "
+                "'key = value'; '#' starts a comment; quote values that contain '#'",
+                where, s);
         return DD_EINVAL;
     }
     memcpy(key, s, klen);
@@ -479,8 +485,10 @@ static int parse_line(struct cfg *c, const char *path, int ln, char *s, char *er
     }
     int i = cfg__row_find(key);
     if (i >= 0 && c->line[i]) {
-        dd_errf(err, errlen, "%s: key '%s': set twice (first on line %d)\nHINT: keep one of the "
-                "two lines", where, key, c->line[i]);
+        dd_errf(err, errlen,
+                "%s: key '%s': set twice (first on line %d)\nHINT: keep one of the "
+                "two lines",
+                where, key, c->line[i]);
         return DD_EINVAL;
     }
     int rc = cfg_set(c, key, val, CFG_SRC_FILE, where, err, errlen);
@@ -494,9 +502,10 @@ int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        dd_errf(err, errlen, "%s: cannot open the config file: %s\nHINT: pass an existing file "
-                "to --config (config/deltad.conf.example documents every key)", path,
-                strerror(errno));
+        dd_errf(err, errlen,
+                "%s: cannot open the config file: %s\nHINT: pass an existing file "
+                "to --config (config/deltad.conf.example documents every key)",
+                path, strerror(errno));
         return DD_EIO;
     }
     free(c->config_path);
@@ -506,8 +515,10 @@ int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
     while (rc == 0 && fgets(line, sizeof line, f)) {
         ln++;
         if (!strchr(line, '\n') && !feof(f)) {
-            dd_errf(err, errlen, "%s:%d: line longer than %zu bytes\nHINT: values are short; "
-                    "is this a config file?", path, ln, sizeof line - 2);
+            dd_errf(err, errlen,
+                    "%s:%d: line longer than %zu bytes\nHINT: values are short; "
+                    "is this a config file?",
+                    path, ln, sizeof line - 2);
             rc = DD_EINVAL;
             break;
         }
@@ -561,8 +572,10 @@ static int load_arg(struct cfg *c, int n, char **args, int *i, char *err, size_t
     size_t klen = strncmp(a, "--", 2) == 0 ? (eq ? (size_t)(eq - a) : strlen(a)) - 2 : 0;
     char key[64], where[96];
     if (klen == 0 || klen >= sizeof key) {
-        dd_errf(err, errlen, "command line: unexpected argument '%.60s'\nHINT: options are "
-                "--key value or --key=value; `deltad serve --help` lists the keys", a);
+        dd_errf(err, errlen,
+                "command line: unexpected argument '%.60s'\nHINT: options are "
+                "--key value or --key=value; `deltad serve --help` lists the keys",
+                a);
         return DD_EINVAL;
     }
     snprintf(key, sizeof key, "%.*s", (int)klen, a + 2);
@@ -579,8 +592,8 @@ static int load_arg(struct cfg *c, int n, char **args, int *i, char *err, size_t
     if (!val && cfg__rows[r].type == CFG_BOOL && next_is_key)
         val = "true";
     if (!val && *i + 1 >= n) {
-        dd_errf(err, errlen, "%s: key '%s': needs a value\nHINT: --%s VALUE or --%s=VALUE",
-                where, cfg__rows[r].name, key, key);
+        dd_errf(err, errlen, "%s: key '%s': needs a value\nHINT: --%s VALUE or --%s=VALUE", where,
+                cfg__rows[r].name, key, key);
         return DD_EINVAL;
     }
     if (!val)

@@ -92,10 +92,10 @@ struct cfg {
     int n_cpu_devices; /* N of devices = cpu:N */
 
     /* ---- bookkeeping ---- */
-    char *config_path;                /* --config FILE, or NULL */
-    unsigned char src[CFG_MAX_KEYS];  /* enum cfg_src per table row */
-    int line[CFG_MAX_KEYS];           /* config-file line per row (0 = not in the file) */
-    char warnings[1024];              /* non-fatal notes for the start-up log, '\n'-separated */
+    char *config_path;               /* --config FILE, or NULL */
+    unsigned char src[CFG_MAX_KEYS]; /* enum cfg_src per table row */
+    int line[CFG_MAX_KEYS];          /* config-file line per row (0 = not in the file) */
+    char warnings[1024];             /* non-fatal notes for the start-up log, '\n'-separated */
 };
 
 /* Fill c with the built-in defaults. Release with cfg_free. */

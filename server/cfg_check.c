@@ -110,8 +110,7 @@ static int check_devices(struct cfg *c, char *err, size_t errlen)
                           "CUDA devices are not supported by this build, got '%s'", c->devices);
     bool cpu_n = strncmp(c->devices, "cpu:", 4) == 0 && cfg__parse_i64(c->devices + 4, &n) == 0;
     if (!cpu_n || n < 1 || n > 64)
-        return fail_check(c, "devices", hint, err, errlen, "expected cpu:N, got '%s'",
-                          c->devices);
+        return fail_check(c, "devices", hint, err, errlen, "expected cpu:N, got '%s'", c->devices);
     c->n_cpu_devices = (int)n;
     return 0;
 }
@@ -129,8 +128,8 @@ static int check_auth(struct cfg *c, char *err, size_t errlen)
         bool open_to_all = false;
         const char *msg = read_key_file(c->api_key_file, &key, &open_to_all);
         if (msg)
-            return fail_check(c, "api_key_file", "the file's first line is the key", err,
-                              errlen, "%s: %s", c->api_key_file, msg);
+            return fail_check(c, "api_key_file", "the file's first line is the key", err, errlen,
+                              "%s: %s", c->api_key_file, msg);
         if (open_to_all)
             cfg__add_warning(c, "api_key_file %s is readable by every user; chmod 600 it",
                              c->api_key_file);
@@ -146,8 +145,10 @@ static int check_auth(struct cfg *c, char *err, size_t errlen)
     bool loopback = strncmp(c->host, "127.", 4) == 0 || strcmp(c->host, "::1") == 0 ||
                     strcmp(c->host, "localhost") == 0;
     if (!*c->api_key && !loopback)
-        cfg__add_warning(c, "listening on %s without an api_key: whoever reaches the port can "
-                         "use the model", c->host);
+        cfg__add_warning(c,
+                         "listening on %s without an api_key: whoever reaches the port can "
+                         "use the model",
+                         c->host);
     return 0;
 }
 
@@ -180,22 +181,24 @@ int cfg_check(struct cfg *c, char *err, size_t errlen)
         return fail_check(c, "model", "model = /path/to/model.gguf", err, errlen,
                           "'%s' names a directory, not a GGUF file", c->model);
     if (c->queue_full_status != 429 && c->queue_full_status != 503)
-        return fail_check(c, "queue_full_status", "use 429 (Too Many Requests) or 503", err,
-                          errlen, "expected 429 or 503, got %lld",
-                          (long long)c->queue_full_status);
+        return fail_check(c, "queue_full_status", "use 429 (Too Many Requests) or 503", err, errlen,
+                          "expected 429 or 503, got %lld", (long long)c->queue_full_status);
     if (c->max_batch_tokens < c->slots)
-        return fail_check(c, "max_batch_tokens", "each slot needs a token per step: raise "
-                          "max_batch_tokens or lower slots", err, errlen,
-                          "%lld is less than slots (%lld)", (long long)c->max_batch_tokens,
-                          (long long)c->slots);
+        return fail_check(c, "max_batch_tokens",
+                          "each slot needs a token per step: raise "
+                          "max_batch_tokens or lower slots",
+                          err, errlen, "%lld is less than slots (%lld)",
+                          (long long)c->max_batch_tokens, (long long)c->slots);
     if (c->max_tokens_default > c->ctx)
-        return fail_check(c, "max_tokens_default", "it must fit the context: lower it or raise "
-                          "ctx", err, errlen, "%lld exceeds ctx (%lld)",
-                          (long long)c->max_tokens_default, (long long)c->ctx);
+        return fail_check(c, "max_tokens_default",
+                          "it must fit the context: lower it or raise "
+                          "ctx",
+                          err, errlen, "%lld exceeds ctx (%lld)", (long long)c->max_tokens_default,
+                          (long long)c->ctx);
     if (*c->cors_origin && strcmp(c->cors_origin, "*") != 0 &&
         strncmp(c->cors_origin, "http://", 7) != 0 && strncmp(c->cors_origin, "https://", 8) != 0)
-        return fail_check(c, "cors_origin", "one origin such as https://app.example.com, or *",
-                          err, errlen, "expected \"*\" or an http(s):// origin, got '%s'",
+        return fail_check(c, "cors_origin", "one origin such as https://app.example.com, or *", err,
+                          errlen, "expected \"*\" or an http(s):// origin, got '%s'",
                           c->cors_origin);
     if (c->spec_ngram_min > c->spec_ngram_n)
         return fail_check(c, "spec_ngram_min", "it must not exceed spec_ngram_n", err, errlen,
@@ -203,7 +206,8 @@ int cfg_check(struct cfg *c, char *err, size_t errlen)
                           (long long)c->spec_ngram_n);
     if (c->spec_type != CFG_SPEC_NONE && c->max_batch_tokens < c->slots * (1 + c->spec_draft_max))
         LOG_W("max_batch_tokens %lld < slots x (1 + spec_draft_max): some steps will verify "
-              "fewer drafts", (long long)c->max_batch_tokens);
+              "fewer drafts",
+              (long long)c->max_batch_tokens);
     int rc = check_devices(c, err, errlen);
     if (rc == 0)
         rc = check_auth(c, err, errlen);

@@ -13,14 +13,13 @@
  *
  * Sections: output buffer, message pieces, turns (rendering), validation.
  */
-#include "chat_impl.h" // defines: chat__put, chat_render, struct chat_prompt
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h" // defines: xrealloc, dd_errf, DD_EINVAL
+#include "chat_impl.h" // defines: chat__put, chat_render, struct chat_prompt
+#include "util.h"      // defines: xrealloc, dd_errf, DD_EINVAL
 
 /* ---- output buffer --------------------------------------------------------------------- */
 
@@ -236,8 +235,8 @@ static int render_precheck(const cJSON *messages, char *err, size_t errlen)
 /* Layout: [system turn with the tools block] turns... [open assistant turn]. With tools and
  * no leading system message, a system turn carrying only the tools block comes first. */
 int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
-                const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out,
-                char *err, size_t errlen)
+                const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out, char *err,
+                size_t errlen)
 {
     memset(out, 0, sizeof *out);
     int rc = render_precheck(messages, err, errlen);
@@ -359,8 +358,9 @@ static int check_tool_calls(const cJSON *msg, int i, struct chat_error *e)
     char param[64];
     snprintf(param, sizeof param, "messages[%d].tool_calls", i);
     return ok ? 0
-              : fail(e, param, "'%s' must be an array of {\"function\": {\"name\": string, "
-                               "\"arguments\": string}}",
+              : fail(e, param,
+                     "'%s' must be an array of {\"function\": {\"name\": string, "
+                     "\"arguments\": string}}",
                      param);
 }
 
@@ -470,8 +470,7 @@ static int check_tool_choice(const cJSON *root, const cJSON *tools, struct chat_
                 "'tool_choice' must be none, auto, required or a function named in 'tools'");
 }
 
-int chat_check(const cJSON *root, const cJSON **messages, const cJSON **tools,
-               struct chat_error *e)
+int chat_check(const cJSON *root, const cJSON **messages, const cJSON **tools, struct chat_error *e)
 {
     if (check_messages(root, messages, e) || check_tools(root, tools, e))
         return -1;

@@ -84,8 +84,8 @@ int chat_check(const cJSON *root, const cJSON **messages, const cJSON **tools,
  * raise_exception, "line:col: ..." for other template errors.
  */
 int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
-                const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out,
-                char *err, size_t errlen);
+                const cJSON *kwargs, bool add_generation_prompt, struct chat_prompt *out, char *err,
+                size_t errlen);
 void chat_prompt_free(struct chat_prompt *p);
 
 /* The text of a message content: a string, or the concatenated "text" of an array of parts.

@@ -23,12 +23,11 @@
  *
  * Sections: creation, escaping, context, rendering.
  */
-#include "chat_impl.h" // defines: chat__render_jinja, chat_tmpl_create
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_impl.h" // defines: chat__render_jinja, chat_tmpl_create
 #include "jinja.h"     // defines: jinja_compile, jinja_render, jinja_value_*
 #include "tokenizer.h" // defines: tok_token_type, tok_piece
 #include "util.h"      // defines: xcalloc, dd_errf, DD_EINVAL
@@ -36,13 +35,13 @@
 #define SENTINEL_MAX 4096 /* table entries: U+10F000 .. U+10FFFF */
 
 struct chat_tmpl {
-    jinja_tmpl *jt;     /* NULL: the built-in ChatML */
-    char *bos, *eos;    /* token texts, or NULL (None in the template) */
-    char **ctl;         /* [n_ctl] control-token texts, escaped in user strings */
-    size_t *ctl_len;    /* [n_ctl] */
+    jinja_tmpl *jt;  /* NULL: the built-in ChatML */
+    char *bos, *eos; /* token texts, or NULL (None in the template) */
+    char **ctl;      /* [n_ctl] control-token texts, escaped in user strings */
+    size_t *ctl_len; /* [n_ctl] */
     int n_ctl;
-    bool first[256];    /* bytes that start some control-token text */
-    char source[600];   /* where the template came from, for the log */
+    bool first[256];  /* bytes that start some control-token text */
+    char source[600]; /* where the template came from, for the log */
 };
 
 /* ---- creation -------------------------------------------------------------------------- */
@@ -267,9 +266,9 @@ static void restore(const struct esc *e, const char *s, size_t n, struct chat_pr
 {
     size_t run = 0;
     for (size_t i = 0; i < n;) {
-        int k = is_sentinel(s + i, n - i) ? (((unsigned char)s[i + 2] & 63) << 6) |
-                                                ((unsigned char)s[i + 3] & 63)
-                                          : -1;
+        int k = is_sentinel(s + i, n - i)
+                    ? (((unsigned char)s[i + 2] & 63) << 6) | ((unsigned char)s[i + 3] & 63)
+                    : -1;
         if (k < 0 || k >= e->t->n_ctl + e->n_lit) {
             i++;
             continue;

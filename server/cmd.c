@@ -52,7 +52,7 @@ static const struct opt opts[] = {
     {"-c", "--ctx", OPT_INT, OFF(ctx), 1, 1 << 24, G | L | I, "context size"},
     {"-r", "--reps", OPT_INT, OFF(reps), 1, 1000, B, "repetitions, median reported (5)"},
     {"-d", "--depth", OPT_INT, OFF(depth), 0, 1 << 20, B, "context depth before decode (0)"},
-    {NULL, "--spec", OPT_STR, OFF(spec), 0, 0, B, 
+    {NULL, "--spec", OPT_STR, OFF(spec), 0, 0, B,
      "compare decode with speculation: ngram|mtp|ngram,mtp|all"},
     {NULL, "--text", OPT_STR, OFF(text), 0, 0, B, "prompt text for --spec (special tokens parsed)"},
     {NULL, "--draft-max", OPT_INT, OFF(draft_max), 1, 16, B, "draft length for --spec (3)"},
@@ -130,8 +130,15 @@ static int set_opt(const struct opt *op, const char *val, struct cmd_opts *o)
 
 int cmd_parse(int argc, char **argv, int first, int which, struct cmd_opts *o)
 {
-    *o = (struct cmd_opts){.n_predict = 64, .top_p = 1.0, .batch = 512, .n_prompt = 512,
-                           .n_gen = 64, .reps = 5, .seed = 42, .draft_max = 3, .p_min = 0.05};
+    *o = (struct cmd_opts){.n_predict = 64,
+                           .top_p = 1.0,
+                           .batch = 512,
+                           .n_prompt = 512,
+                           .n_gen = 64,
+                           .reps = 5,
+                           .seed = 42,
+                           .draft_max = 3,
+                           .p_min = 0.05};
     for (int i = first; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cmd_usage(argv[0], which);
@@ -189,8 +196,10 @@ int cmd_engine_open(struct cmd_engine *e, const struct cmd_opts *o)
     if (apply_isa(o->isa))
         return 2;
     if (model_load(o->model, &e->model, err, sizeof err)) {
-        fprintf(stderr, "error: %s\nHINT: is it a GGUF of a supported arch (qwen3, qwen35, "
-                "qwen35moe, qwen3next)?\n", err);
+        fprintf(stderr,
+                "error: %s\nHINT: is it a GGUF of a supported arch (qwen3, qwen35, "
+                "qwen35moe, qwen3next)?\n",
+                err);
         return 1;
     }
     e->n_dev = (int)(o->tp ? o->tp : 1);
@@ -287,8 +296,8 @@ int cmd_feed(struct cmd_engine *e, const int32_t *tok, int64_t n, int64_t pos0, 
             pos[j] = pos0 + i + j;
         if (!logits_out)
             want[m - 1] = (i + m == n); /* only the very last row */
-        struct fwd_batch b = {.n_tokens = m, .token = tok + i, .pos = pos, .seq = seq,
-                              .logits = want};
+        struct fwd_batch b = {
+            .n_tokens = m, .token = tok + i, .pos = pos, .seq = seq, .logits = want};
         if (fwd_decode(e->fwd, &b, err, sizeof err)) {
             fprintf(stderr, "error: forward: %s\n", err);
             rc = 1;

@@ -38,9 +38,9 @@ struct cmd_opts {
     bool mtp;
     bool no_bind;
     int64_t n_prompt, n_gen, reps, depth; /* bench */
-    const char *isa;                       /* force scalar | avx2 | avx512 */
-    const char *spec;                      /* bench: speculation types to compare */
-    const char *text;                      /* bench --spec: prompt text */
+    const char *isa;                      /* force scalar | avx2 | avx512 */
+    const char *spec;                     /* bench: speculation types to compare */
+    const char *text;                     /* bench --spec: prompt text */
     int64_t draft_max;
     const char *rollback; /* bench --spec: snapshot | recompute | both (NULL = snapshot) */
     double p_min;         /* bench --spec: MTP draft confidence floor */

@@ -147,10 +147,10 @@ static struct tok_cost per_token_cost(const struct model *m)
     double frac = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0;
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *l = &m->layers[il];
-        const struct model_w *dense[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->qkv, &l->gate,
-                                         &l->beta, &l->alpha, &l->ba, &l->ssm_out, &l->ffn_gate,
-                                         &l->ffn_up, &l->ffn_down, &l->gate_inp, &l->gate_shexp,
-                                         &l->up_shexp, &l->down_shexp};
+        const struct model_w *dense[] = {
+            &l->wq,       &l->wk,       &l->wv,         &l->wo,       &l->qkv,       &l->gate,
+            &l->beta,     &l->alpha,    &l->ba,         &l->ssm_out,  &l->ffn_gate,  &l->ffn_up,
+            &l->ffn_down, &l->gate_inp, &l->gate_shexp, &l->up_shexp, &l->down_shexp};
         const struct model_w *experts[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
             c.trunk_bytes += mat_bytes(dense[i]);
@@ -206,9 +206,9 @@ static double cpu_now(void)
 /* What the repetitions measured, one entry per repetition (_c: by CPU time). */
 struct bench_runs {
     int threads;
-    double *pp, *pp_c;     /* prefill tok/s */
-    double *tg, *tg_c;     /* decode tok/s */
-    double *bw;            /* triad GB/s measured just before the decode repetition */
+    double *pp, *pp_c; /* prefill tok/s */
+    double *tg, *tg_c; /* decode tok/s */
+    double *bw;        /* triad GB/s measured just before the decode repetition */
     /* allreduces inside the timed parts, summed over the repetitions: [0] seconds, [1] of
      * those waiting for the other devices, [2] calls; and the timed seconds themselves */
     double ar_pp[3], ar_tg[3];
@@ -315,8 +315,8 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
                "(%.1f us of it waiting for the other devices to arrive)\n",
                b->ar_tg[2] / n_tg, ar_tg_us, 100.0 * b->ar_tg[0] / b->tg_s, ar_tg_wait);
         printf("allreduce    prefill: %.0f calls per prompt, %.1f us per prompt token = %.1f%% of "
-               "its time (%.1f us waiting)\n", b->ar_pp[2] / n, ar_pp_us,
-               100.0 * b->ar_pp[0] / b->pp_s, ar_pp_wait);
+               "its time (%.1f us waiting)\n",
+               b->ar_pp[2] / n, ar_pp_us, 100.0 * b->ar_pp[0] / b->pp_s, ar_pp_wait);
     }
     printf("peak         %.1f G%s/s (in-cache %s multiply-add, all threads)\n", peak / 1e9,
            kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
@@ -332,12 +332,11 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
     }
     printf("prefill      %lld tokens: %.1f tok/s, matmul %.1f G/s = %.1f%% of peak%s\n",
            (long long)o->n_prompt, pp, op_tok * pp / 1e9, 100.0 * op_tok * pp / peak, cpu_pp);
-    printf("bandwidth    %.1f GB/s (triad, best of the measurements before each repetition)\n",
-           bw);
+    printf("bandwidth    %.1f GB/s (triad, best of the measurements before each repetition)\n", bw);
     printf("decode       %lld tokens at depth %lld: %.2f tok/s%s, %.1f MiB read per token\n",
            (long long)o->n_gen, (long long)o->depth, tg, cpu_tg, tok_bytes / 1048576.0);
-    printf("roofline     %.2f tok/s; reached %.1f%%%s, %.1f GB/s effective\n",
-           roof, 100.0 * frac, cpu_frac, tg * tok_bytes / 1e9);
+    printf("roofline     %.2f tok/s; reached %.1f%%%s, %.1f GB/s effective\n", roof, 100.0 * frac,
+           cpu_frac, tg * tok_bytes / 1e9);
     printf("result arch=%s threads=%d tp=%d pp_tok=%.2f pp_tok_cpu=%.2f pp_pct=%.1f "
            "pp_pct_cpu=%.1f peak_gops=%.1f depth=%lld tg_tok=%.3f tg_tok_cpu=%.3f mib_tok=%.1f "
            "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f ar_tg_us=%.1f "
@@ -375,8 +374,11 @@ int cmd_bench(const struct cmd_opts *o)
     triad_init(&tr, td);
     double peak = peak_ops(td, m->output.type);
     double *runs = xcalloc((size_t)(5 * o->reps), sizeof(double));
-    struct bench_runs b = {.threads = total, .pp = runs, .pp_c = runs + o->reps,
-                           .tg = runs + 2 * o->reps, .tg_c = runs + 3 * o->reps,
+    struct bench_runs b = {.threads = total,
+                           .pp = runs,
+                           .pp_c = runs + o->reps,
+                           .tg = runs + 2 * o->reps,
+                           .tg_c = runs + 3 * o->reps,
                            .bw = runs + 4 * o->reps};
     /* warm-up, not counted: page tables of the mapping, caches, thread wake-up */
     int64_t n_warm = o->n_prompt < 32 ? o->n_prompt : 32;
@@ -395,7 +397,6 @@ int cmd_bench(const struct cmd_opts *o)
     cmd_engine_close(&e);
     return rc;
 }
-
 
 /* ============================================================================================
  * info
@@ -441,7 +442,8 @@ int cmd_info(const struct cmd_opts *o)
     printf("  weights   %10.1f MiB  mmap, read in place\n", m->weight_bytes / 1048576.0);
     if (n_re)
         printf("            %10.1f MiB  of them (%d tensors) copied at start-up into the %s "
-               "kernels' layout\n", re / 1048576.0, n_re, kq_isa_name(kq_isa_active()));
+               "kernels' layout\n",
+               re / 1048576.0, n_re, kq_isa_name(kq_isa_active()));
     printf("  cache     %10.1f MiB  KV f32 + GDN state, 1 snapshot group\n",
            cache_bytes_needed(m, 1, ctx, 0) / 1048576.0);
     printf("  per extra snapshot group: %.2f MiB\n",

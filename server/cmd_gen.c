@@ -14,8 +14,10 @@
 static int decode_loop(struct cmd_engine *e, const struct cmd_opts *o, int64_t pos, int64_t *n_out)
 {
     const tok_t *tok = e->model->tok;
-    struct smp_params sp = {.temperature = (float)o->temp, .top_k = (int32_t)o->top_k,
-                            .top_p = (float)o->top_p, .seed = (uint64_t)o->seed};
+    struct smp_params sp = {.temperature = (float)o->temp,
+                            .top_k = (int32_t)o->top_k,
+                            .top_p = (float)o->top_p,
+                            .seed = (uint64_t)o->seed};
     struct smp s;
     smp_init(&s, e->model->hp.n_vocab, &sp);
     struct tok_stream ts;
@@ -95,8 +97,8 @@ static int mtp_rows(struct cmd_engine *e, const int32_t *toks, int64_t n, int64_
             else
                 memcpy(hprev + j * E, hidden + (i + j - 1) * E, (size_t)E * sizeof(float));
         }
-        struct fwd_batch b = {.n_tokens = m, .token = toks + i, .pos = pos, .seq = seq,
-                              .logits = want};
+        struct fwd_batch b = {
+            .n_tokens = m, .token = toks + i, .pos = pos, .seq = seq, .logits = want};
         if (fwd_mtp(e->fwd, &b, hprev, err, sizeof err)) {
             fprintf(stderr, "error: mtp: %s\n", err);
             rc = 1;
@@ -132,8 +134,7 @@ int cmd_logits(const struct cmd_opts *o)
     if (n == 0)
         fprintf(stderr, "error: no tokens\n");
     if (!rc && o->ctx && n > o->ctx) {
-        fprintf(stderr, "error: %lld tokens exceed --ctx %lld\n", (long long)n,
-                (long long)o->ctx);
+        fprintf(stderr, "error: %lld tokens exceed --ctx %lld\n", (long long)n, (long long)o->ctx);
         rc = 2;
     }
     if (!rc && cmd_engine_ready(&e, 1, o->ctx ? o->ctx : n, o->batch))
@@ -148,7 +149,8 @@ int cmd_logits(const struct cmd_opts *o)
         rc = mtp_rows(&e, toks, n, o->batch, hidden, logits + n * V);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
-        if (!f || fwrite(logits, sizeof(float), (size_t)(rows * n * V), f) != (size_t)(rows * n * V) ||
+        if (!f ||
+            fwrite(logits, sizeof(float), (size_t)(rows * n * V), f) != (size_t)(rows * n * V) ||
             fclose(f) != 0) {
             fprintf(stderr, "error: cannot write %s\n", o->out);
             rc = 1;

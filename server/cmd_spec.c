@@ -96,10 +96,13 @@ static void drain(eng_req_t *r, struct spec_run *out)
         if (done) {
             double dt = d.t_done - d.t_first_token, cpu = cpu0 < 0 ? 0 : cpu_now() - cpu0;
             int64_t n = d.completion_tokens - 1;
-            *out = (struct spec_run){.tok_s = dt > 0 ? n / dt : 0, .decode_s = dt,
-                                     .cpu_tok_s = cpu > 0 ? n / cpu : 0, .cpu_s = cpu,
+            *out = (struct spec_run){.tok_s = dt > 0 ? n / dt : 0,
+                                     .decode_s = dt,
+                                     .cpu_tok_s = cpu > 0 ? n / cpu : 0,
+                                     .cpu_s = cpu,
                                      .generated = d.completion_tokens,
-                                     .drafted = d.drafted_tokens, .accepted = d.accepted_tokens,
+                                     .drafted = d.drafted_tokens,
+                                     .accepted = d.accepted_tokens,
                                      .hash = h};
         }
         eng_delta_free(&d);
@@ -114,11 +117,18 @@ static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct
 {
     char err[512];
     eng_t *eng;
-    struct eng_params p = {.n_slots = 1, .n_ctx = n_prompt + o->n_gen + 8,
-                           .max_batch_tokens = o->batch, .queue_max = 1, .n_checkpoints = 0,
-                           .checkpoint_every = 1 << 20, .draft_max = o->draft_max,
-                           .spec_types = c->spec, .ngram_n = 3, .ngram_min = 2,
-                           .ngram_max_draft = o->draft_max, .mtp_p_min = (float)o->p_min,
+    struct eng_params p = {.n_slots = 1,
+                           .n_ctx = n_prompt + o->n_gen + 8,
+                           .max_batch_tokens = o->batch,
+                           .queue_max = 1,
+                           .n_checkpoints = 0,
+                           .checkpoint_every = 1 << 20,
+                           .draft_max = o->draft_max,
+                           .spec_types = c->spec,
+                           .ngram_n = 3,
+                           .ngram_min = 2,
+                           .ngram_max_draft = o->draft_max,
+                           .mtp_p_min = (float)o->p_min,
                            .spec_rollback = c->rollback};
     if (eng_create_group(e->model, e->devs, e->n_dev, &p, &eng, err, sizeof err) ||
         eng_start(eng, err, sizeof err)) {
@@ -164,8 +174,8 @@ static int cmp_cpu(const void *a, const void *b)
 }
 
 /* Run every configuration reps times, in turn, and keep each one's median run. */
-static int run_all(struct cmd_engine *e, const struct cmd_opts *o, struct spec_cfg *cfgs,
-                   int n_cfg, const int32_t *prompt, int64_t n)
+static int run_all(struct cmd_engine *e, const struct cmd_opts *o, struct spec_cfg *cfgs, int n_cfg,
+                   const int32_t *prompt, int64_t n)
 {
     int64_t reps = o->reps < MAX_REPS ? o->reps : MAX_REPS;
     for (int64_t i = 0; i < reps; i++)
@@ -215,16 +225,17 @@ static double per_verify(const struct spec_run *r, int64_t x)
 static void print_cfg(const struct spec_cfg *c, const struct spec_run *b)
 {
     const struct spec_run *r = &c->med;
-    printf("%-16s %.2f tok/s (x%.2f), by CPU time %.2f tok/s (x%.2f); drafted %lld, accepted %lld (%.1f%%), %.2f accepted per "
+    printf("%-16s %.2f tok/s (x%.2f), by CPU time %.2f tok/s (x%.2f); drafted %lld, accepted %lld "
+           "(%.1f%%), %.2f accepted per "
            "verification; %lld rollbacks (%lld by restore + replay of %lld tokens); checkpoint "
-           "copies %.3f ms; drafting %.1f ms, MTP KV sync %.1f ms, %lld MTP rows; text %s\n", c->name, r->tok_s, b->tok_s > 0 ? r->tok_s / b->tok_s : 0.0,
-           r->cpu_tok_s, b->cpu_tok_s > 0 ? r->cpu_tok_s / b->cpu_tok_s : 0.0,
-           (long long)r->drafted, (long long)r->accepted,
-           r->drafted ? 100.0 * r->accepted / r->drafted : 0.0, per_verify(r, r->accepted),
-           (long long)r->rollbacks, (long long)r->restores, (long long)r->replayed,
-           r->ckpt_s * 1e3, r->draft_s * 1e3, r->sync_s * 1e3, (long long)r->mtp_rows,
-           r->hash == b->hash && r->generated == b->generated ? "identical"
-                                                                               : "DIFFERS");
+           "copies %.3f ms; drafting %.1f ms, MTP KV sync %.1f ms, %lld MTP rows; text %s\n",
+           c->name, r->tok_s, b->tok_s > 0 ? r->tok_s / b->tok_s : 0.0, r->cpu_tok_s,
+           b->cpu_tok_s > 0 ? r->cpu_tok_s / b->cpu_tok_s : 0.0, (long long)r->drafted,
+           (long long)r->accepted, r->drafted ? 100.0 * r->accepted / r->drafted : 0.0,
+           per_verify(r, r->accepted), (long long)r->rollbacks, (long long)r->restores,
+           (long long)r->replayed, r->ckpt_s * 1e3, r->draft_s * 1e3, r->sync_s * 1e3,
+           (long long)r->mtp_rows,
+           r->hash == b->hash && r->generated == b->generated ? "identical" : "DIFFERS");
 }
 
 /* The result line of draft sources `types`: s = its snapshot run, rc = its recompute run. */
@@ -234,23 +245,23 @@ static void print_result(const struct spec_run *b, const char *types, const stru
     const struct spec_run *x = s ? s : rc;
     printf("result spec=%s base_tok_s=%.3f spec_tok_s=%.3f speedup=%.4f base_cpu_tok_s=%.3f "
            "spec_cpu_tok_s=%.3f cpu_speedup=%.4f drafted=%lld accepted=%lld verify=%lld "
-           "accept_len=%.3f rollbacks=%lld spec_work_pct=%.2f lossless=%d", types, b->tok_s,
-           x->tok_s,
-           b->tok_s > 0 ? x->tok_s / b->tok_s : 0.0, b->cpu_tok_s, x->cpu_tok_s,
-           b->cpu_tok_s > 0 ? x->cpu_tok_s / b->cpu_tok_s : 0.0, (long long)x->drafted,
-           (long long)x->accepted, (long long)x->verify_steps, per_verify(x, x->accepted),
-           (long long)x->rollbacks,
+           "accept_len=%.3f rollbacks=%lld spec_work_pct=%.2f lossless=%d",
+           types, b->tok_s, x->tok_s, b->tok_s > 0 ? x->tok_s / b->tok_s : 0.0, b->cpu_tok_s,
+           x->cpu_tok_s, b->cpu_tok_s > 0 ? x->cpu_tok_s / b->cpu_tok_s : 0.0,
+           (long long)x->drafted, (long long)x->accepted, (long long)x->verify_steps,
+           per_verify(x, x->accepted), (long long)x->rollbacks,
            x->decode_s > 0 ? 100.0 * (x->draft_s + x->sync_s + x->ckpt_s) / x->decode_s : 0.0,
            x->hash == b->hash && x->generated == b->generated);
     if (s && rc) {
-        double per = rc->rollbacks ? (rc->decode_s - s->decode_s) * 1e3 / (double)rc->rollbacks
-                                   : 0.0;
+        double per =
+            rc->rollbacks ? (rc->decode_s - s->decode_s) * 1e3 / (double)rc->rollbacks : 0.0;
         printf(" rec_tok_s=%.3f rec_rollbacks=%lld rec_ms_per_rollback=%.3f "
-               "rec_ckpt_ms_per_rollback=%.4f", rc->tok_s, (long long)rc->rollbacks, per,
+               "rec_ckpt_ms_per_rollback=%.4f",
+               rc->tok_s, (long long)rc->rollbacks, per,
                rc->rollbacks ? rc->ckpt_s * 1e3 / (double)rc->rollbacks : 0.0);
         printf("\n%-16s recompute vs snapshot: %+.2f ms per rollback (decode time difference / "
-               "recompute rollbacks), of which checkpoint copies %.3f ms", "rollback", per,
-               rc->rollbacks ? rc->ckpt_s * 1e3 / (double)rc->rollbacks : 0.0);
+               "recompute rollbacks), of which checkpoint copies %.3f ms",
+               "rollback", per, rc->rollbacks ? rc->ckpt_s * 1e3 / (double)rc->rollbacks : 0.0);
     }
     printf("\n");
 }
@@ -260,7 +271,8 @@ static void report(const struct cmd_opts *o, const struct spec_cfg *cfgs, int n_
     const struct spec_run *b = &cfgs[0].med;
     bool lossless = true;
     printf("prompt           %lld tokens; %lld generated (greedy), reps %lld (medians, runs "
-           "interleaved)\n", (long long)n, (long long)b->generated, (long long)o->reps);
+           "interleaved)\n",
+           (long long)n, (long long)b->generated, (long long)o->reps);
     printf("%-16s %.2f tok/s, by CPU time %.2f tok/s\n", "no spec", b->tok_s, b->cpu_tok_s);
     for (int k = 1; k < n_cfg; k++) {
         print_cfg(&cfgs[k], b);
@@ -271,7 +283,9 @@ static void report(const struct cmd_opts *o, const struct spec_cfg *cfgs, int n_
         const struct spec_cfg *c = &cfgs[k], *d = k + 1 < n_cfg ? &cfgs[k + 1] : NULL;
         bool pair = d && strcmp(c->types, d->types) == 0;
         print_result(b, c->types, c->rollback == ENG_ROLLBACK_SNAPSHOT ? &c->med : NULL,
-                     c->rollback == ENG_ROLLBACK_RECOMPUTE ? &c->med : pair ? &d->med : NULL);
+                     c->rollback == ENG_ROLLBACK_RECOMPUTE ? &c->med
+                     : pair                                ? &d->med
+                                                           : NULL);
         k += pair;
     }
 }
@@ -288,7 +302,8 @@ static int add_cfgs(struct spec_cfg *cfgs, int *n, const char *types, bool snap,
             if (!(r ? rec : snap))
                 continue;
             struct spec_cfg *c = &cfgs[(*n)++];
-            *c = (struct spec_cfg){.types = names[i], .spec = masks[i],
+            *c = (struct spec_cfg){.types = names[i],
+                                   .spec = masks[i],
                                    .rollback = r ? ENG_ROLLBACK_RECOMPUTE : ENG_ROLLBACK_SNAPSHOT};
             snprintf(c->name, sizeof c->name, "%s/%s", names[i], r ? "recompute" : "snapshot");
         }

@@ -118,17 +118,17 @@ struct hreq {
     double t0;              /* dd_now() at the first call, for the access log */
     char id[64];            /* X-Request-Id; the completion id for generation requests */
     char method[16];
-    char path[256];         /* for the log, truncated */
-    char *body;             /* [len] received bytes (cap allocated), at most max_body */
+    char path[256]; /* for the log, truncated */
+    char *body;     /* [len] received bytes (cap allocated), at most max_body */
     size_t len, cap;
-    bool too_large;         /* the body went over max_body */
-    bool oom;               /* the body buffer could not grow (dd_try_realloc): 503 */
-    bool responded;         /* a response is queued: later calls only drain MHD */
-    bool stream;            /* the job answers with SSE */
-    size_t discarded;       /* bytes dropped after the cap */
-    int status;             /* the status sent, 0 until one is queued */
-    size_t bytes;           /* body bytes sent (streams: taken from the job at the end) */
-    job_t *job;             /* generation in flight, or NULL */
+    bool too_large;   /* the body went over max_body */
+    bool oom;         /* the body buffer could not grow (dd_try_realloc): 503 */
+    bool responded;   /* a response is queued: later calls only drain MHD */
+    bool stream;      /* the job answers with SSE */
+    size_t discarded; /* bytes dropped after the cap */
+    int status;       /* the status sent, 0 until one is queued */
+    size_t bytes;     /* body bytes sent (streams: taken from the job at the end) */
+    job_t *job;       /* generation in flight, or NULL */
 };
 
 /* prefix + 24 random hex digits: request and completion ids (unguessable, unique enough). */
@@ -201,8 +201,8 @@ static enum MHD_Result reply(struct hreq *q, struct MHD_Connection *c, int statu
     return queue(q, c, status, r);
 }
 
-static enum MHD_Result reply_json(struct hreq *q, struct MHD_Connection *c, int status,
-                                  char *body, size_t len)
+static enum MHD_Result reply_json(struct hreq *q, struct MHD_Connection *c, int status, char *body,
+                                  size_t len)
 {
     return reply(q, c, status, "application/json", body, len, NULL, NULL);
 }
@@ -221,8 +221,8 @@ static enum MHD_Result reply_error(struct hreq *q, struct MHD_Connection *c,
 }
 
 /* An error without a param (routing, auth, limits, state). */
-static enum MHD_Result fail(struct hreq *q, struct MHD_Connection *c, int status,
-                            const char *type, const char *code, const char *msg)
+static enum MHD_Result fail(struct hreq *q, struct MHD_Connection *c, int status, const char *type,
+                            const char *code, const char *msg)
 {
     struct api_error e;
     api_error_set(&e, status, type, code, NULL, "%s", msg);
@@ -275,8 +275,8 @@ static enum MHD_Result preflight(struct hreq *q, struct MHD_Connection *c)
     const char *allow = q->rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
     MHD_add_response_header(r, "Allow", allow);
     if (q->h->o.cors_origin && q->h->o.cors_origin[0]) {
-        const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                       "Access-Control-Request-Headers");
+        const char *want =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                 want ? want : "Authorization, Content-Type");
@@ -317,9 +317,9 @@ static enum MHD_Result do_models(struct hreq *q, struct MHD_Connection *c, const
         }
     }
     size_t len;
-    char *body = resp_models(h->model_name, h->created, ready ? h->model->hp.n_vocab : 0,
-                             ready ? h->model->hp.n_ctx_train : 0, h->n_ctx,
-                             q->rt->id == R_MODEL, &len);
+    char *body =
+        resp_models(h->model_name, h->created, ready ? h->model->hp.n_vocab : 0,
+                    ready ? h->model->hp.n_ctx_train : 0, h->n_ctx, q->rt->id == R_MODEL, &len);
     return reply_json(q, c, 200, body, len);
 }
 
@@ -507,9 +507,9 @@ static enum MHD_Result on_data(struct hreq *q, struct MHD_Connection *c, const c
         return q->discarded > max ? MHD_NO : MHD_YES;
     }
     if (q->too_large || q->len + n > max) {
-        if (!q->too_large && fail(q, c, 413, "invalid_request_error", "request_too_large",
-                                  "the request body is larger than the configured limit") ==
-                                 MHD_YES)
+        if (!q->too_large &&
+            fail(q, c, 413, "invalid_request_error", "request_too_large",
+                 "the request body is larger than the configured limit") == MHD_YES)
             return MHD_YES;
         q->too_large = true;
         q->discarded += n;
@@ -540,12 +540,17 @@ static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const c
         return fail(q, c, 503, "unavailable_error", "out_of_memory",
                     "the server is out of memory for the request body; retry later");
     switch (q->rt->id) {
-    case R_HEALTH: return do_health(q, c);
+    case R_HEALTH:
+        return do_health(q, c);
     case R_MODELS:
-    case R_MODEL: return do_models(q, c, url);
-    case R_METRICS: return do_metrics(q, c);
-    case R_SLOTS: return do_slots(q, c);
-    default: break;
+    case R_MODEL:
+        return do_models(q, c, url);
+    case R_METRICS:
+        return do_metrics(q, c);
+    case R_SLOTS:
+        return do_slots(q, c);
+    default:
+        break;
     }
     int st = atomic_load_explicit(&q->h->state, memory_order_acquire);
     if (st != ST_READY)
@@ -557,9 +562,8 @@ static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const c
 
 /* MHD's access handler: dispatch by call (see the file comment). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     (void)version;
     struct hreq *q = *req_cls;
@@ -570,7 +574,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (q->job && !q->stream)
         return poll_job(q, c); /* resumed */
-    if (q->responded) { /* answered early (413 mid-body): swallow a bounded rest, then cut */
+    if (q->responded) {        /* answered early (413 mid-body): swallow a bounded rest, then cut */
         q->discarded += *upload_data_size;
         *upload_data_size = 0;
         return q->discarded > q->h->o.max_body ? MHD_NO : MHD_YES;
@@ -586,11 +590,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static const char *toe_name(enum MHD_RequestTerminationCode toe)
 {
     switch (toe) {
-    case MHD_REQUEST_TERMINATED_COMPLETED_OK: return "ok";
-    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return "timeout";
-    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return "shutdown";
-    case MHD_REQUEST_TERMINATED_CLIENT_ABORT: return "client-abort";
-    default: return "error";
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "ok";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return "shutdown";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+        return "client-abort";
+    default:
+        return "error";
     }
 }
 
@@ -605,8 +614,8 @@ static void client_addr(struct MHD_Connection *c, char *out, size_t cap)
     const struct sockaddr *sa = ci->client_addr;
     const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)sa;
     const struct sockaddr_in *v4 = (const struct sockaddr_in *)sa;
-    const void *a = sa->sa_family == AF_INET6 ? (const void *)&v6->sin6_addr
-                                              : (const void *)&v4->sin_addr;
+    const void *a =
+        sa->sa_family == AF_INET6 ? (const void *)&v6->sin6_addr : (const void *)&v4->sin_addr;
     inet_ntop(sa->sa_family, a, out, (socklen_t)cap);
 }
 
@@ -684,12 +693,11 @@ static struct MHD_Daemon *start_daemon(http_t *h, const struct sockaddr *sa, int
     unsigned threads = h->o.threads > 0 ? (unsigned)h->o.threads : 4;
     unsigned limit = h->o.max_conns > 0 ? (unsigned)h->o.max_conns : 1000;
     unsigned idle = h->o.idle_timeout_s > 0 ? (unsigned)h->o.idle_timeout_s : 0;
-    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, h, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE,
-                            threads, MHD_OPTION_CONNECTION_LIMIT, limit,
-                            MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, h, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-                            MHD_OPTION_END);
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
 }
 
 /* Free everything http_start allocated (the daemon is already stopped or never started). */

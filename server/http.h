@@ -32,25 +32,25 @@
 #include "model.h" // defines: struct model
 
 struct http_opts {
-    const char *host; /* bind address, e.g. "127.0.0.1" or "::1" */
-    int port;         /* 0 = any free port (see http_port) */
-    int threads;      /* MHD worker threads, <= 0 = 4 */
-    const char *api_key; /* NULL or "" = no authentication */
-    bool auth_metrics;   /* also require the key on /metrics and /slots */
-    int max_conns;       /* connection limit, <= 0 = MHD's default */
-    int idle_timeout_s;  /* per-connection idle timeout, <= 0 = none */
-    size_t max_body;     /* request body cap in bytes (413 above) */
-    int max_json_depth;  /* JSON nesting limit (400 above), <= 0 = 64 */
-    const char *cors_origin; /* NULL or "" = no CORS headers; "*" or one origin */
-    const char *model_name;  /* served name; NULL = the model file's base name */
+    const char *host;           /* bind address, e.g. "127.0.0.1" or "::1" */
+    int port;                   /* 0 = any free port (see http_port) */
+    int threads;                /* MHD worker threads, <= 0 = 4 */
+    const char *api_key;        /* NULL or "" = no authentication */
+    bool auth_metrics;          /* also require the key on /metrics and /slots */
+    int max_conns;              /* connection limit, <= 0 = MHD's default */
+    int idle_timeout_s;         /* per-connection idle timeout, <= 0 = none */
+    size_t max_body;            /* request body cap in bytes (413 above) */
+    int max_json_depth;         /* JSON nesting limit (400 above), <= 0 = 64 */
+    const char *cors_origin;    /* NULL or "" = no CORS headers; "*" or one origin */
+    const char *model_name;     /* served name; NULL = the model file's base name */
     int64_t max_tokens_default; /* when a request sets none; 0 = until end or context full */
     int64_t n_slots;            /* upper bound of n */
     double request_timeout_s;   /* engine deadline per request, <= 0 = none */
     bool metrics_enabled, slots_enabled; /* else 501 */
     int queue_full_status;               /* 429 or 503 when the engine queue is full */
     int retry_after_s;                   /* Retry-After on 429 / 503 */
-    int64_t n_ctx; /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
-    double sse_ping_s; /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
+    int64_t n_ctx;        /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
+    double sse_ping_s;    /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
     int reasoning_format; /* enum api_reasoning: the default for chat requests */
     bool allow_forced_output; /* honour the test-only "debug_forced_output" request field */
 };

@@ -407,10 +407,16 @@ jinja_value *jinja__call(struct jinja__rs *rs, const struct jinja__node *at, jin
                          const struct jinja__args *a)
 {
     switch (fn->kind) {
-    case JK_MACRO: return jinja__macro_call(rs, at, fn, a);
-    case JK_FUNC: return jinja__func_call(rs, at, fn, a);
-    case JK_UNDEF: jinja__fail_undef(rs, at, fn); return NULL;
-    default: jinja__fail(rs, at, "'%s' object is not callable", jinja__py_type(fn)); return NULL;
+    case JK_MACRO:
+        return jinja__macro_call(rs, at, fn, a);
+    case JK_FUNC:
+        return jinja__func_call(rs, at, fn, a);
+    case JK_UNDEF:
+        jinja__fail_undef(rs, at, fn);
+        return NULL;
+    default:
+        jinja__fail(rs, at, "'%s' object is not callable", jinja__py_type(fn));
+        return NULL;
     }
 }
 
@@ -463,11 +469,16 @@ static jinja_value *eval_builtin(struct jinja__rs *rs, const struct jinja__node 
 static jinja_value *eval_const(struct jinja__rs *rs, const struct jinja__node *e)
 {
     switch (e->op) {
-    case JK_NONE: return jinja__none();
-    case JK_BOOL: return jinja__bool((int)e->i);
-    case JK_INT: return jinja__int(&rs->acct, e->i);
-    case JK_FLOAT: return jinja__float(&rs->acct, e->f);
-    default: return jinja__str(&rs->acct, e->s, e->n);
+    case JK_NONE:
+        return jinja__none();
+    case JK_BOOL:
+        return jinja__bool((int)e->i);
+    case JK_INT:
+        return jinja__int(&rs->acct, e->i);
+    case JK_FLOAT:
+        return jinja__float(&rs->acct, e->f);
+    default:
+        return jinja__str(&rs->acct, e->s, e->n);
     }
 }
 
@@ -554,23 +565,32 @@ jinja_value *jinja__iter_list(struct jinja__rs *rs, const struct jinja__node *at
 static jinja_value *eval_node(struct jinja__rs *rs, const struct jinja__node *e)
 {
     switch (e->kind) {
-    case NK_CONST: return eval_const(rs, e);
-    case NK_NAME: return eval_name(rs, e);
+    case NK_CONST:
+        return eval_const(rs, e);
+    case NK_NAME:
+        return eval_name(rs, e);
     case NK_LIST:
     case NK_TUPLE:
-    case NK_DICT: return eval_seq(rs, e);
-    case NK_ATTR: return eval_attr(rs, e);
-    case NK_ITEM: return eval_item(rs, e);
-    case NK_CALL: return eval_call(rs, e);
+    case NK_DICT:
+        return eval_seq(rs, e);
+    case NK_ATTR:
+        return eval_attr(rs, e);
+    case NK_ITEM:
+        return eval_item(rs, e);
+    case NK_CALL:
+        return eval_call(rs, e);
     case NK_FILTER:
-    case NK_TEST: return eval_builtin(rs, e);
+    case NK_TEST:
+        return eval_builtin(rs, e);
     case NK_UNARY:
     case NK_BIN:
     case NK_AND:
     case NK_OR:
     case NK_CMP:
-    case NK_CONCAT: return jinja__eval_op(rs, e);
-    case NK_COND: return eval_cond(rs, e);
+    case NK_CONCAT:
+        return jinja__eval_op(rs, e);
+    case NK_COND:
+        return eval_cond(rs, e);
     default:
         jinja__fail(rs, e, "internal error: node %d is not an expression", e->kind);
         return NULL;

@@ -398,15 +398,24 @@ jinja_value *jinja__loop_attr(struct jinja__rs *rs, jinja_value *loop, const cha
     while (k < 11 && (strlen(names[k]) != n || memcmp(names[k], name, n) != 0))
         k++;
     switch (k) {
-    case 0: return jinja__int(&rs->acct, i + 1);
-    case 1: return jinja__int(&rs->acct, i);
-    case 2: return jinja__int(&rs->acct, len - i);
-    case 3: return jinja__int(&rs->acct, len - i - 1);
-    case 4: return jinja__bool(i == 0);
-    case 5: return jinja__bool(i + 1 == len);
-    case 6: return jinja__int(&rs->acct, len);
-    case 7: return jinja__int(&rs->acct, 1); /* recursive loops do not exist here */
-    case 8: return jinja__int(&rs->acct, 0);
+    case 0:
+        return jinja__int(&rs->acct, i + 1);
+    case 1:
+        return jinja__int(&rs->acct, i);
+    case 2:
+        return jinja__int(&rs->acct, len - i);
+    case 3:
+        return jinja__int(&rs->acct, len - i - 1);
+    case 4:
+        return jinja__bool(i == 0);
+    case 5:
+        return jinja__bool(i + 1 == len);
+    case 6:
+        return jinja__int(&rs->acct, len);
+    case 7:
+        return jinja__int(&rs->acct, 1); /* recursive loops do not exist here */
+    case 8:
+        return jinja__int(&rs->acct, 0);
     case 9:
         if (i > 0)
             return jinja_value_acquire(items->u.l.v[i - 1]);
@@ -587,26 +596,40 @@ static int exec_with(struct jinja__rs *rs, const struct jinja__node *n)
 static int exec_stmt(struct jinja__rs *rs, const struct jinja__node *n)
 {
     switch (n->kind) {
-    case NK_TEXT: jinja__buf_put(rs->out, n->s, n->n); return jinja__step(rs, 1);
+    case NK_TEXT:
+        jinja__buf_put(rs->out, n->s, n->n);
+        return jinja__step(rs, 1);
     case NK_PRINT: {
         jinja_value *v = jinja__eval(rs, n->a);
         return v ? emit_value(rs, v) : -1;
     }
-    case NK_IF: return exec_if(rs, n);
-    case NK_FOR: return exec_for(rs, n);
+    case NK_IF:
+        return exec_if(rs, n);
+    case NK_FOR:
+        return exec_for(rs, n);
     case NK_SET: {
         jinja_value *v = jinja__eval(rs, n->b);
         return v ? assign(rs, n->a, v) : -1;
     }
-    case NK_SETBLOCK: return exec_setblock(rs, n);
-    case NK_MACRO: scope_set(rs->scope, n->s, n->n, jinja__macro(&rs->acct, n, NULL)); return 0;
-    case NK_CALLBLOCK: return exec_callblock(rs, n);
-    case NK_FILTERBLOCK: return exec_filterblock(rs, n);
-    case NK_WITH: return exec_with(rs, n);
+    case NK_SETBLOCK:
+        return exec_setblock(rs, n);
+    case NK_MACRO:
+        scope_set(rs->scope, n->s, n->n, jinja__macro(&rs->acct, n, NULL));
+        return 0;
+    case NK_CALLBLOCK:
+        return exec_callblock(rs, n);
+    case NK_FILTERBLOCK:
+        return exec_filterblock(rs, n);
+    case NK_WITH:
+        return exec_with(rs, n);
     case NK_BREAK:
-    case NK_CONTINUE: rs->ctl = n->kind == NK_BREAK ? 1 : 2; return 0;
-    case NK_SCOPE: return exec_body(rs, &n->kids);
-    default: return jinja__fail(rs, n, "internal error: node %d is not a statement", n->kind);
+    case NK_CONTINUE:
+        rs->ctl = n->kind == NK_BREAK ? 1 : 2;
+        return 0;
+    case NK_SCOPE:
+        return exec_body(rs, &n->kids);
+    default:
+        return jinja__fail(rs, n, "internal error: node %d is not a statement", n->kind);
     }
 }
 

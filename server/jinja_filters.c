@@ -151,12 +151,23 @@ static jinja_value *f_escape(struct jinja__rs *rs, const node *at, jinja_value *
     for (size_t i = 0; i < s->u.s.n; i++) {
         const char *rep = NULL;
         switch (s->u.s.p[i]) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '"': rep = "&#34;"; break;
-        case '\'': rep = "&#39;"; break;
-        default: break;
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '"':
+            rep = "&#34;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
+        default:
+            break;
         }
         if (rep)
             jinja__buf_put(&b, rep, strlen(rep));
@@ -285,10 +296,14 @@ static jinja_value *f_length(struct jinja__rs *rs, const node *at, jinja_value *
     if (jinja__bind(rs, at, "length", "", a, NULL, 0) < 0)
         return NULL;
     switch (v->kind) {
-    case JK_UNDEF: return jinja__int(&rs->acct, 0);
-    case JK_STR: return jinja__int(&rs->acct, (int64_t)jinja__utf8_count(v->u.s.p, v->u.s.n));
-    case JK_LIST: return jinja__int(&rs->acct, (int64_t)v->u.l.n);
-    case JK_DICT: return jinja__int(&rs->acct, (int64_t)v->u.d.n);
+    case JK_UNDEF:
+        return jinja__int(&rs->acct, 0);
+    case JK_STR:
+        return jinja__int(&rs->acct, (int64_t)jinja__utf8_count(v->u.s.p, v->u.s.n));
+    case JK_LIST:
+        return jinja__int(&rs->acct, (int64_t)v->u.l.n);
+    case JK_DICT:
+        return jinja__int(&rs->acct, (int64_t)v->u.d.n);
     default:
         jinja__fail(rs, at, "object of type '%s' has no len()", jinja__type_name(v));
         return NULL;
@@ -441,22 +456,35 @@ enum {
 static int kind_test(int which, const jinja_value *v)
 {
     switch (which) {
-    case T_DEFINED: return v->kind != JK_UNDEF;
-    case T_UNDEFINED: return v->kind == JK_UNDEF;
-    case T_NONE: return v->kind == JK_NONE;
-    case T_BOOLEAN: return v->kind == JK_BOOL;
-    case T_FALSE: return v->kind == JK_BOOL && !v->u.b;
-    case T_TRUE: return v->kind == JK_BOOL && v->u.b;
-    case T_INTEGER: return v->kind == JK_INT;
-    case T_FLOAT: return v->kind == JK_FLOAT;
-    case T_NUMBER: return jinja__is_num(v);
-    case T_STRING: return v->kind == JK_STR;
-    case T_MAPPING: return v->kind == JK_DICT;
+    case T_DEFINED:
+        return v->kind != JK_UNDEF;
+    case T_UNDEFINED:
+        return v->kind == JK_UNDEF;
+    case T_NONE:
+        return v->kind == JK_NONE;
+    case T_BOOLEAN:
+        return v->kind == JK_BOOL;
+    case T_FALSE:
+        return v->kind == JK_BOOL && !v->u.b;
+    case T_TRUE:
+        return v->kind == JK_BOOL && v->u.b;
+    case T_INTEGER:
+        return v->kind == JK_INT;
+    case T_FLOAT:
+        return v->kind == JK_FLOAT;
+    case T_NUMBER:
+        return jinja__is_num(v);
+    case T_STRING:
+        return v->kind == JK_STR;
+    case T_MAPPING:
+        return v->kind == JK_DICT;
     case T_ITERABLE:
     case T_SEQUENCE:
         return v->kind == JK_STR || v->kind == JK_LIST || v->kind == JK_DICT || v->kind == JK_UNDEF;
-    case T_CALLABLE: return v->kind == JK_MACRO || v->kind == JK_FUNC;
-    default: break;
+    case T_CALLABLE:
+        return v->kind == JK_MACRO || v->kind == JK_FUNC;
+    default:
+        break;
     }
     /* lower / upper: Python's str.islower() / isupper() on str(v) */
     struct jinja__buf b = {.limit = (size_t)-1}, c = {.limit = (size_t)-1};

@@ -50,14 +50,29 @@ void jinja__put_json_string(struct jinja__buf *b, const char *s, size_t n, int e
         size_t l = jinja__utf8_next(s + i, n - i, &cp);
         const char *esc = NULL;
         switch (cp) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default: break;
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
+        default:
+            break;
         }
         if (esc)
             jinja__buf_put(b, esc, 2);
@@ -98,11 +113,21 @@ static int put_json_key(struct json_walk *w, const jinja_value *k)
 {
     struct jinja__buf t = {.limit = (size_t)-1};
     switch (k->kind) {
-    case JK_STR: jinja__put_json_string(w->b, k->u.s.p, k->u.s.n, w->o->ensure_ascii); return 0;
-    case JK_INT: jinja__buf_printf(&t, "%lld", (long long)k->u.i); break;
-    case JK_FLOAT: jinja__put_float(&t, k->u.f); break;
-    case JK_BOOL: jinja__buf_put(&t, k->u.b ? "true" : "false", k->u.b ? 4 : 5); break;
-    case JK_NONE: jinja__buf_put(&t, "null", 4); break;
+    case JK_STR:
+        jinja__put_json_string(w->b, k->u.s.p, k->u.s.n, w->o->ensure_ascii);
+        return 0;
+    case JK_INT:
+        jinja__buf_printf(&t, "%lld", (long long)k->u.i);
+        break;
+    case JK_FLOAT:
+        jinja__put_float(&t, k->u.f);
+        break;
+    case JK_BOOL:
+        jinja__buf_put(&t, k->u.b ? "true" : "false", k->u.b ? 4 : 5);
+        break;
+    case JK_NONE:
+        jinja__buf_put(&t, "null", 4);
+        break;
     default:
         dd_errf(w->err, w->errlen, "keys must be str, int, float, bool or None, not %s",
                 jinja__type_name(k));
@@ -191,9 +216,15 @@ static int put_json_value(struct json_walk *w, const jinja_value *v, int depth)
         return -1;
     }
     switch (v->kind) {
-    case JK_NONE: jinja__buf_put(w->b, "null", 4); return 0;
-    case JK_BOOL: jinja__buf_put(w->b, v->u.b ? "true" : "false", v->u.b ? 4 : 5); return 0;
-    case JK_INT: jinja__buf_printf(w->b, "%lld", (long long)v->u.i); return 0;
+    case JK_NONE:
+        jinja__buf_put(w->b, "null", 4);
+        return 0;
+    case JK_BOOL:
+        jinja__buf_put(w->b, v->u.b ? "true" : "false", v->u.b ? 4 : 5);
+        return 0;
+    case JK_INT:
+        jinja__buf_printf(w->b, "%lld", (long long)v->u.i);
+        return 0;
     case JK_FLOAT:
         if (isnan(v->u.f))
             jinja__buf_put(w->b, "NaN", 3);
@@ -202,9 +233,13 @@ static int put_json_value(struct json_walk *w, const jinja_value *v, int depth)
         else
             jinja__put_float(w->b, v->u.f);
         return 0;
-    case JK_STR: jinja__put_json_string(w->b, v->u.s.p, v->u.s.n, w->o->ensure_ascii); return 0;
-    case JK_LIST: return put_json_list(w, v, depth);
-    case JK_DICT: return put_json_dict(w, v, depth);
+    case JK_STR:
+        jinja__put_json_string(w->b, v->u.s.p, v->u.s.n, w->o->ensure_ascii);
+        return 0;
+    case JK_LIST:
+        return put_json_list(w, v, depth);
+    case JK_DICT:
+        return put_json_dict(w, v, depth);
     default:
         dd_errf(w->err, w->errlen, "Object of type %s is not JSON serializable",
                 v->kind == JK_UNDEF ? "Undefined" : jinja__type_name(v));

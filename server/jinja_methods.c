@@ -303,20 +303,28 @@ jinja_value *jinja__func_call(struct jinja__rs *rs, const node *at, jinja_value 
     if (jinja__step(rs, 1) < 0)
         return NULL;
     switch (fn->fn) {
-    case FN_RANGE: return g_range(rs, at, a);
+    case FN_RANGE:
+        return g_range(rs, at, a);
     case FN_NAMESPACE:
-    case FN_DICT: return g_mapping(rs, at, a, fn->fn == FN_NAMESPACE);
-    case FN_RAISE: return g_raise(rs, at, a);
-    case FN_STRFTIME: return g_strftime(rs, at, a);
+    case FN_DICT:
+        return g_mapping(rs, at, a, fn->fn == FN_NAMESPACE);
+    case FN_RAISE:
+        return g_raise(rs, at, a);
+    case FN_STRFTIME:
+        return g_strftime(rs, at, a);
     case FN_ITEMS:
     case FN_KEYS:
     case FN_VALUES:
     case FN_GET:
-    case FN_DCOPY: return m_dict(rs, at, self, a, fn->fn);
+    case FN_DCOPY:
+        return m_dict(rs, at, self, a, fn->fn);
     case FN_LINDEX:
     case FN_LCOUNT:
-    case FN_LCOPY: return m_list(rs, at, self, a, fn->fn);
-    case FN_CYCLE: return m_cycle(rs, at, self, a);
-    default: return jinja__str_method(rs, at, fn->fn, self, a);
+    case FN_LCOPY:
+        return m_list(rs, at, self, a, fn->fn);
+    case FN_CYCLE:
+        return m_cycle(rs, at, self, a);
+    default:
+        return jinja__str_method(rs, at, fn->fn, self, a);
     }
 }

@@ -84,11 +84,19 @@ static jinja_value *int_arith(struct jinja__rs *rs, const struct jinja__node *at
     if ((op == OP_FDIV || op == OP_MOD || op == OP_DIV) && b == 0)
         return (jinja__fail(rs, at, "division by zero"), NULL);
     switch (op) {
-    case OP_ADD: bad = __builtin_add_overflow(a, b, &r); break;
-    case OP_SUB: bad = __builtin_sub_overflow(a, b, &r); break;
-    case OP_MUL: bad = __builtin_mul_overflow(a, b, &r); break;
-    case OP_DIV: return jinja__float(&rs->acct, (double)a / (double)b);
-    case OP_POW: return int_pow(rs, at, a, b);
+    case OP_ADD:
+        bad = __builtin_add_overflow(a, b, &r);
+        break;
+    case OP_SUB:
+        bad = __builtin_sub_overflow(a, b, &r);
+        break;
+    case OP_MUL:
+        bad = __builtin_mul_overflow(a, b, &r);
+        break;
+    case OP_DIV:
+        return jinja__float(&rs->acct, (double)a / (double)b);
+    case OP_POW:
+        return int_pow(rs, at, a, b);
     case OP_FDIV:
         if (a == INT64_MIN && b == -1)
             return overflow(rs, at);
@@ -136,10 +144,18 @@ static jinja_value *float_arith(struct jinja__rs *rs, const struct jinja__node *
     if ((op == OP_FDIV || op == OP_MOD || op == OP_DIV) && b == 0)
         return (jinja__fail(rs, at, "float division by zero"), NULL);
     switch (op) {
-    case OP_ADD: r = a + b; break;
-    case OP_SUB: r = a - b; break;
-    case OP_MUL: r = a * b; break;
-    case OP_DIV: r = a / b; break;
+    case OP_ADD:
+        r = a + b;
+        break;
+    case OP_SUB:
+        r = a - b;
+        break;
+    case OP_MUL:
+        r = a * b;
+        break;
+    case OP_DIV:
+        r = a / b;
+        break;
     case OP_POW:
         if (a == 0 && b < 0)
             return (jinja__fail(rs, at, "0.0 cannot be raised to a negative power"), NULL);
@@ -234,7 +250,8 @@ int jinja__contains(struct jinja__rs *rs, const struct jinja__node *at, jinja_va
                     jinja_value *needle)
 {
     switch (hay->kind) {
-    case JK_UNDEF: return 0;
+    case JK_UNDEF:
+        return 0;
     case JK_STR:
         if (needle->kind != JK_STR)
             return jinja__fail(rs, at, "'in <string>' requires string as left operand, not %s",
@@ -246,7 +263,8 @@ int jinja__contains(struct jinja__rs *rs, const struct jinja__node *at, jinja_va
             if (jinja__equal(hay->u.l.v[i], needle))
                 return 1;
         return 0;
-    case JK_DICT: return jinja__dict_get(hay, needle) != NULL;
+    case JK_DICT:
+        return jinja__dict_get(hay, needle) != NULL;
     default:
         return jinja__fail(rs, at, "argument of type '%s' is not iterable", jinja__py_type(hay));
     }
@@ -272,10 +290,14 @@ static int compare(struct jinja__rs *rs, const struct jinja__node *at, int op, j
                            jinja__py_type(x), jinja__py_type(y));
     }
     switch (op) {
-    case OP_GT: return c > 0;
-    case OP_GE: return c >= 0;
-    case OP_LT: return c < 0;
-    default: return c <= 0;
+    case OP_GT:
+        return c > 0;
+    case OP_GE:
+        return c >= 0;
+    case OP_LT:
+        return c < 0;
+    default:
+        return c <= 0;
     }
 }
 
@@ -364,11 +386,16 @@ static jinja_value *eval_concat(struct jinja__rs *rs, const struct jinja__node *
 jinja_value *jinja__eval_op(struct jinja__rs *rs, const struct jinja__node *e)
 {
     switch (e->kind) {
-    case NK_UNARY: return eval_unary(rs, e);
-    case NK_BIN: return eval_binop(rs, e);
+    case NK_UNARY:
+        return eval_unary(rs, e);
+    case NK_BIN:
+        return eval_binop(rs, e);
     case NK_AND:
-    case NK_OR: return eval_logic(rs, e);
-    case NK_CMP: return eval_compare(rs, e);
-    default: return eval_concat(rs, e);
+    case NK_OR:
+        return eval_logic(rs, e);
+    case NK_CMP:
+        return eval_compare(rs, e);
+    default:
+        return eval_concat(rs, e);
     }
 }

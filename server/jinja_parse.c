@@ -71,17 +71,29 @@ int jinja__at_op(const struct jinja__parser *p, int op)
 const char *jinja__describe(const struct jinja__tok *t, char *buf, size_t cap)
 {
     switch (t->type) {
-    case TK_EOF: return "end of template";
-    case TK_DATA: return "template data";
-    case TK_VAR_BEGIN: return "begin of print statement";
-    case TK_VAR_END: return "end of print statement";
-    case TK_BLOCK_BEGIN: return "begin of statement block";
-    case TK_BLOCK_END: return "end of statement block";
-    case TK_STRING: return "string";
-    case TK_INT: return "integer";
-    case TK_FLOAT: return "float";
-    case TK_NAME: snprintf(buf, cap, "%.*s", (int)(t->n < 60 ? t->n : 60), t->s); return buf;
-    default: break;
+    case TK_EOF:
+        return "end of template";
+    case TK_DATA:
+        return "template data";
+    case TK_VAR_BEGIN:
+        return "begin of print statement";
+    case TK_VAR_END:
+        return "end of print statement";
+    case TK_BLOCK_BEGIN:
+        return "begin of statement block";
+    case TK_BLOCK_END:
+        return "end of statement block";
+    case TK_STRING:
+        return "string";
+    case TK_INT:
+        return "integer";
+    case TK_FLOAT:
+        return "float";
+    case TK_NAME:
+        snprintf(buf, cap, "%.*s", (int)(t->n < 60 ? t->n : 60), t->s);
+        return buf;
+    default:
+        break;
     }
     static const char *const names[] = {
         [OP_ASSIGN] = "=", [OP_DOT] = ".",    [OP_COLON] = ":",    [OP_PIPE] = "|",

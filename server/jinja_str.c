@@ -534,31 +534,48 @@ jinja_value *jinja__str_method(struct jinja__rs *rs, const node *at, int fn, jin
 {
     switch (fn) {
     case FN_STARTSWITH:
-    case FN_ENDSWITH: return m_affix(rs, at, self, a, fn == FN_ENDSWITH);
+    case FN_ENDSWITH:
+        return m_affix(rs, at, self, a, fn == FN_ENDSWITH);
     case FN_SPLIT:
-    case FN_RSPLIT: return m_split(rs, at, self, a, fn == FN_RSPLIT);
-    case FN_SPLITLINES: return m_splitlines(rs, at, self, a);
-    case FN_STRIP: return m_strip(rs, at, self, a, 0);
-    case FN_LSTRIP: return m_strip(rs, at, self, a, -1);
-    case FN_RSTRIP: return m_strip(rs, at, self, a, 1);
-    case FN_REPLACE: return m_replace(rs, at, self, a);
-    case FN_UPPER: return m_case(rs, at, self, a, JINJA__UPPER);
+    case FN_RSPLIT:
+        return m_split(rs, at, self, a, fn == FN_RSPLIT);
+    case FN_SPLITLINES:
+        return m_splitlines(rs, at, self, a);
+    case FN_STRIP:
+        return m_strip(rs, at, self, a, 0);
+    case FN_LSTRIP:
+        return m_strip(rs, at, self, a, -1);
+    case FN_RSTRIP:
+        return m_strip(rs, at, self, a, 1);
+    case FN_REPLACE:
+        return m_replace(rs, at, self, a);
+    case FN_UPPER:
+        return m_case(rs, at, self, a, JINJA__UPPER);
     case FN_LOWER:
-    case FN_CASEFOLD: return m_case(rs, at, self, a, JINJA__LOWER);
-    case FN_TITLE: return m_case(rs, at, self, a, JINJA__TITLE);
-    case FN_CAPITALIZE: return m_case(rs, at, self, a, JINJA__CAPITALIZE);
-    case FN_SWAPCASE: return m_case(rs, at, self, a, JINJA__SWAPCASE);
+    case FN_CASEFOLD:
+        return m_case(rs, at, self, a, JINJA__LOWER);
+    case FN_TITLE:
+        return m_case(rs, at, self, a, JINJA__TITLE);
+    case FN_CAPITALIZE:
+        return m_case(rs, at, self, a, JINJA__CAPITALIZE);
+    case FN_SWAPCASE:
+        return m_case(rs, at, self, a, JINJA__SWAPCASE);
     case FN_FIND:
     case FN_RFIND:
     case FN_INDEX:
     case FN_RINDEX:
-    case FN_COUNT: return m_find(rs, at, self, a, fn);
-    case FN_JOIN: return m_join(rs, at, self, a);
-    case FN_FORMAT: return m_format(rs, at, self, a);
+    case FN_COUNT:
+        return m_find(rs, at, self, a, fn);
+    case FN_JOIN:
+        return m_join(rs, at, self, a);
+    case FN_FORMAT:
+        return m_format(rs, at, self, a);
     case FN_CENTER:
     case FN_LJUST:
     case FN_RJUST:
-    case FN_ZFILL: return m_pad(rs, at, self, a, fn);
-    default: return m_is(rs, at, self, a, fn);
+    case FN_ZFILL:
+        return m_pad(rs, at, self, a, fn);
+    default:
+        return m_is(rs, at, self, a, fn);
     }
 }

@@ -407,11 +407,21 @@ void jinja__put_case(struct jinja__buf *b, const char *s, size_t n, int mode)
         size_t l = jinja__utf8_next(s + i, n - i, &c);
         int up;
         switch (mode) {
-        case JINJA__UPPER: up = 1; break;
-        case JINJA__LOWER: up = 0; break;
-        case JINJA__CAPITALIZE: up = first; break;
-        case JINJA__SWAPCASE: up = map_case(c, 0) == c; break;
-        default: up = !prev_cased; break; /* JINJA__TITLE: Python's str.title */
+        case JINJA__UPPER:
+            up = 1;
+            break;
+        case JINJA__LOWER:
+            up = 0;
+            break;
+        case JINJA__CAPITALIZE:
+            up = first;
+            break;
+        case JINJA__SWAPCASE:
+            up = map_case(c, 0) == c;
+            break;
+        default:
+            up = !prev_cased;
+            break; /* JINJA__TITLE: Python's str.title */
         }
         if (c < 0x80 || jinja__cp_cased(c))
             put_cased(b, c, up);

@@ -70,7 +70,9 @@ static void free_contents(jinja_value *v)
 {
     switch (v->kind) {
     case JK_UNDEF:
-    case JK_STR: free(v->u.s.p); break;
+    case JK_STR:
+        free(v->u.s.p);
+        break;
     case JK_LIST:
         for (size_t i = 0; i < v->u.l.n; i++)
             jinja_value_release(v->u.l.v[i]);
@@ -82,9 +84,14 @@ static void free_contents(jinja_value *v)
         free(v->u.d.k);
         free(v->u.d.v);
         break;
-    case JK_FUNC: jinja_value_release(v->u.bound.self); break;
-    case JK_LOOP: jinja_value_release(v->u.loop.items); break;
-    default: break;
+    case JK_FUNC:
+        jinja_value_release(v->u.bound.self);
+        break;
+    case JK_LOOP:
+        jinja_value_release(v->u.loop.items);
+        break;
+    default:
+        break;
     }
 }
 
@@ -408,14 +415,22 @@ int jinja__truthy(const jinja_value *v)
 {
     switch (v->kind) {
     case JK_UNDEF:
-    case JK_NONE: return 0;
-    case JK_BOOL: return v->u.b;
-    case JK_INT: return v->u.i != 0;
-    case JK_FLOAT: return v->u.f != 0;
-    case JK_STR: return v->u.s.n != 0;
-    case JK_LIST: return v->u.l.n != 0;
-    case JK_DICT: return v->u.d.n != 0;
-    default: return 1;
+    case JK_NONE:
+        return 0;
+    case JK_BOOL:
+        return v->u.b;
+    case JK_INT:
+        return v->u.i != 0;
+    case JK_FLOAT:
+        return v->u.f != 0;
+    case JK_STR:
+        return v->u.s.n != 0;
+    case JK_LIST:
+        return v->u.l.n != 0;
+    case JK_DICT:
+        return v->u.d.n != 0;
+    default:
+        return 1;
     }
 }
 
@@ -481,12 +496,17 @@ static int equal_at(const jinja_value *a, const jinja_value *b, int depth)
         return 0;
     switch (a->kind) {
     case JK_UNDEF:
-    case JK_NONE: return 1;
-    case JK_STR: return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
+    case JK_NONE:
+        return 1;
+    case JK_STR:
+        return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
     case JK_LIST:
-    case JK_DICT: return equal_containers(a, b, depth);
-    case JK_FUNC: return a->fn == b->fn && a->u.bound.self == b->u.bound.self;
-    default: return 0;
+    case JK_DICT:
+        return equal_containers(a, b, depth);
+    case JK_FUNC:
+        return a->fn == b->fn && a->u.bound.self == b->u.bound.self;
+    default:
+        return 0;
     }
 }
 
@@ -615,18 +635,30 @@ static void put_at(struct jinja__buf *b, const jinja_value *v, int repr, int dep
         if (repr)
             jinja__buf_put(b, "Undefined", 9);
         break;
-    case JK_NONE: jinja__buf_put(b, "None", 4); break;
-    case JK_BOOL: jinja__buf_put(b, v->u.b ? "True" : "False", v->u.b ? 4 : 5); break;
-    case JK_INT: jinja__buf_printf(b, "%lld", (long long)v->u.i); break;
-    case JK_FLOAT: jinja__put_float(b, v->u.f); break;
+    case JK_NONE:
+        jinja__buf_put(b, "None", 4);
+        break;
+    case JK_BOOL:
+        jinja__buf_put(b, v->u.b ? "True" : "False", v->u.b ? 4 : 5);
+        break;
+    case JK_INT:
+        jinja__buf_printf(b, "%lld", (long long)v->u.i);
+        break;
+    case JK_FLOAT:
+        jinja__put_float(b, v->u.f);
+        break;
     case JK_STR:
         if (repr)
             put_str_repr(b, v->u.s.p, v->u.s.n);
         else
             jinja__buf_put(b, v->u.s.p, v->u.s.n);
         break;
-    case JK_LIST: put_list(b, v, depth); break;
-    case JK_DICT: put_dict(b, v, depth); break;
+    case JK_LIST:
+        put_list(b, v, depth);
+        break;
+    case JK_DICT:
+        put_dict(b, v, depth);
+        break;
     case JK_LOOP:
         jinja__buf_printf(b, "<LoopContext %zu/%zu>", v->u.loop.i + 1, v->u.loop.items->u.l.n);
         break;
@@ -635,8 +667,12 @@ static void put_at(struct jinja__buf *b, const jinja_value *v, int repr, int dep
         put_dict(b, v, depth);
         jinja__buf_putc(b, '>');
         break;
-    case JK_MACRO: jinja__buf_put(b, "<Macro>", 7); break;
-    default: jinja__buf_put(b, "<built-in function>", 19); break;
+    case JK_MACRO:
+        jinja__buf_put(b, "<Macro>", 7);
+        break;
+    default:
+        jinja__buf_put(b, "<built-in function>", 19);
+        break;
     }
 }
 
@@ -669,18 +705,30 @@ jinja_value *jinja__to_str(struct jinja__acct *a, jinja_value *v)
 const char *jinja__py_type(const jinja_value *v)
 {
     switch (v->kind) {
-    case JK_NONE: return "NoneType";
-    case JK_BOOL: return "bool";
-    case JK_INT: return "int";
-    case JK_FLOAT: return "float";
-    case JK_STR: return "str";
-    case JK_LIST: return v->flags & JF_TUPLE ? "tuple" : "list";
-    case JK_DICT: return "dict";
-    case JK_OBJ: return "Namespace";
-    case JK_LOOP: return "LoopContext";
-    case JK_MACRO: return "Macro";
-    case JK_UNDEF: return "Undefined";
-    default: return "builtin_function_or_method";
+    case JK_NONE:
+        return "NoneType";
+    case JK_BOOL:
+        return "bool";
+    case JK_INT:
+        return "int";
+    case JK_FLOAT:
+        return "float";
+    case JK_STR:
+        return "str";
+    case JK_LIST:
+        return v->flags & JF_TUPLE ? "tuple" : "list";
+    case JK_DICT:
+        return "dict";
+    case JK_OBJ:
+        return "Namespace";
+    case JK_LOOP:
+        return "LoopContext";
+    case JK_MACRO:
+        return "Macro";
+    case JK_UNDEF:
+        return "Undefined";
+    default:
+        return "builtin_function_or_method";
     }
 }
 
@@ -691,17 +739,29 @@ const char *jinja__py_type(const jinja_value *v)
 const char *jinja__type_name(const jinja_value *v)
 {
     switch (v->kind) {
-    case JK_UNDEF: return "Undefined";
-    case JK_NONE: return "None";
-    case JK_BOOL: return "bool object";
-    case JK_INT: return "int object";
-    case JK_FLOAT: return "float object";
-    case JK_STR: return "str object";
-    case JK_LIST: return v->flags & JF_TUPLE ? "tuple object" : "list object";
-    case JK_DICT: return "dict object";
-    case JK_OBJ: return "jinja2.utils.Namespace object";
-    case JK_LOOP: return "LoopContext object";
-    case JK_MACRO: return "jinja2.runtime.Macro object";
-    default: return "builtin_function_or_method object";
+    case JK_UNDEF:
+        return "Undefined";
+    case JK_NONE:
+        return "None";
+    case JK_BOOL:
+        return "bool object";
+    case JK_INT:
+        return "int object";
+    case JK_FLOAT:
+        return "float object";
+    case JK_STR:
+        return "str object";
+    case JK_LIST:
+        return v->flags & JF_TUPLE ? "tuple object" : "list object";
+    case JK_DICT:
+        return "dict object";
+    case JK_OBJ:
+        return "jinja2.utils.Namespace object";
+    case JK_LOOP:
+        return "LoopContext object";
+    case JK_MACRO:
+        return "jinja2.runtime.Macro object";
+    default:
+        return "builtin_function_or_method object";
     }
 }

@@ -60,7 +60,7 @@ struct job_pool {
     struct waker *free, *all; /* guarded by mu */
     _Atomic int64_t live;     /* jobs between job_new and job_end */
     double ping_s;            /* SSE keep-alive after this many silent seconds */
-    pthread_t timer;         /* runs pool_tick about once a second */
+    pthread_t timer;          /* runs pool_tick about once a second */
     pthread_mutex_t timer_mu;
     pthread_cond_t timer_cv;
     bool timer_stop, timer_running; /* guarded by timer_mu */
@@ -68,22 +68,22 @@ struct job_pool {
 
 /* One choice: one engine request. Connection thread only. */
 struct choice {
-    eng_req_t *r;     /* our reference; NULL when not submitted */
-    bool done;        /* the final delta was taken */
+    eng_req_t *r; /* our reference; NULL when not submitted */
+    bool done;    /* the final delta was taken */
     enum eng_finish finish;
     char error[256];
-    struct resp_buf text;         /* non-streaming: the whole text (echo prefix included) */
-    struct eng_tok_info *toks;    /* non-streaming: all; streaming: not yet sent */
+    struct resp_buf text;      /* non-streaming: the whole text (echo prefix included) */
+    struct eng_tok_info *toks; /* non-streaming: all; streaming: not yet sent */
     int64_t n_toks, cap_toks;
-    size_t tok_off;               /* output offset of toks[0]'s text (legacy logprobs) */
-    const char *echo;             /* prompt text to echo first (borrowed from the job), or NULL */
+    size_t tok_off;   /* output offset of toks[0]'s text (legacy logprobs) */
+    const char *echo; /* prompt text to echo first (borrowed from the job), or NULL */
     size_t echo_len;
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t drafted_tokens, accepted_tokens;
-    reply_t *reply;               /* chat with reasoning or tool-call parsing, else NULL */
-    const char *forced;           /* test-only forced output (the job's copy), or NULL */
+    reply_t *reply;     /* chat with reasoning or tool-call parsing, else NULL */
+    const char *forced; /* test-only forced output (the job's copy), or NULL */
     size_t forced_len, forced_off;
-    int64_t forced_prompt;        /* prompt tokens to report for it */
+    int64_t forced_prompt; /* prompt tokens to report for it */
 };
 
 /* A generation request. The fields above the "connection thread only" line are set at
@@ -93,27 +93,27 @@ struct job {
     struct waker *w;
     struct job_env env;
     struct MHD_Connection *conn;
-    struct resp_meta meta;   /* envelope of every response object; points at id */
+    struct resp_meta meta; /* envelope of every response object; points at id */
     char id[64];
     bool stream, include_usage;
-    int fd;                                  /* the connection's socket, for the timer */
+    int fd;                                       /* the connection's socket, for the timer */
     bool suspended, pending, closing, ping, gone; /* guarded by w->mu */
-    double parked_at;                        /* guarded by w->mu: when it was suspended */
+    double parked_at;                             /* guarded by w->mu: when it was suspended */
     /* connection thread only: */
     int64_t n_choices, n_per_prompt;
-    struct choice *ch;    /* [n_choices] */
-    char **echo_texts;    /* [n_choices / n_per_prompt] prompt copies, or NULL */
-    cJSON *tools;         /* the request's tools, for the tool-call parsers, or NULL */
-    char *forced;         /* test-only forced output, or NULL */
-    struct resp_buf out;  /* streaming: produced, not yet handed to MHD */
+    struct choice *ch;   /* [n_choices] */
+    char **echo_texts;   /* [n_choices / n_per_prompt] prompt copies, or NULL */
+    cJSON *tools;        /* the request's tools, for the tool-call parsers, or NULL */
+    char *forced;        /* test-only forced output, or NULL */
+    struct resp_buf out; /* streaming: produced, not yet handed to MHD */
     size_t out_off;
-    bool started;            /* streaming: the opening events were written */
-    bool ended;              /* the terminal event is in `out` */
-    bool failed;             /* a choice finished with an error or a server-side cancel */
-    bool dropped;            /* the client is gone: end the response with an error */
+    bool started;    /* streaming: the opening events were written */
+    bool ended;      /* the terminal event is in `out` */
+    bool failed;     /* a choice finished with an error or a server-side cancel */
+    bool dropped;    /* the client is gone: end the response with an error */
     int fail_status; /* 500: engine error; 503: the server cancelled it (shutting down) */
     char fail_msg[256];
-    size_t bytes;            /* body bytes handed to MHD, for the access log */
+    size_t bytes; /* body bytes handed to MHD, for the access log */
 };
 
 static void *timer_main(void *arg);
@@ -660,8 +660,8 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
 static void chat_outputs(job_t *j, const struct api_req *req)
 {
     j->tools = req->tools_json ? cJSON_Parse(req->tools_json) : NULL;
-    struct reply_opts o = {req->reasoning, req->think_open, req->tool_calls, req->max_calls,
-                           req->stream, j->tools};
+    struct reply_opts o = {req->reasoning, req->think_open, req->tool_calls,
+                           req->max_calls, req->stream,     j->tools};
     j->forced = req->forced_output ? xstrdup(req->forced_output) : NULL;
     for (int64_t i = 0; i < j->n_choices; i++) {
         struct choice *c = &j->ch[i];
@@ -688,8 +688,8 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     snprintf(j->id, sizeof j->id, "%s", id);
-    j->meta = (struct resp_meta){req->kind, j->id, (int64_t)time(NULL), env->model_name,
-                                 env->tok, req->logprobs};
+    j->meta = (struct resp_meta){req->kind,       j->id,    (int64_t)time(NULL),
+                                 env->model_name, env->tok, req->logprobs};
     j->stream = req->stream;
     j->include_usage = req->include_usage;
     j->n_per_prompt = req->n;

@@ -185,8 +185,8 @@ cJSON *json_parse_body(const char *body, size_t len, int max_depth, char *err, s
     }
     /* only whitespace may follow the value */
     size_t at = (size_t)(end - body);
-    while (at < len && (body[at] == ' ' || body[at] == '\t' || body[at] == '\r' ||
-                        body[at] == '\n'))
+    while (at < len &&
+           (body[at] == ' ' || body[at] == '\t' || body[at] == '\r' || body[at] == '\n'))
         at++;
     if (at < len) {
         cJSON_Delete(root);

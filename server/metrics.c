@@ -30,8 +30,15 @@ static const int statuses[] = {200, 204, 400, 401, 404, 405, 413, 429, 500, 501,
 #define N_STATUS (sizeof statuses / sizeof statuses[0] + 1) /* + "other" */
 
 static const char *const ep_names[METRICS_EP_COUNT] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models",  "/health", "/metrics",
-    "/slots",               "/tokenize",       "/detokenize", "other",
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/slots",
+    "/tokenize",
+    "/detokenize",
+    "other",
 };
 
 /* Indexed by enum eng_finish. */
@@ -45,7 +52,7 @@ static const char *const reject_names[] = {"queue_full", "draining", "loading"};
 #define MAX_BUCKETS 12
 struct hist {
     const char *name, *help;
-    double bound[MAX_BUCKETS]; /* upper bounds, seconds, ascending; 0 ends the list */
+    double bound[MAX_BUCKETS];               /* upper bounds, seconds, ascending; 0 ends the list */
     _Atomic uint64_t count[MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = +Inf */
     _Atomic uint64_t n, sum_ns;
 };
@@ -70,8 +77,7 @@ metrics_t *metrics_create(void)
                             .bound = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     m->itl = (struct hist){.name = "deltad_inter_token_latency_seconds",
                            .help = "Mean time between generated tokens, per generation.",
-                           .bound = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                     1}};
+                           .bound = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
     m->e2e = (struct hist){.name = "deltad_e2e_request_latency_seconds",
                            .help = "Time from submission to the end of a generation.",
                            .bound = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
@@ -186,8 +192,8 @@ static void render_requests(struct resp_buf *b, metrics_t *m)
             char st[16];
             snprintf(st, sizeof st, s < N_STATUS - 1 ? "%d" : "other",
                      s < N_STATUS - 1 ? statuses[s] : 0);
-            outf(b, "deltad_http_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n",
-                 ep_names[e], st, (unsigned long long)v);
+            outf(b, "deltad_http_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", ep_names[e],
+                 st, (unsigned long long)v);
         }
     }
     head(b, "deltad_requests_active", "gauge", "Generation requests in flight.");

@@ -204,8 +204,9 @@ static void add_logprobs(cJSON *choice, const struct resp_meta *m, const struct 
         cJSON_AddNullToObject(choice, "logprobs");
         return;
     }
-    cJSON_AddItemToObject(choice, "logprobs", m->kind == API_CHAT ? chat_logprobs(m->tok, k)
-                                                                  : legacy_logprobs(m->tok, k));
+    cJSON_AddItemToObject(choice, "logprobs",
+                          m->kind == API_CHAT ? chat_logprobs(m->tok, k)
+                                              : legacy_logprobs(m->tok, k));
 }
 
 /* ---- envelopes ------------------------------------------------------------------------- */
@@ -359,9 +360,9 @@ void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t i
 
 /* The shapes llama.cpp's test client asserts (docs section 3): a new index comes with id, type
  * and a non-empty name; "function" never holds an id. */
-void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index,
-                        int64_t call, const char *id, const char *name, const char *arguments,
-                        size_t args_len, const struct resp_toks *toks)
+void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
+                        const char *id, const char *name, const char *arguments, size_t args_len,
+                        const struct resp_toks *toks)
 {
     cJSON *ch, *o = chunk(m, index, &ch);
     cJSON *delta = cJSON_AddObjectToObject(ch, "delta");

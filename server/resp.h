@@ -44,7 +44,7 @@ struct resp_meta {
 struct resp_usage {
     int64_t prompt, completion, cached;
     int64_t drafted, accepted; /* speculation (extension field, only when drafted > 0) */
-    int64_t reasoning; /* completion_tokens_details.reasoning_tokens, only when > 0 */
+    int64_t reasoning;         /* completion_tokens_details.reasoning_tokens, only when > 0 */
 };
 
 /* Logprobs of consecutive tokens; text_offset = where the first token's text starts in the
@@ -94,9 +94,9 @@ void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t i
 /* Chat: a tool-call delta of call `call`. The first one of a call passes id and name (and
  * args ""): {"index", "id", "type": "function", "function": {"name", "arguments"}}; later ones
  * pass id = name = NULL and an arguments piece: {"index", "function": {"arguments"}}. */
-void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index,
-                        int64_t call, const char *id, const char *name, const char *args,
-                        size_t args_len, const struct resp_toks *toks);
+void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
+                        const char *id, const char *name, const char *args, size_t args_len,
+                        const struct resp_toks *toks);
 /* The finish chunk: delta {} (chat) or text "" (completions) and a finish_reason. */
 void resp_sse_finish(struct resp_buf *b, const struct resp_meta *m, int64_t index,
                      const char *finish, const struct resp_toks *toks);

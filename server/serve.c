@@ -52,18 +52,18 @@ struct serve_log {
 
 struct serve {
     int argc;
-    char **argv;            /* borrowed: the arguments after "serve", re-read on SIGHUP */
-    const struct cfg *cfg;  /* the frozen config */
+    char **argv;           /* borrowed: the arguments after "serve", re-read on SIGHUP */
+    const struct cfg *cfg; /* the frozen config */
     struct serve_log log;
-    http_t *http;           /* owned, from here down: released by teardown in reverse order */
+    http_t *http; /* owned, from here down: released by teardown in reverse order */
     struct model *model;
-    chat_tmpl_t *chat;      /* the model's chat template, compiled once */
+    chat_tmpl_t *chat; /* the model's chat template, compiled once */
     struct dev *devs[64];
     int n_dev;
     eng_t *eng;
-    uint64_t wd_usec;       /* systemd watchdog period, 0 = none */
-    double wd_next;         /* dd_now() of the next ping */
-    int64_t wd_steps;       /* engine steps at the last ping */
+    uint64_t wd_usec; /* systemd watchdog period, 0 = none */
+    double wd_next;   /* dd_now() of the next ping */
+    int64_t wd_steps; /* engine steps at the last ping */
 };
 
 /* ============================================================================================
@@ -121,7 +121,8 @@ static int log_open(struct serve_log *l, const struct cfg *c, char *err, size_t 
     l->f = fopen(l->path, "ae");
     if (!l->f) {
         char where[512];
-        dd_errf(err, errlen, "%s: key 'log_file': cannot open '%s': %s\nHINT: the directory "
+        dd_errf(err, errlen,
+                "%s: key 'log_file': cannot open '%s': %s\nHINT: the directory "
                 "must exist and be writable by the daemon's user",
                 cfg_where(c, "log_file", where, sizeof where), l->path, strerror(errno));
         l->f = stderr;
@@ -274,12 +275,14 @@ static int load_model(struct serve *s, char *err, size_t errlen)
     int rc = model_load(c->model, &s->model, err, errlen);
     signals_mask(SIG_BLOCK);
     if (rc) {
-        add_hint(c, "model", "check the path and that this user may read the file; the archs "
-                 "served are qwen3, qwen35, qwen35moe and qwen3next", err, errlen);
+        add_hint(c, "model",
+                 "check the path and that this user may read the file; the archs "
+                 "served are qwen3, qwen35, qwen35moe and qwen3next",
+                 err, errlen);
         return rc;
     }
-    LOG_I("model %s: arch %s, %lld layers, vocab %lld, %.1f MiB of weights, %.2f s",
-          c->model_name, model_arch_name(s->model->hp.arch), (long long)s->model->hp.n_layer,
+    LOG_I("model %s: arch %s, %lld layers, vocab %lld, %.1f MiB of weights, %.2f s", c->model_name,
+          model_arch_name(s->model->hp.arch), (long long)s->model->hp.n_layer,
           (long long)s->model->hp.n_vocab, s->model->weight_bytes / 1048576.0, dd_now() - t0);
     if (s->model->hp.n_ctx_train > 0 && c->ctx > s->model->hp.n_ctx_train)
         LOG_W("ctx %lld exceeds the model's training context %lld; quality may drop past it",
@@ -355,13 +358,16 @@ static int check_memory(struct serve *s, const struct eng_params *p, char *err, 
     int64_t limit = c->cache_mem_max ? c->cache_mem_max : mem_available();
     const char *name = c->cache_mem_max ? "cache_mem_max" : "the available memory (MemAvailable)";
     LOG_I("caches: %.1f MiB (KV %.1f, MTP KV %.1f, GDN state %.1f + snapshots %.1f, "
-          "checkpoints %.1f); limit %.1f MiB (%s)", u.total / 1048576.0, u.kv / 1048576.0,
-          u.mtp_kv / 1048576.0, u.gdn / 1048576.0, u.snapshots / 1048576.0,
-          u.ckpts / 1048576.0, limit / 1048576.0, limit ? name : "none: MemAvailable unknown");
+          "checkpoints %.1f); limit %.1f MiB (%s)",
+          u.total / 1048576.0, u.kv / 1048576.0, u.mtp_kv / 1048576.0, u.gdn / 1048576.0,
+          u.snapshots / 1048576.0, u.ckpts / 1048576.0, limit / 1048576.0,
+          limit ? name : "none: MemAvailable unknown");
     int rc = eng_mem_check(s->model, p, limit, name, err, errlen);
     if (rc)
-        add_hint(c, c->cache_mem_max ? "cache_mem_max" : "slots", "lower slots, ctx, "
-                 "spec_draft_max or checkpoints, or raise cache_mem_max", err, errlen);
+        add_hint(c, c->cache_mem_max ? "cache_mem_max" : "slots",
+                 "lower slots, ctx, "
+                 "spec_draft_max or checkpoints, or raise cache_mem_max",
+                 err, errlen);
     return rc;
 }
 
@@ -389,7 +395,7 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
         .ngram_max_draft = c->spec_ngram_max,
         .mtp_p_min = (float)c->spec_p_min,
         .spec_rollback = c->spec_rollback == CFG_ROLLBACK_RECOMPUTE ? ENG_ROLLBACK_RECOMPUTE
-                                                                     : ENG_ROLLBACK_SNAPSHOT,
+                                                                    : ENG_ROLLBACK_SNAPSHOT,
     };
     int rc = check_memory(s, &p, err, errlen);
     if (rc)
@@ -398,8 +404,10 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
         LOG_W("spec_rollback = recompute: a debug mode, rejected drafts are re-run");
     rc = eng_create_group(s->model, s->devs, s->n_dev, &p, &s->eng, err, errlen);
     if (rc) {
-        add_hint(c, "slots", "the caches did not fit; lower slots, ctx, spec_draft_max or "
-                 "max_batch_tokens", err, errlen);
+        add_hint(c, "slots",
+                 "the caches did not fit; lower slots, ctx, spec_draft_max or "
+                 "max_batch_tokens",
+                 err, errlen);
         return rc;
     }
     return eng_start(s->eng, err, errlen);
@@ -414,21 +422,22 @@ static int start(struct serve *s, char *err, size_t errlen)
     http_opts_from(c, &ho);
     int rc = http_start(&ho, &s->http, err, errlen);
     if (rc) {
-        add_hint(c, "port", "is another process listening there (ss -ltnp)? ports below 1024 "
-                 "need privileges", err, errlen);
+        add_hint(c, "port",
+                 "is another process listening there (ss -ltnp)? ports below 1024 "
+                 "need privileges",
+                 err, errlen);
         return rc;
     }
     LOG_I("listening on %s port %d (loading: /health answers 503 until ready)", c->host,
           http_port(s->http));
     if ((rc = load_model(s, err, errlen)) || (rc = load_template(s, err, errlen)) ||
-        (rc = build_devices(s, err, errlen)) ||
-        (rc = build_engine(s, err, errlen)))
+        (rc = build_devices(s, err, errlen)) || (rc = build_engine(s, err, errlen)))
         return rc;
     http_attach(s->http, s->eng, s->model, s->chat);
     g_serving = 1;
     char status[512];
-    snprintf(status, sizeof status, "serving %s on %s:%d, %lld slots of %lld tokens",
-             c->model_name, c->host, http_port(s->http), (long long)c->slots, (long long)c->ctx);
+    snprintf(status, sizeof status, "serving %s on %s:%d, %lld slots of %lld tokens", c->model_name,
+             c->host, http_port(s->http), (long long)c->slots, (long long)c->ctx);
     sdnotify_ready(status);
     LOG_I("ready: %s", status);
     return 0;

@@ -114,8 +114,8 @@ static bool param_is_string(const cJSON *fn, const char *p)
 {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(props, p), "type");
+    const cJSON *type =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, p), "type");
     return cJSON_IsString(type) && strcmp(type->valuestring, "string") == 0;
 }
 
@@ -419,8 +419,8 @@ static bool parse_whole(struct toolcall *t, const char *s, size_t n)
     cJSON *o = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     const cJSON *arg = cJSON_GetObjectItemCaseSensitive(o, "arguments");
-    bool ok = cJSON_IsObject(o) && skip_ws(s, n, (size_t)(end - s)) == n &&
-              cJSON_IsString(name) && (!arg || cJSON_IsObject(arg) || cJSON_IsString(arg)) &&
+    bool ok = cJSON_IsObject(o) && skip_ws(s, n, (size_t)(end - s)) == n && cJSON_IsString(name) &&
+              (!arg || cJSON_IsObject(arg) || cJSON_IsString(arg)) &&
               commit(t, name->valuestring, strlen(name->valuestring));
     if (ok) {
         char *text = cJSON_IsString(arg) ? NULL : cJSON_PrintUnformatted(arg);
@@ -458,13 +458,27 @@ static void tc_run(struct toolcall *t, bool final)
     for (;;) {
         bool more = false;
         switch (t->state) {
-        case TC_TEXT: more = step_text(t, final); break;
-        case TC_HEAD: more = step_head(t); break;
-        case TC_JSON_ARGS: more = step_json_args(t); break;
-        case TC_XML_BODY: more = step_xml_body(t); break;
-        case TC_XML_VALUE: more = step_xml_value(t); break;
-        case TC_TAIL: more = step_tail(t); break;
-        default: more = step_buffer(t, final); break;
+        case TC_TEXT:
+            more = step_text(t, final);
+            break;
+        case TC_HEAD:
+            more = step_head(t);
+            break;
+        case TC_JSON_ARGS:
+            more = step_json_args(t);
+            break;
+        case TC_XML_BODY:
+            more = step_xml_body(t);
+            break;
+        case TC_XML_VALUE:
+            more = step_xml_value(t);
+            break;
+        case TC_TAIL:
+            more = step_tail(t);
+            break;
+        default:
+            more = step_buffer(t, final);
+            break;
         }
         if (more)
             continue;

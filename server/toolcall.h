@@ -49,21 +49,21 @@ enum toolcall_ev {
 typedef void (*toolcall_emit_fn)(void *ud, enum toolcall_ev ev, const char *s, size_t n);
 
 struct toolcall {
-    int state;                 /* internal parser state */
-    struct resp_buf text;      /* content not yet emitted (trailing whitespace, partial tag) */
-    struct resp_buf call;      /* the current block after <tool_call> */
-    struct resp_buf pre;       /* whitespace dropped before the block, for a degraded block */
-    size_t pos;                /* parse position in call */
-    int depth;                 /* JSON arguments scanner: nesting, string, escape */
+    int state;            /* internal parser state */
+    struct resp_buf text; /* content not yet emitted (trailing whitespace, partial tag) */
+    struct resp_buf call; /* the current block after <tool_call> */
+    struct resp_buf pre;  /* whitespace dropped before the block, for a degraded block */
+    size_t pos;           /* parse position in call */
+    int depth;            /* JSON arguments scanner: nesting, string, escape */
     bool in_str, esc;
-    int n_params;              /* XML: parameters emitted for the current call */
-    char param[128];           /* XML: the parameter being read */
-    bool skip_ws;              /* drop whitespace after a call */
-    bool muted;                /* the current call is over max_calls: parsed, not reported */
-    int n_calls;               /* calls reported */
-    int max_calls;             /* 0 = any number */
-    const cJSON *tools;        /* the request's tools array, or NULL = accept any name */
-    const cJSON *fn;           /* the current call's "function" definition, or NULL */
+    int n_params;       /* XML: parameters emitted for the current call */
+    char param[128];    /* XML: the parameter being read */
+    bool skip_ws;       /* drop whitespace after a call */
+    bool muted;         /* the current call is over max_calls: parsed, not reported */
+    int n_calls;        /* calls reported */
+    int max_calls;      /* 0 = any number */
+    const cJSON *tools; /* the request's tools array, or NULL = accept any name */
+    const cJSON *fn;    /* the current call's "function" definition, or NULL */
     toolcall_emit_fn emit;
     void *ud;
 };

@@ -20,13 +20,13 @@
  *
  * Threads: main plus one worker per extra thread; workers only run triads or matmuls.
  */
-#include "quant.h" // defines: kq_matmul, kq_quantize_row, kq_isa_*
-
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "quant.h" // defines: kq_matmul, kq_quantize_row, kq_isa_*
 
 #define MAXTHR 2
 
@@ -275,8 +275,8 @@ int main(int argc, char **argv)
     double *a = xalloc(tn * 8), *b = xalloc(tn * 8), *c = xalloc(tn * 8);
     for (size_t i = 0; i < tn; i++)
         a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
-    printf("isa %s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()),
-           (long long)rows, (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
+    printf("isa %s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()), (long long)rows,
+           (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
     for (char *s = strtok(types, ","); s; s = strtok(NULL, ",")) {
         enum kq_type t;
         if (parse_type(s, &t) != 0 || n % kq_block_elems(t) != 0) {

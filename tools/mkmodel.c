@@ -52,8 +52,8 @@ static double unif(uint64_t *s)
  * Relative error about 1e-15, far below the float precision of the weights. */
 static double det_log(double q)
 {
-    static const double c[10] = {1.0,       1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
-                                 1.0 / 11,  1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19};
+    static const double c[10] = {1.0,      1.0 / 3,  1.0 / 5,  1.0 / 7,  1.0 / 9,
+                                 1.0 / 11, 1.0 / 13, 1.0 / 15, 1.0 / 17, 1.0 / 19};
     uint64_t bits;
     memcpy(&bits, &q, 8);
     int e = (int)((bits >> 52) & 0x7ff) - 1022; /* q = m * 2^e, m in [0.5, 1); q is normal */
@@ -115,10 +115,10 @@ static const char *const arch_names[] = {"qwen3", "qwen35", "qwen35moe", "qwen3n
  * because they end up in ne[]. */
 struct cfg {
     enum arch arch;
-    int64_t E, n_trunk, n_mtp;       /* width, trunk layers, MTP blocks */
-    int64_t H, Hkv, D, R;            /* attention heads, head dim, rotary dims */
-    int64_t Hk, Hv, S, K;            /* GDN key/value heads, head dim, conv width */
-    int64_t n_ff;                    /* dense FFN width */
+    int64_t E, n_trunk, n_mtp;               /* width, trunk layers, MTP blocks */
+    int64_t H, Hkv, D, R;                    /* attention heads, head dim, rotary dims */
+    int64_t Hk, Hv, S, K;                    /* GDN key/value heads, head dim, conv width */
+    int64_t n_ff;                            /* dense FFN width */
     int64_t n_exp, n_used, ff_exp, ff_shexp; /* MoE */
     int64_t vocab, ctx;
     float rope_base, eps;
@@ -141,9 +141,17 @@ static bool is_moe(const struct cfg *c)
 static bool preset_dims(struct cfg *c, const char *preset)
 {
     bool q3 = c->arch == A_QWEN3;
-    *c = (struct cfg){.arch = c->arch, .type = c->type, .seed = c->seed, .vocab = c->vocab,
-                      .name = c->name, .K = 4, .eps = 1e-6f, .rope_base = q3 ? 1e6f : 1e7f,
-                      .n_mtp = q3 ? 0 : 1, .ctx = 2048, .Hkv = 2};
+    *c = (struct cfg){.arch = c->arch,
+                      .type = c->type,
+                      .seed = c->seed,
+                      .vocab = c->vocab,
+                      .name = c->name,
+                      .K = 4,
+                      .eps = 1e-6f,
+                      .rope_base = q3 ? 1e6f : 1e7f,
+                      .n_mtp = q3 ? 0 : 1,
+                      .ctx = 2048,
+                      .Hkv = 2};
     if (strcmp(preset, "tiny") == 0) {
         c->E = 128, c->n_trunk = q3 ? 2 : 4, c->H = 4, c->D = q3 ? 32 : 64;
         c->Hk = 2, c->Hv = 4, c->S = 32, c->n_ff = 256;
@@ -222,7 +230,8 @@ static void set_tokenizer(gguf_writer_t *w, const struct cfg *c)
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre",
                         c->arch == A_QWEN35 || c->arch == A_QWEN35MOE ? "qwen35" : "qwen2");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL, (uint64_t)V);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, NULL,
+                            (uint64_t)V);
     gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", type, (uint64_t)V);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 8);
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 264);
@@ -242,14 +251,22 @@ static void set_tokenizer(gguf_writer_t *w, const struct cfg *c)
 static uint32_t file_type(enum kq_type t)
 {
     switch (t) {
-    case KQ_F16: return 1;
-    case KQ_Q4_0: return 2;
-    case KQ_Q8_0: return 7;
-    case KQ_Q4_K: return 14; /* Q4_K_S */
-    case KQ_Q5_K: return 16; /* Q5_K_S */
-    case KQ_Q6_K: return 18;
-    case KQ_BF16: return 32;
-    default: return 0;
+    case KQ_F16:
+        return 1;
+    case KQ_Q4_0:
+        return 2;
+    case KQ_Q8_0:
+        return 7;
+    case KQ_Q4_K:
+        return 14; /* Q4_K_S */
+    case KQ_Q5_K:
+        return 16; /* Q5_K_S */
+    case KQ_Q6_K:
+        return 18;
+    case KQ_BF16:
+        return 32;
+    default:
+        return 0;
     }
 }
 
@@ -424,8 +441,8 @@ static void add_layer(struct tlist *l, const struct cfg *c, int il)
         add_attn(l, c, il);
     else
         add_gdn(l, c, il);
-    add(l, I_NORM, c->E, 0, 0, c->arch == A_QWEN3 ? "blk.%d.ffn_norm.weight"
-                                                  : "blk.%d.post_attention_norm.weight", il);
+    add(l, I_NORM, c->E, 0, 0,
+        c->arch == A_QWEN3 ? "blk.%d.ffn_norm.weight" : "blk.%d.post_attention_norm.weight", il);
     add_ffn(l, c, il);
     if (mtp) {
         add(l, I_MATRIX, 2 * c->E, c->E, 0, "blk.%d.nextn.eh_proj.weight", il);
@@ -463,8 +480,8 @@ static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x
         return;
     }
     normals(&s, n, z, q);
-    double mul = t->init == I_MATRIX ? 1.0 / sqrt((double)n)
-                 : t->init == I_NORM ? 0.1
+    double mul = t->init == I_MATRIX  ? 1.0 / sqrt((double)n)
+                 : t->init == I_NORM  ? 0.1
                  : t->init == I_EMBED ? 1.0
                                       : 0.5; /* conv taps, dt bias */
     double add = t->init == I_NORM ? 1.0 : 0.0;
@@ -614,8 +631,7 @@ static int tiny_one(const char *dir, const char *preset, enum arch a, enum kq_ty
 /* The standard test set (see the file comment). */
 static int tiny_all(const char *dir)
 {
-    static const enum kq_type small_types[] = {KQ_F32, KQ_F16, KQ_BF16,
-                                               KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+    static const enum kq_type small_types[] = {KQ_F32, KQ_F16, KQ_BF16, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
     mkdir(dir, 0755);
     int rc = 0;
     for (int a = 0; a < 4; a++)

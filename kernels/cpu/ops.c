@@ -203,8 +203,8 @@ static float dotf(const float *restrict a, const float *restrict b, int64_t n)
     return s;
 }
 
-void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride,
-                   int64_t n_kv, int64_t d, float scale, float *scratch, float *out)
+void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_kv,
+                   int64_t d, float scale, float *scratch, float *out)
 {
     if (use_avx512() && d % 16 == 0) {
         kop__avx512_attn_group(q, 0, 1, k, v, kv_stride, n_kv, d, scale, scratch, out, 0);
@@ -231,9 +231,9 @@ void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_st
         kop_axpy(out, scratch[s] * inv, v + s * kv_stride, d);
 }
 
-void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
-                    const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
-                    float *scratch, float *out, int64_t out_stride)
+void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k, const float *v,
+                    int64_t kv_stride, int64_t n_kv, int64_t d, float scale, float *scratch,
+                    float *out, int64_t out_stride)
 {
     if (use_avx512() && d % 16 == 0 && n_q <= 64) {
         kop__avx512_attn_group(q, q_stride, n_q, k, v, kv_stride, n_kv, d, scale, scratch, out,
@@ -299,9 +299,9 @@ void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_
     }
 }
 
-void kop_gdn_step(float *M, const float *M_in, const float *restrict q,
-                  const float *restrict k, const float *restrict v, float decay, float beta,
-                  float scale, int64_t S, float *restrict out)
+void kop_gdn_step(float *M, const float *M_in, const float *restrict q, const float *restrict k,
+                  const float *restrict v, float decay, float beta, float scale, int64_t S,
+                  float *restrict out)
 {
     if (use_avx512() && S % 16 == 0) {
         kop__avx512_gdn_step(M, M_in, q, k, v, decay, beta, scale, S, out);

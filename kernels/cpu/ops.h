@@ -61,17 +61,17 @@ void kop_moe_route(const float *lg, int64_t Nx, int64_t k, int32_t *sel, float *
  * only visible positions). q [D]; k, v rows [n_kv] with row stride kv_stride floats; out [D];
  * scratch [n_kv]. out = sum_s softmax_s(q.k_s * scale) v_s.
  */
-void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride,
-                   int64_t n_kv, int64_t d, float scale, float *scratch, float *out);
+void kop_attn_head(const float *q, const float *k, const float *v, int64_t kv_stride, int64_t n_kv,
+                   int64_t d, float scale, float *scratch, float *out);
 /*
  * kop_attn_head for n_q query heads that share one K/V head (grouped-query attention): head g
  * reads q + g * q_stride and writes out + g * out_stride; scratch [n_q * n_kv]. Each K/V row is
  * read once for the whole group. Every head's result is what kop_attn_head computes for it on
  * the same ISA (the same per-head arithmetic), whatever n_q is.
  */
-void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
-                    const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
-                    float *scratch, float *out, int64_t out_stride);
+void kop_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k, const float *v,
+                    int64_t kv_stride, int64_t n_kv, int64_t d, float scale, float *scratch,
+                    float *out, int64_t out_stride);
 
 /*
  * Depthwise causal conv over T tokens for channels [c0, c1) of C, with SiLU.

@@ -15,8 +15,7 @@
  * Threads: everything is pure except the ISA choice, an atomic read once (environment variable
  * DELTAD_ISA) on first use; kq_isa_force is for tests and start-up only.
  */
-#include "quant.h"      // defines: kq_* API
-#include "quant_impl.h" // defines: block structs, kq__tile_drive, per-ISA entry points
+#include "quant.h" // defines: kq_* API
 
 #include <cpuid.h>
 #include <math.h>
@@ -24,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "quant_impl.h" // defines: block structs, kq__tile_drive, per-ISA entry points
 
 /* ================================ type facts ================================================ */
 
@@ -38,18 +39,30 @@ struct type_info {
 static struct type_info type_info(uint32_t t)
 {
     switch (t) {
-    case KQ_F32: return (struct type_info){"f32", 1, 4};
-    case KQ_F16: return (struct type_info){"f16", 1, 2};
-    case KQ_BF16: return (struct type_info){"bf16", 1, 2};
-    case KQ_Q8_0: return (struct type_info){"q8_0", KQ__QK, sizeof(struct kq__q8_0)};
-    case KQ_Q4_0: return (struct type_info){"q4_0", KQ__QK, sizeof(struct kq__q4_0)};
-    case KQ_Q4_K: return (struct type_info){"q4_K", KQ__QK_K, sizeof(struct kq__q4_k)};
-    case KQ_Q5_K: return (struct type_info){"q5_K", KQ__QK_K, sizeof(struct kq__q5_k)};
-    case KQ_Q6_K: return (struct type_info){"q6_K", KQ__QK_K, sizeof(struct kq__q6_k)};
-    case KQ_Q8_K: return (struct type_info){"q8_K", KQ__QK_K, sizeof(struct kq__q8_k)};
-    case KQ_Q4_KX: return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
-    case KQ_Q8_KX: return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
-    default: return (struct type_info){"?", 0, 0};
+    case KQ_F32:
+        return (struct type_info){"f32", 1, 4};
+    case KQ_F16:
+        return (struct type_info){"f16", 1, 2};
+    case KQ_BF16:
+        return (struct type_info){"bf16", 1, 2};
+    case KQ_Q8_0:
+        return (struct type_info){"q8_0", KQ__QK, sizeof(struct kq__q8_0)};
+    case KQ_Q4_0:
+        return (struct type_info){"q4_0", KQ__QK, sizeof(struct kq__q4_0)};
+    case KQ_Q4_K:
+        return (struct type_info){"q4_K", KQ__QK_K, sizeof(struct kq__q4_k)};
+    case KQ_Q5_K:
+        return (struct type_info){"q5_K", KQ__QK_K, sizeof(struct kq__q5_k)};
+    case KQ_Q6_K:
+        return (struct type_info){"q6_K", KQ__QK_K, sizeof(struct kq__q6_k)};
+    case KQ_Q8_K:
+        return (struct type_info){"q8_K", KQ__QK_K, sizeof(struct kq__q8_k)};
+    case KQ_Q4_KX:
+        return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
+    case KQ_Q8_KX:
+        return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
+    default:
+        return (struct type_info){"?", 0, 0};
     }
 }
 
@@ -85,12 +98,16 @@ enum kq_type kq_act_type(enum kq_type w)
 {
     switch (w) {
     case KQ_Q8_0:
-    case KQ_Q4_0: return KQ_Q8_0;
+    case KQ_Q4_0:
+        return KQ_Q8_0;
     case KQ_Q4_K:
     case KQ_Q5_K:
-    case KQ_Q6_K: return KQ_Q8_K;
-    case KQ_Q4_KX: return KQ_Q8_KX;
-    default: return KQ_F32;
+    case KQ_Q6_K:
+        return KQ_Q8_K;
+    case KQ_Q4_KX:
+        return KQ_Q8_KX;
+    default:
+        return KQ_F32;
     }
 }
 
@@ -326,7 +343,9 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
 {
     const uint16_t *h = src;
     switch (t) {
-    case KQ_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case KQ_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
     case KQ_F16:
         for (int64_t i = 0; i < n; i++)
             dst[i] = kq_f16_to_f32(h[i]);
@@ -335,7 +354,8 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
         for (int64_t i = 0; i < n; i++)
             dst[i] = kq_bf16_to_f32(h[i]);
         return;
-    default: break;
+    default:
+        break;
     }
     const struct type_info ti = type_info(t);
     for (int64_t b = 0; ti.block_elems && b < n / ti.block_elems; b++)
@@ -567,12 +587,24 @@ static void quant_q6_k(const float *x, struct kq__q6_k *b)
 static void quant_block(enum kq_type t, const float *x, uint8_t *p)
 {
     switch (t) {
-    case KQ_Q8_0: quant_q8_0(x, (void *)p); break;
-    case KQ_Q4_0: quant_q4_0(x, (void *)p); break;
-    case KQ_Q4_K: quant_q4_k(x, (void *)p); break;
-    case KQ_Q5_K: quant_q5_k(x, (void *)p); break;
-    case KQ_Q6_K: quant_q6_k(x, (void *)p); break;
-    case KQ_Q8_K: quant_q8_k(x, (void *)p); break;
+    case KQ_Q8_0:
+        quant_q8_0(x, (void *)p);
+        break;
+    case KQ_Q4_0:
+        quant_q4_0(x, (void *)p);
+        break;
+    case KQ_Q4_K:
+        quant_q4_k(x, (void *)p);
+        break;
+    case KQ_Q5_K:
+        quant_q5_k(x, (void *)p);
+        break;
+    case KQ_Q6_K:
+        quant_q6_k(x, (void *)p);
+        break;
+    case KQ_Q8_K:
+        quant_q8_k(x, (void *)p);
+        break;
     case KQ_Q4_KX:
     case KQ_Q8_KX: { /* the plain block, transposed in place */
         union kq__kblock tmp;
@@ -580,7 +612,8 @@ static void quant_block(enum kq_type t, const float *x, uint8_t *p)
         memcpy(p, x_swap(t, p, &tmp), kq_block_bytes(t));
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -588,7 +621,9 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n)
 {
     uint16_t *h = dst;
     switch (t) {
-    case KQ_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case KQ_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
     case KQ_F16:
         for (int64_t i = 0; i < n; i++)
             h[i] = kq_f32_to_f16(src[i]);
@@ -597,7 +632,8 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n)
         for (int64_t i = 0; i < n; i++)
             h[i] = kq_f32_to_bf16(src[i]);
         return;
-    default: break;
+    default:
+        break;
     }
     const struct type_info ti = type_info(t);
     for (int64_t b = 0; ti.block_elems && b < n / ti.block_elems; b++)
@@ -639,7 +675,8 @@ static float dot_q4_0(int64_t nb, const struct kq__q4_0 *w, const struct kq__q8_
     for (int64_t b = 0; b < nb; b++) {
         int isum = 0;
         for (int i = 0; i < 16; i++)
-            isum += ((w[b].qs[i] & 15) - 8) * a[b].qs[i] + ((w[b].qs[i] >> 4) - 8) * a[b].qs[i + 16];
+            isum +=
+                ((w[b].qs[i] & 15) - 8) * a[b].qs[i] + ((w[b].qs[i] >> 4) - 8) * a[b].qs[i + 16];
         s += (float)isum * (h2f(w[b].d) * h2f(a[b].d));
     }
     return s;
@@ -685,9 +722,12 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     switch (w) {
     case KQ_F32:
     case KQ_F16:
-    case KQ_BF16: return dot_float(w, n, wrow, act);
-    case KQ_Q8_0: return dot_q8_0(n / KQ__QK, wrow, act);
-    case KQ_Q4_0: return dot_q4_0(n / KQ__QK, wrow, act);
+    case KQ_BF16:
+        return dot_float(w, n, wrow, act);
+    case KQ_Q8_0:
+        return dot_q8_0(n / KQ__QK, wrow, act);
+    case KQ_Q4_0:
+        return dot_q4_0(n / KQ__QK, wrow, act);
     case KQ_Q4_K:
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             const struct kq__q4_k *q = (const struct kq__q4_k *)wrow + b;
@@ -707,12 +747,15 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             union kq__kblock tw, ta;
-            const struct kq__q4_k *q = (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw);
-            const struct kq__q8_k *a = (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta);
+            const struct kq__q4_k *q =
+                (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw);
+            const struct kq__q8_k *a =
+                (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta);
             s += dot_kaffine(q->d, q->dmin, q->scales, NULL, q->qs, a);
         }
         return s;
-    default: return 0.0f;
+    default:
+        return 0.0f;
     }
 }
 
@@ -771,9 +814,12 @@ enum kq_isa kq_isa_force(enum kq_isa isa)
 const char *kq_isa_name(enum kq_isa isa)
 {
     switch (isa) {
-    case KQ_ISA_SCALAR: return "scalar";
-    case KQ_ISA_AVX2: return "avx2";
-    case KQ_ISA_AVX512: return "avx512";
+    case KQ_ISA_SCALAR:
+        return "scalar";
+    case KQ_ISA_AVX2:
+        return "avx2";
+    case KQ_ISA_AVX512:
+        return "avx512";
     }
     return "?";
 }
@@ -830,9 +876,9 @@ void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
 }
 
 /* Tokens [t0, t1) of one row block: full-width tiles, then the narrow kernel for the rest. */
-static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, int tm, int64_t n,
-                         const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int64_t t0,
-                         int64_t t1, float *y, int64_t ys)
+static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, int tm, int64_t n, const uint8_t *w,
+                         size_t ws, const uint8_t *a, size_t as, int64_t t0, int64_t t1, float *y,
+                         int64_t ys)
 {
     int64_t t = t0;
     for (; t + tm <= t1; t += tm)
@@ -863,8 +909,8 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
         for (; nt == 1 && n <= KQ__DEC_SHORT_N && r + ts->dm <= r1; r += ts->dm)
             ts->dec(n, w8 + r * w_stride, w_stride, a8, act_stride, y + r, y_stride);
         for (; nt > 1 && r + ts->rm <= r1; r += ts->rm)
-            drive_tokens(ts->full, ts->rows, ts->tm, n, w8 + r * w_stride, w_stride, a8,
-                         act_stride, t0, t1, y + r, y_stride);
+            drive_tokens(ts->full, ts->rows, ts->tm, n, w8 + r * w_stride, w_stride, a8, act_stride,
+                         t0, t1, y + r, y_stride);
         for (; r < r1; r++)
             drive_tokens(ts->toks, ts->single, ts->tm, n, w8 + r * w_stride, w_stride, a8,
                          act_stride, t0, t1, y + r, y_stride);

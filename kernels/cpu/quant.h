@@ -41,7 +41,7 @@ enum kq_type {
 enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
 
 /* ---- type facts --------------------------------------------------------------------------- */
-bool kq_type_supported(uint32_t type);  /* weight types the kernels compute with */
+bool kq_type_supported(uint32_t type);   /* weight types the kernels compute with */
 const char *kq_type_name(uint32_t type); /* "q8_0", ...; "?" if unknown */
 int kq_block_elems(enum kq_type t);      /* 1 for F32/F16/BF16, 32 for Q4_0/Q8_0, 256 for K */
 size_t kq_block_bytes(enum kq_type t);

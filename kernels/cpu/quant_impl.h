@@ -12,21 +12,21 @@
 #ifndef DELTAD_QUANT_IMPL_H
 #define DELTAD_QUANT_IMPL_H
 
-#include "quant.h" // defines: kq_type, kq_isa
-
 #include <string.h>
 
-#define KQ__QK 32   /* elements of a Q8_0 / Q4_0 block */
+#include "quant.h" // defines: kq_type, kq_isa
+
+#define KQ__QK 32    /* elements of a Q8_0 / Q4_0 block */
 #define KQ__QK_K 256 /* elements of a K-quant super-block */
 
 /* Q8_0: x[i] = d * qs[i]. 34 bytes. */
 struct kq__q8_0 {
-    uint16_t d;      /* f16 */
+    uint16_t d; /* f16 */
     int8_t qs[32];
 };
 /* Q4_0: x[i] = d * ((qs[i] & 15) - 8), x[i + 16] = d * ((qs[i] >> 4) - 8). 18 bytes. */
 struct kq__q4_0 {
-    uint16_t d;      /* f16 */
+    uint16_t d; /* f16 */
     uint8_t qs[16];
 };
 /*

@@ -118,7 +118,7 @@ extern "C" void kc_attention(kc_stream *s, const struct kc_kv *kv, const float *
     KC_REQUIRE(D > 0 && D <= ATT_DMAX && Hkv > 0 && H % Hkv == 0 && H <= 65535);
     const dim3 grid((unsigned)T, (unsigned)H);
     k_attention<<<grid, 32 * ATT_WARPS, 0, s->st>>>(kv->k, kv->v, kv->n_ctx, kv->kv_dim, q, q_tok,
-                                                    q_head, gate, seq, n_kv, H, Hkv, D, scale,
-                                                    out, out_tok);
+                                                    q_head, gate, seq, n_kv, H, Hkv, D, scale, out,
+                                                    out_tok);
     KC_LAUNCHED();
 }

@@ -56,13 +56,13 @@ __global__ void k_l2norm(float *x, int64_t n_head, int64_t tok_stride, int64_t h
         xr[i] = __fmul_rn(xr[i], inv);
 }
 
-extern "C" void kc_l2norm(kc_stream *s, float *x, int64_t n_tok, int64_t n_head,
-                          int64_t tok_stride, int64_t head_stride, int64_t n, float eps)
+extern "C" void kc_l2norm(kc_stream *s, float *x, int64_t n_tok, int64_t n_head, int64_t tok_stride,
+                          int64_t head_stride, int64_t n, float eps)
 {
     if (n_tok * n_head <= 0)
         return;
     k_l2norm<<<(unsigned)(n_tok * n_head), norm_threads(n), 0, s->st>>>(x, n_head, tok_stride,
-                                                                         head_stride, n, eps);
+                                                                        head_stride, n, eps);
     KC_LAUNCHED();
 }
 
@@ -88,7 +88,8 @@ extern "C" void kc_rmsnorm_gate(kc_stream *s, float *x, const float *w, const fl
     KC_LAUNCHED();
 }
 
-/* Thread per (row, pair i < n_rot / 2): the pair (i, i + n_rot/2) rotated by pos * base^(-2i/n_rot). */
+/* Thread per (row, pair i < n_rot / 2): the pair (i, i + n_rot/2) rotated by
+ * pos * base^(-2i/n_rot). */
 __global__ void k_rope(float *x, const int32_t *pos, int64_t n_rows, int64_t n_head,
                        int64_t tok_stride, int64_t head_stride, int64_t n_rot, float base)
 {
@@ -106,8 +107,8 @@ __global__ void k_rope(float *x, const int32_t *pos, int64_t n_rows, int64_t n_h
 }
 
 extern "C" void kc_rope_neox(kc_stream *s, float *x, const int32_t *pos, int64_t n_tok,
-                             int64_t n_head, int64_t tok_stride, int64_t head_stride,
-                             int64_t n_rot, float base)
+                             int64_t n_head, int64_t tok_stride, int64_t head_stride, int64_t n_rot,
+                             float base)
 {
     const int64_t n = n_tok * n_head * (n_rot / 2);
     if (n <= 0)

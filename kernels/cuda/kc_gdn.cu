@@ -46,7 +46,7 @@ extern "C" void kc_gdn_gates(kc_stream *s, const float *b, const float *alpha, c
     KC_LAUNCHED();
 }
 
-/* ---- causal conv ------------------------------------------------------------------------------ */
+/* ---- causal conv ----------------------------------------------------------------------------- */
 
 #define CONV_KMAX 16
 
@@ -187,8 +187,8 @@ extern "C" void kc_gdn(kc_stream *s, const float *y, int64_t C, int64_t Hk, int6
     KC_REQUIRE(C >= 2 * Hk * S + Hv * S && n_runs * Hv < (1ll << 31));
     const dim3 grid((unsigned)(n_runs * Hv), kc__blocks(S, 32)), block(32 * GDN_WARPS);
     const int64_t kpt = (S + GDN_WARPS - 1) / GDN_WARPS;
-#define GDN_LAUNCH(K)                                                                             \
-    k_gdn<K><<<grid, block, 0, s->st>>>(y, C, Hk, Hv, S, kmap_mod, beta, decay, runs, st->ssm,   \
+#define GDN_LAUNCH(K)                                                                              \
+    k_gdn<K><<<grid, block, 0, s->st>>>(y, C, Hk, Hv, S, kmap_mod, beta, decay, runs, st->ssm,     \
                                         st->group_stride, st->seq_stride, st->n_groups, o)
     if (kpt <= 4)
         GDN_LAUNCH(4);

@@ -60,9 +60,9 @@ __global__ void k_matvec(const uint8_t *W, size_t row_bytes, int64_t n_in, int64
 }
 
 template <int TYPE>
-__global__ void k_matvec_ids(const uint8_t *W, size_t row_bytes, size_t expert_bytes,
-                             int64_t n_in, int64_t n_out, const int32_t *ids, const float *x,
-                             int64_t x_stride, int64_t x_div, float *y, int64_t y_stride)
+__global__ void k_matvec_ids(const uint8_t *W, size_t row_bytes, size_t expert_bytes, int64_t n_in,
+                             int64_t n_out, const int32_t *ids, const float *x, int64_t x_stride,
+                             int64_t x_div, float *y, int64_t y_stride)
 {
     const int64_t r = (int64_t)blockIdx.x * MV_ROWS + (threadIdx.x >> 5), item = blockIdx.y;
     if (r >= n_out)
@@ -107,25 +107,25 @@ extern "C" void kc_matvec(kc_stream *s, const struct kc_mat *w, const float *x, 
 
 template <int TYPE>
 static void launch_matvec_ids(kc_stream *s, const struct kc_mat *w, size_t expert_bytes,
-                              const int32_t *ids, int64_t n_items, const float *x,
-                              int64_t x_stride, int64_t x_div, float *y, int64_t y_stride)
+                              const int32_t *ids, int64_t n_items, const float *x, int64_t x_stride,
+                              int64_t x_div, float *y, int64_t y_stride)
 {
     KC_REQUIRE(n_items <= 65535 && x_div >= 1);
     const dim3 grid(kc__blocks(w->n_out, MV_ROWS), (unsigned)n_items), block(32 * MV_ROWS);
     k_matvec_ids<TYPE><<<grid, block, 0, s->st>>>((const uint8_t *)w->data, w->row_bytes,
-                                                  expert_bytes, w->n_in, w->n_out, ids, x,
-                                                  x_stride, x_div, y, y_stride);
+                                                  expert_bytes, w->n_in, w->n_out, ids, x, x_stride,
+                                                  x_div, y, y_stride);
     KC_LAUNCHED();
 }
 
 extern "C" void kc_matvec_ids(kc_stream *s, const struct kc_mat *w, size_t expert_bytes,
-                              const int32_t *ids, int64_t n_items, const float *x,
-                              int64_t x_stride, int64_t x_div, float *y, int64_t y_stride)
+                              const int32_t *ids, int64_t n_items, const float *x, int64_t x_stride,
+                              int64_t x_div, float *y, int64_t y_stride)
 {
     if (n_items <= 0 || w->n_out <= 0)
         return;
-    KC_TYPE_SWITCH(w->type, launch_matvec_ids, s, w, expert_bytes, ids, n_items, x, x_stride,
-                   x_div, y, y_stride);
+    KC_TYPE_SWITCH(w->type, launch_matvec_ids, s, w, expert_bytes, ids, n_items, x, x_stride, x_div,
+                   y, y_stride);
 }
 
 /* ---- dequantisation ---------------------------------------------------------------------- */
@@ -166,19 +166,22 @@ __global__ void k_dequant(const uint8_t *W, size_t row_bytes, int64_t n, const i
 }
 
 template <int TYPE>
-static void launch_dequant(kc_stream *s, const struct kc_mat *w, const int32_t *ids,
-                           int64_t n_rows, void *dst, enum kq_type dst_type)
+static void launch_dequant(kc_stream *s, const struct kc_mat *w, const int32_t *ids, int64_t n_rows,
+                           void *dst, enum kq_type dst_type)
 {
     const int64_t chunks = (w->n_in + 7) / 8;
     const int64_t gy = n_rows < 65535 ? n_rows : 65535;
     const dim3 grid(kc__blocks(chunks, 128), (unsigned)gy, (unsigned)((n_rows + gy - 1) / gy));
     const uint8_t *W = (const uint8_t *)w->data;
     if (dst_type == KQ_F32)
-        k_dequant<TYPE, KQ_F32><<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
+        k_dequant<TYPE, KQ_F32>
+            <<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
     else if (dst_type == KQ_F16)
-        k_dequant<TYPE, KQ_F16><<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
+        k_dequant<TYPE, KQ_F16>
+            <<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
     else if (dst_type == KQ_BF16)
-        k_dequant<TYPE, KQ_BF16><<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
+        k_dequant<TYPE, KQ_BF16>
+            <<<grid, 128, 0, s->st>>>(W, w->row_bytes, w->n_in, ids, n_rows, dst);
     else
         KC_REQUIRE(!"dst_type is F32, F16 or BF16");
     KC_LAUNCHED();
@@ -242,8 +245,8 @@ extern "C" void kc_gemm(kc_stream *s, const struct kc_mat *w, const float *x, in
     KC_REQUIRE(n > 0 && n < INT32_MAX && T < INT32_MAX && w->n_out < INT32_MAX);
     if (w->type == KQ_F32) {
         KC_REQUIRE(w->row_bytes % 4 == 0);
-        gemm_ex(s, w->data, CUDA_R_32F, (int64_t)(w->row_bytes / 4), w->n_out, n, x, x_stride, T,
-                y, y_stride);
+        gemm_ex(s, w->data, CUDA_R_32F, (int64_t)(w->row_bytes / 4), w->n_out, n, x, x_stride, T, y,
+                y_stride);
         return;
     }
     KC_REQUIRE(kc_matmul_scratch_bytes(w, T) <= s->scratch_bytes);

@@ -11,8 +11,8 @@
 #define ROUTE_KMAX 16
 
 /* One warp per row. */
-__global__ void k_moe_route(const float *logits, int64_t T, int64_t Nx, int64_t k,
-                            int32_t *route_e, float *route_w)
+__global__ void k_moe_route(const float *logits, int64_t T, int64_t Nx, int64_t k, int32_t *route_e,
+                            float *route_w)
 {
     const int64_t t = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;

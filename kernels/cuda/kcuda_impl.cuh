@@ -10,36 +10,37 @@
 #ifndef DELTAD_KCUDA_IMPL_CUH
 #define DELTAD_KCUDA_IMPL_CUH
 
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
 #include "kcuda.h" // defines: kc_* API
 
 /* A failed CUDA call leaves the device undefined: report and abort (STYLE rule 18c). */
-#define KC_CHECK(call)                                                                            \
-    do {                                                                                          \
-        cudaError_t kc_rc_ = (call);                                                              \
-        if (kc_rc_ != cudaSuccess)                                                                \
-            kc__fail(#call, cudaGetErrorString(kc_rc_), __FILE__, __LINE__);                     \
+#define KC_CHECK(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t kc_rc_ = (call);                                                               \
+        if (kc_rc_ != cudaSuccess)                                                                 \
+            kc__fail(#call, cudaGetErrorString(kc_rc_), __FILE__, __LINE__);                       \
     } while (0)
-#define KC_BLAS(call)                                                                             \
-    do {                                                                                          \
-        cublasStatus_t kc_st_ = (call);                                                           \
-        if (kc_st_ != CUBLAS_STATUS_SUCCESS)                                                      \
-            kc__fail(#call, cublasGetStatusString(kc_st_), __FILE__, __LINE__);                  \
+#define KC_BLAS(call)                                                                              \
+    do {                                                                                           \
+        cublasStatus_t kc_st_ = (call);                                                            \
+        if (kc_st_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            kc__fail(#call, cublasGetStatusString(kc_st_), __FILE__, __LINE__);                    \
     } while (0)
 /* After a launch: catches bad configurations at once (asynchronous faults surface later). */
 #define KC_LAUNCHED() KC_CHECK(cudaGetLastError())
 /* A broken caller contract (shape out of range): abort with the condition. */
-#define KC_REQUIRE(cond)                                                                          \
-    do {                                                                                          \
-        if (!(cond))                                                                              \
-            kc__fail("requirement", #cond, __FILE__, __LINE__);                                   \
+#define KC_REQUIRE(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            kc__fail("requirement", #cond, __FILE__, __LINE__);                                    \
     } while (0)
 
 void kc__fail(const char *what, const char *why, const char *file, int line);
@@ -119,14 +120,30 @@ __device__ __forceinline__ float kc__sigmoid(float x)
 
 /* Block facts per type (the GGUF layouts). */
 template <int TYPE> struct kc__blk;
-template <> struct kc__blk<KQ_F32> { static const int qk = 1, bytes = 4; };
-template <> struct kc__blk<KQ_F16> { static const int qk = 1, bytes = 2; };
-template <> struct kc__blk<KQ_BF16> { static const int qk = 1, bytes = 2; };
-template <> struct kc__blk<KQ_Q8_0> { static const int qk = 32, bytes = 34; };
-template <> struct kc__blk<KQ_Q4_0> { static const int qk = 32, bytes = 18; };
-template <> struct kc__blk<KQ_Q4_K> { static const int qk = 256, bytes = 144; };
-template <> struct kc__blk<KQ_Q5_K> { static const int qk = 256, bytes = 176; };
-template <> struct kc__blk<KQ_Q6_K> { static const int qk = 256, bytes = 210; };
+template <> struct kc__blk<KQ_F32> {
+    static const int qk = 1, bytes = 4;
+};
+template <> struct kc__blk<KQ_F16> {
+    static const int qk = 1, bytes = 2;
+};
+template <> struct kc__blk<KQ_BF16> {
+    static const int qk = 1, bytes = 2;
+};
+template <> struct kc__blk<KQ_Q8_0> {
+    static const int qk = 32, bytes = 34;
+};
+template <> struct kc__blk<KQ_Q4_0> {
+    static const int qk = 32, bytes = 18;
+};
+template <> struct kc__blk<KQ_Q4_K> {
+    static const int qk = 256, bytes = 144;
+};
+template <> struct kc__blk<KQ_Q5_K> {
+    static const int qk = 256, bytes = 176;
+};
+template <> struct kc__blk<KQ_Q6_K> {
+    static const int qk = 256, bytes = 210;
+};
 
 /* Six-bit scale and min of sub-block j of a Q4_K / Q5_K scales[12] (kq__unpack_scales). */
 __device__ __forceinline__ void kc__kscale(const uint8_t *s, int j, float *sc, float *m)
@@ -199,8 +216,7 @@ __device__ __forceinline__ void kc__deq8(const uint8_t *row, int64_t e0, float *
 }
 
 /* One element e of a float-type row (the tails of rows whose length is not a multiple of 8). */
-template <int TYPE>
-__device__ __forceinline__ float kc__deq1(const uint8_t *row, int64_t e)
+template <int TYPE> __device__ __forceinline__ float kc__deq1(const uint8_t *row, int64_t e)
 {
     if (TYPE == KQ_F32)
         return ((const float *)row)[e];
@@ -210,19 +226,36 @@ __device__ __forceinline__ float kc__deq1(const uint8_t *row, int64_t e)
 }
 
 /* Run f<TYPE>() for a runtime weight type; aborts on a type without kernels. */
-#define KC_TYPE_SWITCH(type, F, ...)                                                              \
-    do {                                                                                          \
-        switch (type) {                                                                           \
-        case KQ_F32: F<KQ_F32>(__VA_ARGS__); break;                                               \
-        case KQ_F16: F<KQ_F16>(__VA_ARGS__); break;                                               \
-        case KQ_BF16: F<KQ_BF16>(__VA_ARGS__); break;                                             \
-        case KQ_Q8_0: F<KQ_Q8_0>(__VA_ARGS__); break;                                             \
-        case KQ_Q4_0: F<KQ_Q4_0>(__VA_ARGS__); break;                                             \
-        case KQ_Q4_K: F<KQ_Q4_K>(__VA_ARGS__); break;                                             \
-        case KQ_Q5_K: F<KQ_Q5_K>(__VA_ARGS__); break;                                             \
-        case KQ_Q6_K: F<KQ_Q6_K>(__VA_ARGS__); break;                                             \
-        default: kc__fail("weight type", "no CUDA kernel for this type", __FILE__, __LINE__);     \
-        }                                                                                         \
+#define KC_TYPE_SWITCH(type, F, ...)                                                               \
+    do {                                                                                           \
+        switch (type) {                                                                            \
+        case KQ_F32:                                                                               \
+            F<KQ_F32>(__VA_ARGS__);                                                                \
+            break;                                                                                 \
+        case KQ_F16:                                                                               \
+            F<KQ_F16>(__VA_ARGS__);                                                                \
+            break;                                                                                 \
+        case KQ_BF16:                                                                              \
+            F<KQ_BF16>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        case KQ_Q8_0:                                                                              \
+            F<KQ_Q8_0>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        case KQ_Q4_0:                                                                              \
+            F<KQ_Q4_0>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        case KQ_Q4_K:                                                                              \
+            F<KQ_Q4_K>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        case KQ_Q5_K:                                                                              \
+            F<KQ_Q5_K>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        case KQ_Q6_K:                                                                              \
+            F<KQ_Q6_K>(__VA_ARGS__);                                                               \
+            break;                                                                                 \
+        default:                                                                                   \
+            kc__fail("weight type", "no CUDA kernel for this type", __FILE__, __LINE__);           \
+        }                                                                                          \
     } while (0)
 
 #endif

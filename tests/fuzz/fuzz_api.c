@@ -189,8 +189,8 @@ struct variant {
 static struct variant variant_of(uint8_t b)
 {
     static const int64_t n_ctx[4] = {8, 64, 512, 4096};
-    struct variant v = {b & 3, {g_model, n_ctx[(b >> 2) & 3], 4, (b & 32) ? 16 : 0,
-                                (b & 16) ? 8 : 64}};
+    struct variant v = {b & 3,
+                        {g_model, n_ctx[(b >> 2) & 3], 4, (b & 32) ? 16 : 0, (b & 16) ? 8 : 64}};
     return v;
 }
 

@@ -19,64 +19,64 @@ static int test__failed_checks;
 static int test__passed, test__failed;
 
 #define TEST(name) static void test_##name(void)
-#define RUN(name)                                                                                 \
-    do {                                                                                          \
-        int before_ = test__failed_checks;                                                        \
-        test_##name();                                                                            \
-        if (test__failed_checks == before_) {                                                     \
-            test__passed++;                                                                       \
-        } else {                                                                                  \
-            test__failed++;                                                                       \
-            printf("FAIL %s\n", #name);                                                           \
-        }                                                                                         \
-        fflush(stdout);                                                                           \
+#define RUN(name)                                                                                  \
+    do {                                                                                           \
+        int before_ = test__failed_checks;                                                         \
+        test_##name();                                                                             \
+        if (test__failed_checks == before_) {                                                      \
+            test__passed++;                                                                        \
+        } else {                                                                                   \
+            test__failed++;                                                                        \
+            printf("FAIL %s\n", #name);                                                            \
+        }                                                                                          \
+        fflush(stdout);                                                                            \
     } while (0)
-#define TEST_MAIN_END(prog)                                                                       \
-    do {                                                                                          \
-        printf("%s: %d passed, %d failed\n", (prog), test__passed, test__failed);                 \
-        return test__failed ? 1 : 0;                                                              \
+#define TEST_MAIN_END(prog)                                                                        \
+    do {                                                                                           \
+        printf("%s: %d passed, %d failed\n", (prog), test__passed, test__failed);                  \
+        return test__failed ? 1 : 0;                                                               \
     } while (0)
-#define TEST_SKIP(...)                                                                            \
-    do {                                                                                          \
-        printf("SKIP: ");                                                                         \
-        printf(__VA_ARGS__);                                                                      \
-        printf("\n");                                                                             \
-        return 77;                                                                                \
+#define TEST_SKIP(...)                                                                             \
+    do {                                                                                           \
+        printf("SKIP: ");                                                                          \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        return 77;                                                                                 \
     } while (0)
 
-#define CHECK(x)                                                                                  \
-    do {                                                                                          \
-        if (!(x)) {                                                                               \
-            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #x);                        \
-            test__failed_checks++;                                                                \
-        }                                                                                         \
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if (!(x)) {                                                                                \
+            printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #x);                         \
+            test__failed_checks++;                                                                 \
+        }                                                                                          \
     } while (0)
-#define CHECK_EQ(a, b)                                                                            \
-    do {                                                                                          \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                       \
-        if (a_ != b_) {                                                                           \
-            printf("  %s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld\n", __FILE__, __LINE__, #a,    \
-                   #b, a_, b_);                                                                   \
-            test__failed_checks++;                                                                \
-        }                                                                                         \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_) {                                                                            \
+            printf("  %s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld\n", __FILE__, __LINE__, #a, #b, \
+                   a_, b_);                                                                        \
+            test__failed_checks++;                                                                 \
+        }                                                                                          \
     } while (0)
-#define CHECK_STR_EQ(a, b)                                                                        \
-    do {                                                                                          \
-        const char *a_ = (a), *b_ = (b);                                                          \
-        if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                                  \
-            printf("  %s:%d: CHECK_STR_EQ(%s, %s) failed: \"%s\" != \"%s\"\n", __FILE__,         \
-                   __LINE__, #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                     \
-            test__failed_checks++;                                                                \
-        }                                                                                         \
+#define CHECK_STR_EQ(a, b)                                                                         \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                                   \
+            printf("  %s:%d: CHECK_STR_EQ(%s, %s) failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__, \
+                   #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                                \
+            test__failed_checks++;                                                                 \
+        }                                                                                          \
     } while (0)
-#define CHECK_NEAR(a, b, tol)                                                                     \
-    do {                                                                                          \
-        double a_ = (double)(a), b_ = (double)(b);                                                \
-        if (!(fabs(a_ - b_) <= (tol))) {                                                          \
-            printf("  %s:%d: CHECK_NEAR(%s, %s, %g) failed: %.9g vs %.9g\n", __FILE__, __LINE__,  \
-                   #a, #b, (double)(tol), a_, b_);                                                \
-            test__failed_checks++;                                                                \
-        }                                                                                         \
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double a_ = (double)(a), b_ = (double)(b);                                                 \
+        if (!(fabs(a_ - b_) <= (tol))) {                                                           \
+            printf("  %s:%d: CHECK_NEAR(%s, %s, %g) failed: %.9g vs %.9g\n", __FILE__, __LINE__,   \
+                   #a, #b, (double)(tol), a_, b_);                                                 \
+            test__failed_checks++;                                                                 \
+        }                                                                                          \
     } while (0)
 
 /* Deterministic xorshift RNG for test data. */

@@ -5,11 +5,10 @@
  *
  * Usage: test_api [BUILD_DIR] (default build/cpu); skips without BUILD_DIR/models.
  */
-#include "test.h"
-
 #include <unistd.h>
 
 #include "server_srcs.h" // api.c, api_chat.c, chat.c (statics reachable), their dependencies
+#include "test.h"
 
 static struct model *g_model;
 
@@ -54,7 +53,7 @@ TEST(json_guards)
     CHECK(strstr(e.message, "nesting") != NULL);
     CHECK(api_json_parse("{\"a\":\"\xc3\x28\"}", 10, 8, &e) == NULL); /* invalid UTF-8 */
     CHECK(api_json_parse("{\"a\":\"x\0y\"}", 11, 8, &e) == NULL);     /* raw NUL */
-    ok = api_json_parse("{\"a\":\"\\u0000\"}", 14, 8, &e); /* escaped is fine */
+    ok = api_json_parse("{\"a\":\"\\u0000\"}", 14, 8, &e);            /* escaped is fine */
     CHECK(ok != NULL);
     cJSON_Delete(ok);
     CHECK(api_json_parse("", 0, 8, &e) == NULL);
@@ -64,8 +63,11 @@ TEST(json_guards)
 TEST(utf8_sanitize)
 {
     size_t n;
-    char *s = json_utf8_sanitize("a\xff" "b\xe2\x82", 5, &n);
-    CHECK_STR_EQ(s, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+    char *s = json_utf8_sanitize("a\xff"
+                                 "b\xe2\x82",
+                                 5, &n);
+    CHECK_STR_EQ(s, "a\xEF\xBF\xBD"
+                    "b\xEF\xBF\xBD\xEF\xBF\xBD");
     CHECK_EQ(n, strlen(s));
     free(s);
     s = json_utf8_sanitize("\xe2\x82\xac ok", 6, &n);
@@ -99,8 +101,8 @@ TEST(numeric_edges)
 {
     const char *m = "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]";
     char body[512];
-#define BAD(field, param)                                                                         \
-    snprintf(body, sizeof body, "{%s,%s}", m, field);                                             \
+#define BAD(field, param)                                                                          \
+    snprintf(body, sizeof body, "{%s,%s}", m, field);                                              \
     expect_400(API_CHAT, body, param)
     BAD("\"max_tokens\":0", "max_tokens");
     BAD("\"max_tokens\":2.5", "max_tokens");

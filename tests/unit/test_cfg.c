@@ -251,8 +251,8 @@ TEST(command_line_forms)
     struct cfg c;
     char err[1024];
     clear_env();
-    char *a[] = {"--port=1234", "--max-body", "64K", "--metrics", "--slots_endpoint", "false",
-                 "--bind-threads", "--log-level", "warn"};
+    char *a[] = {"--port=1234", "--max-body",     "64K",         "--metrics", "--slots_endpoint",
+                 "false",       "--bind-threads", "--log-level", "warn"};
     CHECK_EQ(cfg_load(&c, 9, a, stdout, err, sizeof err), 0);
     CHECK_EQ(c.port, 1234);
     CHECK_EQ(c.max_body, 65536);
@@ -292,8 +292,9 @@ TEST(cross_checks)
 {
     clear_env();
     char *a[] = {"--slots", "8", "--max_batch_tokens", "4"};
-    check_fails(4, a, "command line --max_batch_tokens: key 'max_batch_tokens': 4 is less than "
-                      "slots (8)");
+    check_fails(4, a,
+                "command line --max_batch_tokens: key 'max_batch_tokens': 4 is less than "
+                "slots (8)");
     char *b[] = {"--devices", "cpu:65"};
     check_fails(2, b, "key 'devices': expected cpu:N");
     char *b1[] = {"--spec_ngram_n", "2", "--spec_ngram_min", "3"};
@@ -323,8 +324,7 @@ TEST(cross_checks)
 
     struct cfg c;
     char err[1024];
-    char *ok[] = {"--api_key_file", (char *)kf, "--model", "/m/Qwen3-8B.gguf", "--host",
-                  "0.0.0.0"};
+    char *ok[] = {"--api_key_file", (char *)kf, "--model", "/m/Qwen3-8B.gguf", "--host", "0.0.0.0"};
     CHECK_EQ(cfg_load(&c, 6, ok, stdout, err, sizeof err), 0);
     CHECK_STR_EQ(c.api_key, "s3cret-key");
     CHECK_STR_EQ(c.model_name, "Qwen3-8B");

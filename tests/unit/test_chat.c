@@ -14,12 +14,11 @@
  *
  * Usage: test_chat [BUILD_DIR] (default build/cpu); skips without BUILD_DIR/models.
  */
-#include "test.h"
-
 #include <dirent.h>
 #include <unistd.h>
 
 #include "server_srcs.h" // chat_tmpl.c, api_chat.c (statics reachable) and their dependencies
+#include "test.h"
 
 #define FIXDIR "tests/fixtures/templates"
 #define TMPLDIR "../shared/data/templates"
@@ -264,13 +263,17 @@ TEST(tmpl_create_sources_and_errors)
 
 /* api_parse of a chat body with a template file and server settings. */
 static int chat_parse_with(const char *file, bool allow_forced, const char *body, struct api_req *r,
-                      struct api_error *e)
+                           struct api_error *e)
 {
     char path[512];
     snprintf(path, sizeof path, TMPLDIR "/%s", file);
     chat_tmpl_t *t = qwen_tmpl(path);
-    struct api_ctx c = {.model = g_model, .n_ctx = 4096, .n_slots = 4, .max_json_depth = 32,
-                        .tmpl = t, .allow_forced_output = allow_forced};
+    struct api_ctx c = {.model = g_model,
+                        .n_ctx = 4096,
+                        .n_slots = 4,
+                        .max_json_depth = 32,
+                        .tmpl = t,
+                        .allow_forced_output = allow_forced};
     int rc = api_parse(API_CHAT, body, strlen(body), &c, r, e);
     chat_tmpl_destroy(t);
     return rc;
@@ -300,15 +303,15 @@ TEST(chat_request_switches)
     CHECK(r.forced_output && strcmp(r.forced_output, "x") == 0);
     api_req_free(&r);
     CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", false,
-                        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
-                        "\"reasoning_format\":\"sideways\"}",
-                        &r, &e),
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                             "\"reasoning_format\":\"sideways\"}",
+                             &r, &e),
              -1);
     CHECK_STR_EQ(e.param, "reasoning_format");
     CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", false,
-                        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
-                        "{\"role\":\"system\",\"content\":\"late\"}]}",
-                        &r, &e),
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                             "{\"role\":\"system\",\"content\":\"late\"}]}",
+                             &r, &e),
              -1);
     CHECK_EQ(e.status, 400);
     CHECK_STR_EQ(e.message, "System message must be at the beginning.");

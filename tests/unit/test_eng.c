@@ -19,7 +19,7 @@
 #include "forward.h" // defines: fwd_decode
 #include "model.h"   // defines: model_load
 #include "test.h"
-#include "util.h"    // defines: DD_EINVAL, DD_EFULL
+#include "util.h" // defines: DD_EINVAL, DD_EFULL
 
 static char models[512];
 
@@ -70,8 +70,11 @@ static eng_req_t *make_req(const int32_t *prompt, int64_t n, int64_t max_tokens,
     struct eng_req_params p = {.n_prompt = n, .max_tokens = max_tokens, .cache_prompt = true};
     p.prompt = malloc((size_t)n * sizeof *p.prompt);
     memcpy(p.prompt, prompt, (size_t)n * sizeof *p.prompt);
-    p.s = (struct eng_sampling){.temperature = temp, .top_p = 1.0f, .repetition_penalty = 1.0f,
-                                .seed = seed, .logprobs = true};
+    p.s = (struct eng_sampling){.temperature = temp,
+                                .top_p = 1.0f,
+                                .repetition_penalty = 1.0f,
+                                .seed = seed,
+                                .logprobs = true};
     if (stop) {
         p.stop[0] = strdup(stop);
         p.n_stop = 1;
@@ -101,9 +104,14 @@ static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t 
     char path[600], err[512];
     snprintf(path, sizeof path, "%s/%s", models, file);
     memset(s, 0, sizeof *s);
-    struct eng_params p = {.n_slots = slots, .n_ctx = 256, .max_batch_tokens = batch,
-                           .queue_max = queue_max, .n_checkpoints = 4, .checkpoint_every = 64};
-    if (model_load(path, &s->m, err, sizeof err) || dev_cpu_create(2, NULL, &s->d, err, sizeof err) ||
+    struct eng_params p = {.n_slots = slots,
+                           .n_ctx = 256,
+                           .max_batch_tokens = batch,
+                           .queue_max = queue_max,
+                           .n_checkpoints = 4,
+                           .checkpoint_every = 64};
+    if (model_load(path, &s->m, err, sizeof err) ||
+        dev_cpu_create(2, NULL, &s->d, err, sizeof err) ||
         eng_create(s->m, s->d, &p, &s->e, err, sizeof err) ||
         (start && eng_start(s->e, err, sizeof err))) {
         printf("  setup: %s\n", err);
@@ -218,7 +226,8 @@ TEST(prompt_cache_reuses_prefix)
     const char *files[] = {"tiny-qwen35.gguf", "tiny-qwen3.gguf"};
     for (size_t f = 0; f < 2; f++) {
         struct setup s, fresh;
-        if (setup_open(&s, files[f], 1, 32, 8, true) || setup_open(&fresh, files[f], 1, 32, 8, true)) {
+        if (setup_open(&s, files[f], 1, 32, 8, true) ||
+            setup_open(&fresh, files[f], 1, 32, 8, true)) {
             CHECK(0);
             return;
         }

@@ -98,8 +98,8 @@ static int expect_reject(const struct rb *b, const char *needle)
     if (ok && needle && !strstr(err, needle))
         ok = 0;
     if (!ok)
-        printf("  expected rejection containing '%s', got rc %d: '%s'\n", needle ? needle : "",
-               rc, err);
+        printf("  expected rejection containing '%s', got rc %d: '%s'\n", needle ? needle : "", rc,
+               err);
     if (rc == 0)
         gguf_close(g);
     return ok;
@@ -223,7 +223,8 @@ static void check_sample(const gguf_t *g, uint32_t alignment, const float *f32_d
     t = gguf_find_tensor(g, "b");
     CHECK(t && t->type == 1 && t->size == 20 && memcmp(t->data, f16_data, 20) == 0);
     t = gguf_find_tensor(g, "c.q8");
-    CHECK(t && t->n_dims == 3 && t->ne[2] == 2 && t->size == 68 && memcmp(t->data, q8_data, 68) == 0);
+    CHECK(t && t->n_dims == 3 && t->ne[2] == 2 && t->size == 68 &&
+          memcmp(t->data, q8_data, 68) == 0);
     CHECK(t == gguf_tensor_at(g, 2));
     CHECK(gguf_find_tensor(g, "missing") == NULL);
     CHECK_EQ(gguf_data_offset(g) % alignment, 0);
@@ -441,13 +442,13 @@ TEST(type_table)
     const char *name;
     struct {
         uint32_t id, be, bb;
-    } want[] = {{0, 1, 4},     {1, 1, 2},      {2, 32, 18},    {3, 32, 20},   {6, 32, 22},
-                {7, 32, 24},   {8, 32, 34},    {9, 32, 36},    {10, 256, 84}, {11, 256, 110},
+    } want[] = {{0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},    {6, 32, 22},
+                {7, 32, 24},    {8, 32, 34},    {9, 32, 36},    {10, 256, 84},  {11, 256, 110},
                 {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {15, 256, 292}, {16, 256, 66},
-                {17, 256, 74}, {18, 256, 98},  {19, 256, 50},  {20, 32, 18},  {21, 256, 110},
-                {22, 256, 82}, {23, 256, 136}, {24, 1, 1},     {25, 1, 2},    {26, 1, 4},
-                {27, 1, 8},    {28, 1, 8},     {29, 256, 56},  {30, 1, 2},    {34, 256, 54},
-                {35, 256, 66}, {39, 32, 17}};
+                {17, 256, 74},  {18, 256, 98},  {19, 256, 50},  {20, 32, 18},   {21, 256, 110},
+                {22, 256, 82},  {23, 256, 136}, {24, 1, 1},     {25, 1, 2},     {26, 1, 4},
+                {27, 1, 8},     {28, 1, 8},     {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
+                {35, 256, 66},  {39, 32, 17}};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         CHECK(gguf_type_info(want[i].id, &be, &bb, &name));
         CHECK_EQ(be, want[i].be);
@@ -466,14 +467,14 @@ TEST(writer_rejects)
     float x[64] = {0};
     const int64_t ne[2] = {16, 4}, bad_q8[1] = {48}, neg[1] = {-1};
     CHECK_EQ(gguf_writer_add_tensor(w, "t", 2, ne, 0, x, 256), 0);
-    CHECK_EQ(gguf_writer_add_tensor(w, "t", 2, ne, 0, x, 256), DD_EINVAL);   /* duplicate */
-    CHECK_EQ(gguf_writer_add_tensor(w, "u", 2, ne, 0, x, 255), DD_EINVAL);   /* size */
-    CHECK_EQ(gguf_writer_add_tensor(w, "v", 0, ne, 0, x, 4), DD_EINVAL);     /* n_dims */
-    CHECK_EQ(gguf_writer_add_tensor(w, "v", 5, ne, 0, x, 4), DD_EINVAL);     /* n_dims */
+    CHECK_EQ(gguf_writer_add_tensor(w, "t", 2, ne, 0, x, 256), DD_EINVAL);    /* duplicate */
+    CHECK_EQ(gguf_writer_add_tensor(w, "u", 2, ne, 0, x, 255), DD_EINVAL);    /* size */
+    CHECK_EQ(gguf_writer_add_tensor(w, "v", 0, ne, 0, x, 4), DD_EINVAL);      /* n_dims */
+    CHECK_EQ(gguf_writer_add_tensor(w, "v", 5, ne, 0, x, 4), DD_EINVAL);      /* n_dims */
     CHECK_EQ(gguf_writer_add_tensor(w, "v", 1, bad_q8, 8, x, 51), DD_EINVAL); /* ne0 % 32 */
-    CHECK_EQ(gguf_writer_add_tensor(w, "v", 1, ne, 4, x, 64), DD_EINVAL);    /* type id */
-    CHECK_EQ(gguf_writer_add_tensor(w, "v", 1, neg, 0, x, 0), DD_EINVAL);    /* ne < 0 */
-    CHECK_EQ(gguf_writer_add_tensor(w, "", 1, ne, 0, x, 64), DD_EINVAL);     /* empty name */
+    CHECK_EQ(gguf_writer_add_tensor(w, "v", 1, ne, 4, x, 64), DD_EINVAL);     /* type id */
+    CHECK_EQ(gguf_writer_add_tensor(w, "v", 1, neg, 0, x, 0), DD_EINVAL);     /* ne < 0 */
+    CHECK_EQ(gguf_writer_add_tensor(w, "", 1, ne, 0, x, 64), DD_EINVAL);      /* empty name */
     gguf_writer_destroy(w);
 }
 
@@ -578,7 +579,8 @@ TEST(bad_kvs)
 
     struct rb cs = {0};
     rb_header(&cs, 3, 0, 1);
-    rb_str(&cs, "k"), rb_u32(&cs, GGUF_T_ARRAY), rb_u32(&cs, GGUF_T_STRING), rb_u64(&cs, 1ull << 60);
+    rb_str(&cs, "k"), rb_u32(&cs, GGUF_T_ARRAY), rb_u32(&cs, GGUF_T_STRING),
+        rb_u64(&cs, 1ull << 60);
     rb_zeros(&cs, 32);
     CHECK(expect_reject(&cs, "array count"));
 

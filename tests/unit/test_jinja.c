@@ -16,8 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "test.h"
-
 #include "../../server/jinja_eval.c"
 #include "../../server/jinja_exec.c"
 #include "../../server/jinja_expr.c"
@@ -31,6 +29,7 @@
 #include "../../server/jinja_str.c"
 #include "../../server/jinja_text.c"
 #include "../../server/jinja_value.c"
+#include "test.h"
 
 #define FIXDIR "tests/fixtures/templates"
 #define TMPLDIR "../shared/data/templates"

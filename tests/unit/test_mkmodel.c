@@ -12,17 +12,17 @@
 
 #include "gguf.h"  // defines: gguf_open, gguf_find_tensor
 #include "quant.h" // defines: kq_dequantize_row
-#include "test.h" // defines: TEST, RUN, CHECK*, TEST_MAIN_END
-#include "util.h" // defines: DD_E*
+#include "test.h"  // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "util.h"  // defines: DD_E*
 
 static char dir1[64] = "/tmp/test_mkmodel_XXXXXX";
 static char dir2[64] = "/tmp/test_mkmodel_XXXXXX";
 
 static const char *const files[] = {
-    "tiny-qwen3.gguf",        "tiny-qwen35.gguf",        "tiny-qwen35moe.gguf",
-    "tiny-qwen3next.gguf",    "tiny-qwen35-q8_0.gguf",   "tiny-qwen35-q4_0.gguf",
-    "tiny-qwen35moe-q8_0.gguf", "small-qwen35-f32.gguf", "small-qwen35-f16.gguf",
-    "small-qwen35-bf16.gguf", "small-qwen35-q4_k.gguf",  "small-qwen35-q5_k.gguf",
+    "tiny-qwen3.gguf",          "tiny-qwen35.gguf",       "tiny-qwen35moe.gguf",
+    "tiny-qwen3next.gguf",      "tiny-qwen35-q8_0.gguf",  "tiny-qwen35-q4_0.gguf",
+    "tiny-qwen35moe-q8_0.gguf", "small-qwen35-f32.gguf",  "small-qwen35-f16.gguf",
+    "small-qwen35-bf16.gguf",   "small-qwen35-q4_k.gguf", "small-qwen35-q5_k.gguf",
     "small-qwen35-q6_k.gguf",
 };
 #define N_FILES (sizeof(files) / sizeof(files[0]))

@@ -177,10 +177,11 @@ TEST(defects_rejected)
                 "qwen35.ssm.state_size");
     expect_fail("tiny-qwen35.gguf", &(struct mut){.key_as_i32 = "qwen35.block_count"},
                 "wrong type");
-    expect_fail("tiny-qwen35.gguf", &(struct mut){.set_u32_key = "qwen35.ssm.inner_size",
-                                                  .u32 = 100}, "inner_size");
-    expect_fail("tiny-qwen35.gguf", &(struct mut){.set_u32_key = "qwen35.attention.head_count_kv",
-                                                  .u32 = 3}, "head_count_kv");
+    expect_fail("tiny-qwen35.gguf",
+                &(struct mut){.set_u32_key = "qwen35.ssm.inner_size", .u32 = 100}, "inner_size");
+    expect_fail("tiny-qwen35.gguf",
+                &(struct mut){.set_u32_key = "qwen35.attention.head_count_kv", .u32 = 3},
+                "head_count_kv");
     expect_fail("tiny-qwen35.gguf", &(struct mut){.arch = "llama4"}, "unsupported architecture");
     expect_fail("tiny-qwen35.gguf", &(struct mut){.drop_tensor = "blk.1.ssm_a"},
                 "missing tensor 'blk.1.ssm_a'");

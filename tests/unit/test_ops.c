@@ -10,14 +10,13 @@
  * largest output (conv 2e-6, attention 1e-5); relative 1e-5 above a floor for the GDN state
  * after 24 steps. The suite runs once per SIMD level the CPU has (AVX2, then AVX-512).
  */
-#include "ops.h"   // defines: kop_*
-#include "quant.h" // defines: kq_isa_force, kq_isa_best
-
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"   // defines: kop_*
+#include "quant.h" // defines: kq_isa_force, kq_isa_best
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -73,16 +72,15 @@ static double max_err_norm(const float *a, const float *b, int64_t n)
     return m / big;
 }
 
-
 /* The SIMD level under test (main sets it for each pass of the suite). */
 static enum kq_isa simd = KQ_ISA_SCALAR;
 
 /* Run STMT with the scalar ISA, then return to the level under test. */
-#define SCALAR(stmt)                                                                              \
-    do {                                                                                          \
-        kq_isa_force(KQ_ISA_SCALAR);                                                              \
-        stmt;                                                                                     \
-        kq_isa_force(simd);                                                                       \
+#define SCALAR(stmt)                                                                               \
+    do {                                                                                           \
+        kq_isa_force(KQ_ISA_SCALAR);                                                               \
+        stmt;                                                                                      \
+        kq_isa_force(simd);                                                                        \
     } while (0)
 
 static const int64_t sizes[] = {1, 7, 16, 31, 64, 100, 128, 257, 2048};

@@ -10,12 +10,11 @@
  * 5. Every SIMD ISA this CPU has = scalar: activation quantisers byte for byte, kq_dot and
  *    kq_matmul over token counts, row ranges, strides and row lengths.
  */
-#include "quant.h" // defines: kq_*
-
-#include "test.h"
-
 #include <immintrin.h>
 #include <stdint.h>
+
+#include "quant.h" // defines: kq_*
+#include "test.h"
 
 static unsigned long long rng = 0x9e3779b97f4a7c15ull;
 
@@ -98,11 +97,11 @@ TEST(f16_known)
     CHECK_EQ(kq_f32_to_f16(1.0f), 0x3c00);
     CHECK_EQ(kq_f32_to_f16(-2.0f), 0xc000);
     CHECK_EQ(kq_f32_to_f16(65504.0f), 0x7bff);
-    CHECK_EQ(kq_f32_to_f16(65520.0f), 0x7c00);           /* rounds up to infinity */
-    CHECK_EQ(kq_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);    /* tie to even */
+    CHECK_EQ(kq_f32_to_f16(65520.0f), 0x7c00);            /* rounds up to infinity */
+    CHECK_EQ(kq_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie to even */
     CHECK_EQ(kq_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even, upwards */
-    CHECK_EQ(kq_f32_to_f16(0x1p-24f), 0x0001);           /* smallest subnormal */
-    CHECK_EQ(kq_f32_to_f16(0x1p-25f), 0x0000);           /* tie to even: zero */
+    CHECK_EQ(kq_f32_to_f16(0x1p-24f), 0x0001);            /* smallest subnormal */
+    CHECK_EQ(kq_f32_to_f16(0x1p-25f), 0x0000);            /* tie to even: zero */
     CHECK_EQ(kq_f32_to_f16(0x1.8p-25f), 0x0001);
     CHECK(kq_f16_to_f32(0x3555) > 0.333f && kq_f16_to_f32(0x3555) < 0.3334f);
     CHECK(kq_f16_to_f32(0x0001) == 0x1p-24f);
@@ -278,7 +277,8 @@ TEST(block_q4_kx)
     kq_quantize_act(KQ_Q4_K, a, ak, 512);
     kq_quantize_act(KQ_Q4_KX, a, akx, 512);
     for (int blk = 0; blk < 2; blk++) {
-        const int8_t *q = (const int8_t *)(ak + 292 * blk + 4), *qx = (const int8_t *)(akx + 292 * blk + 4);
+        const int8_t *q = (const int8_t *)(ak + 292 * blk + 4),
+                     *qx = (const int8_t *)(akx + 292 * blk + 4);
         for (int e = 0; e < 256; e++) /* element e of sub-block j at step k, group j */
             bad += qx[32 * (e % 32 / 4) + 4 * (e / 32) + e % 4] != q[e];
         bad += memcmp(ak + 292 * blk, akx + 292 * blk, 4) != 0;
@@ -320,7 +320,7 @@ TEST(block_q6_k)
         b[128 + i] = (uint8_t)(i * 53 + 1); /* qh */
     for (int j = 0; j < 16; j++)
         b[192 + j] = (uint8_t)(int8_t)(j * 17 - 128); /* scales -128 .. 127 */
-    put16(b + 208, 0x3400);                             /* d = 0.25 */
+    put16(b + 208, 0x3400);                           /* d = 0.25 */
     kq_dequantize_row(KQ_Q6_K, b, y, 256);
     int bad = 0;
     for (int e = 0; e < 256; e++) {
@@ -389,8 +389,8 @@ TEST(round_trip)
             kq_quantize_row(cases[c].t, x, q, N);
             kq_dequantize_row(cases[c].t, q, y, N);
             const double err = rel_rms(y, x, N);
-            printf("  round trip %-5s %s: rel rms %.4f (limit %.3f)\n",
-                   kq_type_name(cases[c].t), kind ? "bell   " : "uniform", err, cases[c].max_err);
+            printf("  round trip %-5s %s: rel rms %.4f (limit %.3f)\n", kq_type_name(cases[c].t),
+                   kind ? "bell   " : "uniform", err, cases[c].max_err);
             CHECK(err < cases[c].max_err);
             uint8_t q2[sizeof q];
             kq_quantize_row(cases[c].t, x, q2, N); /* deterministic */
@@ -419,9 +419,9 @@ static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0, KQ_Q4_
 struct prob {
     enum kq_type t;
     int n, rows, nt;
-    size_t ws, as;           /* row strides (bytes) */
-    uint8_t *w, *a;          /* [rows][ws], [nt][as] */
-    float *wd, *ad;          /* dequantised [rows][n], [nt][n] */
+    size_t ws, as;  /* row strides (bytes) */
+    uint8_t *w, *a; /* [rows][ws], [nt][as] */
+    float *wd, *ad; /* dequantised [rows][n], [nt][n] */
 };
 
 /* Random weights (alternating uniform / bell rows) and activations; pad widens the strides. */

@@ -12,9 +12,8 @@
  *
  * Usage: test_reply (no model needed).
  */
-#include "test.h"
-
 #include "server_srcs.h" // reply.c, reasoning.c, toolcall.c, resp.c and what they link
+#include "test.h"
 
 #define MAXC 8
 
@@ -176,9 +175,8 @@ static void parse_all_ways(const struct opts *o, const char *text, struct msg *o
         struct msg m = {0};
         streamed(o, text, &k, 1, &m);
         if (!same(out, &m) && bad++ == 0)
-            printf("  cut at %zu differs (content '%.*s', %d calls%s)\n", k,
-                   (int)m.content.len, m.content.p ? m.content.p : "", m.n_calls,
-                   m.bad_chunk ? ", bad chunk" : "");
+            printf("  cut at %zu differs (content '%.*s', %d calls%s)\n", k, (int)m.content.len,
+                   m.content.p ? m.content.p : "", m.n_calls, m.bad_chunk ? ", bad chunk" : "");
         msg_free(&m);
     }
     size_t *cuts = malloc((n + 1) * sizeof *cuts);

@@ -6,12 +6,11 @@
  * Usage: test_resp [BUILD_DIR]; the logprobs cases need BUILD_DIR/models (token text) and skip
  * the rest of the program without it.
  */
-#include "test.h"
-
 #include <unistd.h>
 
 #include "metrics.c"     // the module under test
 #include "server_srcs.h" // resp.c, the module under test, and what it links
+#include "test.h"
 
 static struct model *g_model;
 
@@ -67,9 +66,9 @@ TEST(sse_chunks)
     cJSON_Delete(one_event(&b));
     struct resp_usage u = {.prompt = 10, .completion = 5, .cached = 8};
     resp_sse_usage(&b, &m, &u);
-    CHECK(strstr(b.p, "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,"
-                      "\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":8}}") !=
-          NULL);
+    CHECK(strstr(b.p,
+                 "\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5,"
+                 "\"total_tokens\":15,\"prompt_tokens_details\":{\"cached_tokens\":8}}") != NULL);
     cJSON_Delete(one_event(&b));
     resp_sse_error(&b, "unavailable_error", "going away");
     CHECK(strstr(b.p, "\"type\":\"unavailable_error\"") != NULL);
@@ -81,8 +80,11 @@ TEST(sse_chunks)
 
 TEST(completion_with_logprobs)
 {
-    struct eng_tok_info t[2] = {{.id = 'a' - 32, .logprob = -0.5f, .n_top = 2,
-                                 .top_id = {'a' - 32, 'b' - 32}, .top_logprob = {-0.5f, -1.0f}},
+    struct eng_tok_info t[2] = {{.id = 'a' - 32,
+                                 .logprob = -0.5f,
+                                 .n_top = 2,
+                                 .top_id = {'a' - 32, 'b' - 32},
+                                 .top_logprob = {-0.5f, -1.0f}},
                                 {.id = 'c' - 32, .logprob = -INFINITY}};
     struct resp_choice c = {.text = "ac", .len = 2, .finish = "stop", .toks = {t, 2, 0}};
     struct resp_usage u = {.prompt = 3, .completion = 2};

@@ -13,6 +13,7 @@
  *   - the memory estimate matches the cache's own sizing, and an engine whose caches exceed
  *     mem_max is refused with the numbers.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <math.h>
 
 #include "cache.h"   // defines: cache_bytes_needed
 #include "device.h"  // defines: dev_cpu_create
@@ -28,8 +28,8 @@
 #include "forward.h" // defines: fwd_create
 #include "model.h"   // defines: model_load
 #include "spec.h"    // defines: spec_ngram_draft
-#include "util.h"    // defines: DD_EFULL
 #include "test.h"
+#include "util.h" // defines: DD_EFULL
 
 static char models[512];
 
@@ -137,10 +137,18 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
     struct model *m = NULL;
     struct dev *d = NULL;
     eng_t *e = NULL;
-    struct eng_params p = {.n_slots = n_req, .n_ctx = 192, .max_batch_tokens = 64,
-                           .queue_max = 16, .n_checkpoints = 2, .checkpoint_every = 64,
-                           .draft_max = 3, .spec_types = spec, .ngram_n = 3, .ngram_min = 1,
-                           .ngram_max_draft = ngram_max, .draft_fn = oracle_draft,
+    struct eng_params p = {.n_slots = n_req,
+                           .n_ctx = 192,
+                           .max_batch_tokens = 64,
+                           .queue_max = 16,
+                           .n_checkpoints = 2,
+                           .checkpoint_every = 64,
+                           .draft_max = 3,
+                           .spec_types = spec,
+                           .ngram_n = 3,
+                           .ngram_min = 1,
+                           .ngram_max_draft = ngram_max,
+                           .draft_fn = oracle_draft,
                            .spec_rollback = rollback_mode};
     memset(&last_stats, 0, sizeof last_stats);
     if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
@@ -154,8 +162,10 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
         struct eng_req_params rp = {.max_tokens = 24, .cache_prompt = true};
         rp.prompt = malloc(64 * sizeof(int32_t));
         rp.n_prompt = make_prompt(rp.prompt, i);
-        rp.s = (struct eng_sampling){.temperature = temp, .top_p = 0.95f,
-                                     .repetition_penalty = 1.0f, .seed = 1000 + (uint64_t)i,
+        rp.s = (struct eng_sampling){.temperature = temp,
+                                     .top_p = 0.95f,
+                                     .repetition_penalty = 1.0f,
+                                     .seed = 1000 + (uint64_t)i,
                                      .logprobs = true};
         r[i] = eng_req_create(&rp, NULL, NULL);
         CHECK_EQ(eng_submit(e, r[i], err, sizeof err), 0);
@@ -240,8 +250,9 @@ static void oracle_case(const char *file, int n_req, float temp, int64_t max_dra
         CHECK(eq);
     }
     printf("  %-20s oracle max %2lld slots %d temp %.1f: identical %lld/%d, drafted %lld, "
-           "accepted %lld\n", file, (long long)max_draft, n_req, temp, (long long)same, n_req,
-           (long long)drafted, (long long)accepted);
+           "accepted %lld\n",
+           file, (long long)max_draft, n_req, temp, (long long)same, n_req, (long long)drafted,
+           (long long)accepted);
     CHECK(accepted > drafted / 4);
 }
 
@@ -285,10 +296,17 @@ TEST(mem_budget)
         CHECK(0);
         return;
     }
-    struct eng_params p = {.n_slots = 4, .n_ctx = 192, .max_batch_tokens = 64, .queue_max = 4,
-                           .n_checkpoints = 2, .checkpoint_every = 64, .draft_max = 3,
-                           .spec_types = ENG_SPEC_NGRAM | ENG_SPEC_MTP, .ngram_n = 3,
-                           .ngram_min = 2, .ngram_max_draft = 3};
+    struct eng_params p = {.n_slots = 4,
+                           .n_ctx = 192,
+                           .max_batch_tokens = 64,
+                           .queue_max = 4,
+                           .n_checkpoints = 2,
+                           .checkpoint_every = 64,
+                           .draft_max = 3,
+                           .spec_types = ENG_SPEC_NGRAM | ENG_SPEC_MTP,
+                           .ngram_n = 3,
+                           .ngram_min = 2,
+                           .ngram_max_draft = 3};
     struct eng_mem u;
     eng_mem_estimate(m, &p, &u);
     CHECK_EQ(u.kv + u.mtp_kv + u.gdn + u.snapshots, cache_bytes_needed(m, 4, 192, 3));
@@ -326,8 +344,13 @@ static void sample_runs(unsigned spec, uint64_t seed0, int n, int32_t (*out)[3])
     struct model *m = NULL;
     struct dev *d = NULL;
     eng_t *e = NULL;
-    struct eng_params p = {.n_slots = 8, .n_ctx = 64, .max_batch_tokens = 64, .queue_max = 1024,
-                           .checkpoint_every = 64, .draft_max = 3, .spec_types = spec,
+    struct eng_params p = {.n_slots = 8,
+                           .n_ctx = 64,
+                           .max_batch_tokens = 64,
+                           .queue_max = 1024,
+                           .checkpoint_every = 64,
+                           .draft_max = 3,
+                           .spec_types = spec,
                            .draft_fn = second_tokens_fn};
     if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
         eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
@@ -342,9 +365,11 @@ static void sample_runs(unsigned spec, uint64_t seed0, int n, int32_t (*out)[3])
             rp.prompt = malloc(12 * sizeof(int32_t));
             for (int t = 0; t < 12; t++)
                 rp.prompt[t] = (int32_t)(t * 5 + 7);
-            rp.s = (struct eng_sampling){.temperature = 0.2f, .top_p = 1.0f,
+            rp.s = (struct eng_sampling){.temperature = 0.2f,
+                                         .top_p = 1.0f,
                                          .repetition_penalty = 1.0f,
-                                         .seed = seed0 + (uint64_t)(i + j), .logprobs = true};
+                                         .seed = seed0 + (uint64_t)(i + j),
+                                         .logprobs = true};
             r[j] = eng_req_create(&rp, NULL, NULL);
             CHECK_EQ(eng_submit(e, r[j], err, sizeof err), 0);
         }
@@ -433,7 +458,8 @@ TEST(distribution_with_drafts)
     }
     double z = df > 0 ? (pow(chi / df, 1.0 / 3) - (1 - 2.0 / (9 * df))) / sqrt(2.0 / (9 * df)) : 0;
     printf("  third-token distribution, %d samples each, %d drafts accepted: chi2 %.1f on %d df "
-           "(z %.2f)\n", N, hits, chi, df, z);
+           "(z %.2f)\n",
+           N, hits, chi, df, z);
     CHECK(hits > N / 10); /* the verification rows really were used */
     CHECK(df >= 3);
     CHECK(z < 4.0);
@@ -469,7 +495,7 @@ TEST(rollback_rules)
     int64_t pos[6] = {0, 1, 2, 3, 4, 5};
     struct fwd_batch b = {.n_tokens = 3, .token = tok, .pos = pos, .seq = seq};
     CHECK(fwd_decode(f, &b, err, sizeof err) == 0);
-    CHECK_EQ(c->valid[0], 2);           /* 3 tokens -> 2 usable snapshots */
+    CHECK_EQ(c->valid[0], 2);            /* 3 tokens -> 2 usable snapshots */
     CHECK(!cache_seq_rollback(c, 0, 3)); /* beyond the batch */
     CHECK(cache_seq_rollback(c, 0, 2));
     CHECK_EQ(c->rs_idx[0], 2);

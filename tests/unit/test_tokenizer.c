@@ -7,14 +7,13 @@
  * §9.2 is built in memory with the gguf writer; variants of it drive the error cases. Parts that
  * need ../shared are skipped (with a note) when it is absent.
  */
-#include "test.h"
-
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gguf.h"      // defines: gguf_writer_*, gguf_open
-#include "pretok.h"    // defines: pretok_next
+#include "gguf.h"   // defines: gguf_writer_*, gguf_open
+#include "pretok.h" // defines: pretok_next
+#include "test.h"
 #include "tokenizer.h" // defines: tok_*
 #include "unicode.h"   // defines: uni_*
 #include "util.h"      // defines: dd_now, DD_E*

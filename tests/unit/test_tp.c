@@ -137,8 +137,10 @@ static void tp_matches(const char *file)
         return;
     }
     const int64_t V = g1.m->hp.n_vocab;
-    float *ref = malloc((size_t)(n * V) * sizeof(float)), *out = malloc((size_t)(n * V) * sizeof(float));
-    float *mref = malloc((size_t)(n * V) * sizeof(float)), *mout = malloc((size_t)(n * V) * sizeof(float));
+    float *ref = malloc((size_t)(n * V) * sizeof(float)),
+          *out = malloc((size_t)(n * V) * sizeof(float));
+    float *mref = malloc((size_t)(n * V) * sizeof(float)),
+          *mout = malloc((size_t)(n * V) * sizeof(float));
     CHECK(logits_of(&g1, n, ref, mref) == 0);
     /* The rounding noise floor of the engine itself: the same single-device run with every
      * other kernel ISA. Those kernels are each within 2e-6 of the scalar reference, yet on a
@@ -170,8 +172,8 @@ static void tp_matches(const char *file)
             agree += argmax_agrees(ref + t * V, out + t * V, V, e);
         if (g.m->hp.n_nextn)
             em = nmse(mout, mref, (size_t)(n * V));
-        printf("  %-24s %d devices: logits NMSE %.2e, MTP NMSE %.2e, argmax %lld/%lld\n", file,
-               nd, e, em, (long long)agree, (long long)n);
+        printf("  %-24s %d devices: logits NMSE %.2e, MTP NMSE %.2e, argmax %lld/%lld\n", file, nd,
+               e, em, (long long)agree, (long long)n);
         CHECK(e <= limit);
         /* quantised activations make the MTP path (one more block on top of the trunk)
          * discontinuous: a last-bit difference from the reduction order can flip one rounding */
@@ -229,8 +231,9 @@ static void relayout_matches(const char *file)
     for (int64_t il = 0; il < s->hp.n_layer_all; il++) {
         const struct model_w *w[] = {&s->layers[il].qkv, &s->layers[il].wq, &s->layers[il].ffn_up,
                                      &s->layers[il].gate_exps, &s->layers[il].down_exps};
-        const struct model_w *o[] = {&g.m->layers[il].qkv, &g.m->layers[il].wq, &g.m->layers[il].ffn_up,
-                                     &g.m->layers[il].gate_exps, &g.m->layers[il].down_exps};
+        const struct model_w *o[] = {&g.m->layers[il].qkv, &g.m->layers[il].wq,
+                                     &g.m->layers[il].ffn_up, &g.m->layers[il].gate_exps,
+                                     &g.m->layers[il].down_exps};
         for (int i = 0; i < 5; i++) {
             plain += w[i]->data && w[i]->type == KQ_Q4_K;
             x += w[i]->data && w[i]->type == KQ_Q4_KX && w[i]->data != o[i]->data;
@@ -243,7 +246,8 @@ static void relayout_matches(const char *file)
     CHECK_EQ(plain, 0);
     CHECK_EQ(orig_x, 0);
     const int64_t n = 24, V = g.m->hp.n_vocab;
-    float *a = malloc((size_t)(n * V) * sizeof(float)), *b = malloc((size_t)(n * V) * sizeof(float));
+    float *a = malloc((size_t)(n * V) * sizeof(float)),
+          *b = malloc((size_t)(n * V) * sizeof(float));
     const enum kq_isa isa = kq_isa_active();
     kq_isa_force(KQ_ISA_SCALAR);
     CHECK(logits_of(&g, n, a, NULL) == 0);
@@ -274,7 +278,8 @@ static size_t owned_bytes(const char *file, int n, int d, enum kq_isa isa)
     const enum kq_isa was = kq_isa_active();
     kq_isa_force(isa);
     struct fwd_params p = {.max_tokens = 8, .n_seq = 1, .n_ctx = 32, .draft_max = 1};
-    if (group_open(&g, file, n) == 0 && fwd_create_group(g.m, g.devs, n, &p, &f, err, sizeof err) == 0) {
+    if (group_open(&g, file, n) == 0 &&
+        fwd_create_group(g.m, g.devs, n, &p, &f, err, sizeof err) == 0) {
         fwd_device_bytes(f, d, &own, &rep);
         fwd_destroy(f);
     }
@@ -301,7 +306,8 @@ TEST(relayout_of_q4_k)
         group_close(&g);
     }
     printf("  small-qwen35-q4_k.gguf   2 devices, device 0 owns %zu bytes (scalar) / %zu (%s), "
-           "%zu of them replicated\n", plain, best, kq_isa_name(kq_isa_best()), rep);
+           "%zu of them replicated\n",
+           plain, best, kq_isa_name(kq_isa_best()), rep);
     CHECK(plain > 0);
     CHECK_EQ(best, plain + rep);
 }
@@ -318,7 +324,8 @@ static int mtp_rows(struct group *g, int64_t n, const uint8_t *want, float *logi
     int32_t tok[64], seq[64];
     int64_t pos[64];
     uint8_t all[64];
-    for (int64_t i = 0; i < n; i++) { /* two sequences, interleaved as runs: [0, n/2) and the rest */
+    for (int64_t i = 0; i < n;
+         i++) { /* two sequences, interleaved as runs: [0, n/2) and the rest */
         tok[i] = (int32_t)((i * 37 + 11) % 256);
         seq[i] = i < n / 2 ? 0 : 1;
         pos[i] = i < n / 2 ? i : i - n / 2;
@@ -362,8 +369,10 @@ static void kv_only_matches(const char *file)
             return;
         }
         const int64_t V = g.m->hp.n_vocab, E = g.m->hp.n_embd;
-        float *ref = malloc((size_t)(n * V) * sizeof(float)), *got = malloc((size_t)(n * V) * sizeof(float));
-        float *href = malloc((size_t)(n * E) * sizeof(float)), *hgot = malloc((size_t)(n * E) * sizeof(float));
+        float *ref = malloc((size_t)(n * V) * sizeof(float)),
+              *got = malloc((size_t)(n * V) * sizeof(float));
+        float *href = malloc((size_t)(n * E) * sizeof(float)),
+              *hgot = malloc((size_t)(n * E) * sizeof(float));
         uint8_t all[20], some[20] = {0};
         memset(all, 1, sizeof all);
         some[4] = some[n / 2 - 1] = some[n - 1] = 1; /* mid-run and the two runs' last rows */
@@ -428,9 +437,17 @@ static int64_t generate(struct group *g, unsigned spec, int32_t *ids)
 {
     char err[512];
     eng_t *e;
-    struct eng_params p = {.n_slots = 2, .n_ctx = 128, .max_batch_tokens = 32, .queue_max = 4,
-                           .n_checkpoints = 2, .checkpoint_every = 64, .draft_max = 3,
-                           .spec_types = spec, .ngram_n = 3, .ngram_min = 1, .ngram_max_draft = 6};
+    struct eng_params p = {.n_slots = 2,
+                           .n_ctx = 128,
+                           .max_batch_tokens = 32,
+                           .queue_max = 4,
+                           .n_checkpoints = 2,
+                           .checkpoint_every = 64,
+                           .draft_max = 3,
+                           .spec_types = spec,
+                           .ngram_n = 3,
+                           .ngram_min = 1,
+                           .ngram_max_draft = 6};
     if (eng_create_group(g->m, g->devs, g->n, &p, &e, err, sizeof err) ||
         eng_start(e, err, sizeof err)) {
         printf("  %s\n", err);
@@ -441,8 +458,8 @@ static int64_t generate(struct group *g, unsigned spec, int32_t *ids)
     rp.prompt = malloc(30 * sizeof(int32_t));
     for (int i = 0; i < 30; i++)
         rp.prompt[i] = (int32_t)((i % 10) * 7 + 3); /* repetitive: n-gram drafts fire */
-    rp.s = (struct eng_sampling){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f,
-                                 .logprobs = true};
+    rp.s = (struct eng_sampling){
+        .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .logprobs = true};
     eng_req_t *r = eng_req_create(&rp, NULL, NULL);
     CHECK_EQ(eng_submit(e, r, err, sizeof err), 0);
     int64_t n = 0;
