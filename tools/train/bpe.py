@@ -130,10 +130,13 @@ def _match(text, cls, i, n):
 # ---------------------------------------------------------------------------------------------
 # training
 
-def train(piece_counts, n_new_tokens, log=None):
+def train(piece_counts, n_new_tokens, log=None, space_merges=True):
     """piece_counts: Counter of pre-tokenized pieces (plain text). Merges until n_new_tokens
     distinct merge results exist. Returns the merge list [(left, right), ...] in rank order,
-    tokens in byte-unicode form."""
+    tokens in byte-unicode form. space_merges=False: no merge takes a lone space as its left
+    part, so " word" is always " " + the tokens of "word" (a word reads the same after a
+    space as at the start of a line)."""
+    space = to_unicode(" ")
     words = []   # list of symbol lists
     freqs = []
     for piece, f in sorted(piece_counts.items()):
@@ -158,6 +161,8 @@ def train(piece_counts, n_new_tokens, log=None):
             continue            # stale entry
         if -negc < 2:
             break
+        if not space_merges and pair[0] == space:
+            continue            # dropped from the heap; re-pushed only when touched
         merges.append(pair)
         a, b = pair
         ab = a + b

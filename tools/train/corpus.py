@@ -202,7 +202,7 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 
 class Dialogues:
-    def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0):
+    def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
         a repeat/copy answer (its <|im_end|> keeps weight 1)."""
@@ -211,6 +211,7 @@ class Dialogues:
         self.sents = sents
         self.result_weight = result_weight
         self.copy_weight = copy_weight
+        self.first_weight = copy_weight if first_weight is None else first_weight
         self.last_task = None
 
     # -- helpers
@@ -364,8 +365,14 @@ class Dialogues:
             if m and self.result_weight != 1.0:
                 segs.append((a[:m.end()], 1))
                 segs.append((a[m.end():] + "<|im_end|>", self.result_weight))
-            elif self.last_task == "repeat" and self.copy_weight != 1.0:
-                segs.append((a, self.copy_weight))
+            elif self.last_task == "repeat" and (self.copy_weight != 1.0 or
+                                                  self.first_weight != 1.0):
+                k = a.find(" ")
+                if k > 0 and self.first_weight != self.copy_weight:
+                    segs.append((a[:k], self.first_weight))
+                    segs.append((a[k:], self.copy_weight))
+                else:
+                    segs.append((a, self.copy_weight))
                 segs.append(("<|im_end|>", 1))
             else:
                 segs.append((a + "<|im_end|>", 1))

@@ -46,11 +46,12 @@ def log(msg):
 # ---------------------------------------------------------------------------------------------
 # data
 
-def build_tokenizer(nat, dlg, work):
+def build_tokenizer(nat, dlg, work, space_merges=True):
     path = os.path.join(work, "merges.json")
     texts = nat[:6000] + ["".join(t for t, _ in d) for d in dlg[:20000]]
     counts = bpe.count_pieces(texts)
-    merges = bpe.train(counts, N_VOCAB - 256 - len(bpe.SPECIALS), log=log)
+    merges = bpe.train(counts, N_VOCAB - 256 - len(bpe.SPECIALS), log=log,
+                       space_merges=space_merges)
     with open(path, "w") as f:
         json.dump(merges, f)
     tok = bpe.Tokenizer(merges, N_VOCAB)
@@ -170,6 +171,12 @@ def main(argv=None):
                     help="loss weight of the result digits of arithmetic answers")
     ap.add_argument("--copy-weight", type=float, default=4.0,
                     help="loss weight of repeat/copy answers (their <|im_end|> keeps 1)")
+    ap.add_argument("--first-weight", type=float, default=None,
+                    help="loss weight of the first word of a repeat/copy answer (default: "
+                         "--copy-weight)")
+    ap.add_argument("--no-space-merges", action="store_true",
+                    help="BPE: never merge a leading space into a word (copying a phrase's "
+                         "first word then needs no re-spelling)")
     ap.add_argument("--precision", choices=["auto", "bf16", "f32"], default="auto",
                     help="autocast: bf16 where the CPU multiplies bf16 natively (avx512_bf16 or "
                          "AMX), else f32 (torch emulates bf16 matmuls ~15x slower there)")
@@ -186,12 +193,13 @@ def main(argv=None):
     random.Random(args.seed).shuffle(paras)
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
-    gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight)
+    gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
+                           args.first_weight)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
 
-    tok = build_tokenizer(paras, dlg, args.work)
+    tok = build_tokenizer(paras, dlg, args.work, not args.no_space_merges)
     examples = [encode_dialogue(tok, d) for d in dlg]
     n_dlg_tok = sum(len(e[0]) for e in examples)
     nat_tokens = int(n_dlg_tok * args.nat_frac / (1 - args.nat_frac))
