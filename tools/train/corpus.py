@@ -202,11 +202,17 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 
 class Dialogues:
-    def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None):
+    def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None,
+                 lines_share=0):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
-        a repeat/copy answer (its <|im_end|> keeps weight 1)."""
+        a repeat/copy answer (its <|im_end|> keeps weight 1). lines_share: percent of turns
+        that write a word list one word per line (taken from arithmetic's share); those
+        answers are copies too and get copy_weight."""
         self.rng = random.Random(seed)
+        self.tasks = [(n, w - lines_share if n == "arith" else w) for n, w in self.TASKS]
+        if lines_share:
+            self.tasks.append(("lines", lines_share))
         self.words = words
         self.sents = sents
         self.result_weight = result_weight
@@ -240,6 +246,18 @@ class Dialogues:
                              "Copy this text: {}", "Say \"{}\"", "Echo: {}",
                              "Repeat the phrase \"{}\"", "Can you repeat this? {}"])
         return t.format(p), p
+
+    def lines(self):
+        """The phrase's words one per line: every answer word starts a line, so it is spelt
+        without the leading space it has in the prompt (the re-spelling a copy answer's first
+        word needs)."""
+        r = self.rng
+        ws = [r.choice(self.words) for _ in range(r.randint(2, 6))]
+        if r.random() < 0.3:
+            ws[0] = ws[0].capitalize()
+        t = r.choice(["Write each word on its own line: {}", "One word per line: {}",
+                      "Put these words on separate lines: {}"])
+        return t.format(" ".join(ws)), "\n".join(ws)
 
     def reverse(self):
         r = self.rng
@@ -346,7 +364,7 @@ class Dialogues:
              ("passage", 5), ("chat", 2), ("complete", 1)]
 
     def turn(self):
-        names, weights = zip(*self.TASKS)
+        names, weights = zip(*self.tasks)
         task = self.rng.choices(names, weights=weights)[0]
         self.last_task = task
         return getattr(self, task)()
@@ -365,7 +383,7 @@ class Dialogues:
             if m and self.result_weight != 1.0:
                 segs.append((a[:m.end()], 1))
                 segs.append((a[m.end():] + "<|im_end|>", self.result_weight))
-            elif self.last_task == "repeat" and (self.copy_weight != 1.0 or
+            elif self.last_task in ("repeat", "lines") and (self.copy_weight != 1.0 or
                                                   self.first_weight != 1.0):
                 k = a.find(" ")
                 if k > 0 and self.first_weight != self.copy_weight:

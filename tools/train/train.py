@@ -174,6 +174,9 @@ def main(argv=None):
     ap.add_argument("--first-weight", type=float, default=None,
                     help="loss weight of the first word of a repeat/copy answer (default: "
                          "--copy-weight)")
+    ap.add_argument("--lines-share", type=int, default=0,
+                    help="percent of dialogue turns that write words one per line (taken "
+                         "from arithmetic's 52)")
     ap.add_argument("--no-space-merges", action="store_true",
                     help="BPE: never merge a leading space into a word (copying a phrase's "
                          "first word then needs no re-spelling)")
@@ -194,7 +197,7 @@ def main(argv=None):
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
     gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
-                           args.first_weight)
+                           args.first_weight, args.lines_share)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
