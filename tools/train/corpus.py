@@ -209,6 +209,7 @@ class Dialogues:
         a repeat/copy answer (its <|im_end|> keeps weight 1). lines_share: percent of turns
         that write a word list one word per line (taken from arithmetic's share); those
         answers are copies too and get copy_weight."""
+        self.check_lines_share(lines_share)
         self.rng = random.Random(seed)
         self.tasks = [(n, w - lines_share if n == "arith" else w) for n, w in self.TASKS]
         if lines_share:
@@ -220,6 +221,15 @@ class Dialogues:
         self.first_weight = copy_weight if first_weight is None else first_weight
         self.last_task = None
 
+    @classmethod
+    def check_lines_share(cls, n):
+        """ValueError unless 0 <= n < arithmetic's share, out of which the lines task's turns
+        come."""
+        arith = dict(cls.TASKS)["arith"]
+        if not 0 <= n < arith:
+            raise ValueError(f"lines share {n}: must be 0 .. {arith - 1} (the turns are taken "
+                             f"from arithmetic's share of {arith} %)")
+
     # -- helpers
     def phrase(self, lo=2, hi=8):
         r = self.rng
@@ -229,10 +239,15 @@ class Dialogues:
             if len(w) > 10:
                 s = " ".join(w[:r.randint(4, 10)])
             return s
+        return " ".join(self.word_run(lo, hi))
+
+    def word_run(self, lo, hi):
+        """lo..hi random words of the word list, the first capitalised 30 % of the time."""
+        r = self.rng
         ws = [r.choice(self.words) for _ in range(r.randint(lo, hi))]
         if r.random() < 0.3:
             ws[0] = ws[0].capitalize()
-        return " ".join(ws)
+        return ws
 
     def number(self, digits=None):
         r = self.rng
@@ -251,12 +266,9 @@ class Dialogues:
         """The phrase's words one per line: every answer word starts a line, so it is spelt
         without the leading space it has in the prompt (the re-spelling a copy answer's first
         word needs)."""
-        r = self.rng
-        ws = [r.choice(self.words) for _ in range(r.randint(2, 6))]
-        if r.random() < 0.3:
-            ws[0] = ws[0].capitalize()
-        t = r.choice(["Write each word on its own line: {}", "One word per line: {}",
-                      "Put these words on separate lines: {}"])
+        ws = self.word_run(2, 6)
+        t = self.rng.choice(["Write each word on its own line: {}", "One word per line: {}",
+                             "Put these words on separate lines: {}"])
         return t.format(" ".join(ws)), "\n".join(ws)
 
     def reverse(self):

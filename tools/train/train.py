@@ -176,7 +176,7 @@ def main(argv=None):
                          "--copy-weight)")
     ap.add_argument("--lines-share", type=int, default=0,
                     help="percent of dialogue turns that write words one per line (taken "
-                         "from arithmetic's 52)")
+                         "from arithmetic's share of %d)" % dict(corpus.Dialogues.TASKS)["arith"])
     ap.add_argument("--no-space-merges", action="store_true",
                     help="BPE: never merge a leading space into a word (copying a phrase's "
                          "first word then needs no re-spelling)")
@@ -186,6 +186,10 @@ def main(argv=None):
     ap.add_argument("--ckpt-every", type=int, default=0,
                     help="also write WORK/ckpt.gguf every N steps (to evaluate a run in flight)")
     args = ap.parse_args(argv)
+    try:
+        corpus.Dialogues.check_lines_share(args.lines_share)
+    except ValueError as e:
+        ap.error(f"--lines-share: {e}")
     t_start = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
