@@ -203,13 +203,18 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 class Dialogues:
     def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None,
-                 lines_share=0):
+                 lines_share=0, hard_copy=0.0):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
         a repeat/copy answer (its <|im_end|> keeps weight 1). lines_share: percent of turns
         that write a word list one word per line (taken from arithmetic's share); those
-        answers are copies too and get copy_weight."""
+        answers are copies too and get copy_weight. hard_copy: fraction of repeat/copy turns
+        whose phrase holds a trap (hard_phrase); 0 leaves the generator's output unchanged."""
         self.check_lines_share(lines_share)
+        if not 0.0 <= hard_copy <= 1.0:
+            raise ValueError(f"hard copy fraction {hard_copy}: must be 0 .. 1")
+        self.hard_copy = hard_copy
+        self.twins = None
         self.rng = random.Random(seed)
         self.tasks = [(n, w - lines_share if n == "arith" else w) for n, w in self.TASKS]
         if lines_share:
@@ -249,6 +254,23 @@ class Dialogues:
             ws[0] = ws[0].capitalize()
         return ws
 
+    def hard_phrase(self):
+        """3..8 words where one word comes back later, as itself or as a word of the list with
+        the same first four letters ("utility ... utilities"), each time followed by something
+        else: a copy that only asks "what came after this token in the prompt" jumps ahead
+        or loops there, so these teach the model to keep its place."""
+        r = self.rng
+        if self.twins is None:
+            self.twins = {}
+            for w in self.words:
+                self.twins.setdefault(w[:4], []).append(w)
+        ws = self.word_run(3, 8)
+        i = r.randrange(len(ws) - 1)
+        j = r.randrange(i + 1, len(ws))
+        w = ws[i].lower()
+        ws[j] = r.choice(self.twins.get(w[:4], [w])) if r.random() < 0.5 else w
+        return " ".join(ws)
+
     def number(self, digits=None):
         r = self.rng
         d = digits or r.choices([1, 2, 3], weights=[1, 4, 3])[0]
@@ -256,7 +278,8 @@ class Dialogues:
 
     # -- tasks: each returns (user, assistant)
     def repeat(self):
-        p = self.phrase()
+        hard = self.hard_copy and self.rng.random() < self.hard_copy
+        p = self.hard_phrase() if hard else self.phrase()
         t = self.rng.choice(["Repeat after me: {}", "Please repeat: {}", "Repeat this: {}",
                              "Copy this text: {}", "Say \"{}\"", "Echo: {}",
                              "Repeat the phrase \"{}\"", "Can you repeat this? {}"])

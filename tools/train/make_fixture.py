@@ -61,7 +61,7 @@ def reference_logits(model, ids, mode="seq"):
     with torch.no_grad():
         h = model.trunk(x, mode)
         hm = model.mtp_hidden(x, h, mode)
-        return model.output(h)[0].numpy(), model.output(hm)[0].numpy()
+        return model.head(h)[0].numpy(), model.head(hm)[0].numpy()
 
 
 def main(argv):

@@ -50,6 +50,7 @@ class Config:
     interval: int = 4     # full_attention_interval
     eps: float = 1e-6
     ctx: int = 2048
+    tied: bool = False    # LM head = token_embd (no output.weight in the GGUF)
 
     @property
     def C(self):
@@ -291,8 +292,12 @@ class Qwen35(nn.Module):
         self.token_embd = nn.Embedding(c.n_vocab, c.E)
         self.blocks = nn.ModuleList([Block(c, c.is_recr(i)) for i in range(c.n_layer)])
         self.output_norm = nn.Parameter(torch.ones(c.E))
-        self.output = nn.Linear(c.E, c.n_vocab, bias=False)
+        self.output = None if c.tied else nn.Linear(c.E, c.n_vocab, bias=False)
         self.mtp = MTP(c)
+
+    def head(self, h):
+        """Logits of normed hidden states: output.weight, or token_embd when tied."""
+        return F.linear(h, self.token_embd.weight) if self.c.tied else self.output(h)
 
     def init_weights(self, seed, shift_heads=0, bigram_heads=0):
         gen = torch.Generator().manual_seed(seed)
@@ -307,6 +312,10 @@ class Qwen35(nn.Module):
                     std = 1.0
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
+        if c.tied:   # unit-variance embeddings as the head: start the logits at std ~1, not sqrt(E)
+            with torch.no_grad():
+                self.output_norm.fill_(1.0 / math.sqrt(c.E))
+                self.mtp.shared_head_norm.fill_(1.0 / math.sqrt(c.E))
         for b in list(self.blocks) + [self.mtp.block]:
             if b.recr:
                 m = b.mixer
@@ -370,7 +379,7 @@ class Qwen35(nn.Module):
     def forward(self, tokens, mode="chunk"):
         h = self.trunk(tokens, mode)
         hm = self.mtp_hidden(tokens, h, mode)
-        return self.output(h), self.output(hm)
+        return self.head(h), self.head(hm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,7 +395,8 @@ def gguf_tensors(model):
 
     put("token_embd.weight", model.token_embd.weight, True)
     put("output_norm.weight", model.output_norm)
-    put("output.weight", model.output.weight, True)
+    if not c.tied:
+        put("output.weight", model.output.weight, True)
     blocks = list(model.blocks) + [model.mtp.block]
     for i, b in enumerate(blocks):
         p = f"blk.{i}."
@@ -475,7 +485,7 @@ def config_from_gguf(g):
                   S=kv[a + "ssm.state_size"], K=kv[a + "ssm.conv_kernel"],
                   interval=kv.get(a + "full_attention_interval", 4),
                   eps=float(kv[a + "attention.layer_norm_rms_epsilon"]),
-                  ctx=kv[a + "context_length"])
+                  ctx=kv[a + "context_length"], tied="output.weight" not in g.tensors)
 
 
 def load_gguf(path, dtype=torch.float64):
@@ -494,7 +504,8 @@ def load_gguf(path, dtype=torch.float64):
             p.copy_(torch.from_numpy(np.array(g.tensor(name), dtype=np.float64)).reshape(p.shape))
         set_(model.token_embd.weight, "token_embd.weight")
         set_(model.output_norm, "output_norm.weight")
-        set_(model.output.weight, "output.weight")
+        if not c.tied:
+            set_(model.output.weight, "output.weight")
         for i, b in enumerate(blocks):
             p = f"blk.{i}."
             set_(b.attn_norm, p + "attn_norm.weight")

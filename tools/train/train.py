@@ -127,8 +127,8 @@ def loss_fn(model, tok, wt):
     wsel = w[sel]
     norm = wsel.sum()
     y = tgt[sel]
-    lo = model.output(h[:, :-1][sel]).float()
-    lm = model.output(hm[:, :-1][sel]).float()
+    lo = model.head(h[:, :-1][sel]).float()
+    lm = model.head(hm[:, :-1][sel]).float()
     l_main = (F.cross_entropy(lo, y, reduction="none") * wsel).sum() / norm
     l_mtp = (F.cross_entropy(lm, y, reduction="none") * wsel).sum() / norm
     return l_main, l_mtp
@@ -162,6 +162,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-ff", type=int, default=768)
+    ap.add_argument("--n-embd", type=int, default=Config.E)
+    ap.add_argument("--n-head", type=int, default=Config.H, help="attention query heads")
+    ap.add_argument("--n-head-kv", type=int, default=Config.Hkv, help="attention KV heads")
     ap.add_argument("--nat-frac", type=float, default=0.05, help="share of natural-text tokens")
     ap.add_argument("--induction-heads", type=int, default=2,
                     help="GDN key heads of layer 0 started as induction memories")
@@ -177,9 +180,15 @@ def main(argv=None):
     ap.add_argument("--lines-share", type=int, default=0,
                     help="percent of dialogue turns that write words one per line (taken "
                          "from arithmetic's share of %d)" % dict(corpus.Dialogues.TASKS)["arith"])
+    ap.add_argument("--hard-copy", type=float, default=0.0,
+                    help="fraction of repeat/copy phrases with a word (or a word of the same "
+                         "4-letter prefix) that comes back later in the phrase")
     ap.add_argument("--no-space-merges", action="store_true",
                     help="BPE: never merge a leading space into a word (copying a phrase's "
                          "first word then needs no re-spelling)")
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="LM head = token_embd (no output.weight), so copying a token needs no "
+                         "separately learned output row for it")
     ap.add_argument("--precision", choices=["auto", "bf16", "f32"], default="auto",
                     help="autocast: bf16 where the CPU multiplies bf16 natively (avx512_bf16 or "
                          "AMX), else f32 (torch emulates bf16 matmuls ~15x slower there)")
@@ -190,6 +199,8 @@ def main(argv=None):
         corpus.Dialogues.check_lines_share(args.lines_share)
     except ValueError as e:
         ap.error(f"--lines-share: {e}")
+    if not 0.0 <= args.hard_copy <= 1.0:
+        ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
     t_start = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -201,7 +212,7 @@ def main(argv=None):
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
     gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
-                           args.first_weight, args.lines_share)
+                           args.first_weight, args.lines_share, args.hard_copy)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
@@ -214,7 +225,10 @@ def main(argv=None):
     n_all = sum(len(e[0]) for e in examples)
     log(f"examples: {len(examples)} ({n_dlg_tok} dialogue tokens, {n_all - n_dlg_tok} natural)")
 
-    c = Config(n_vocab=tok.n_vocab(), n_layer=args.n_layer, n_ff=args.n_ff)
+    c = Config(n_vocab=tok.n_vocab(), E=args.n_embd, n_layer=args.n_layer, n_ff=args.n_ff,
+               H=args.n_head, Hkv=args.n_head_kv, tied=args.tie_embeddings)
+    if c.H % c.Hkv:
+        ap.error(f"--n-head {c.H} is not a multiple of --n-head-kv {c.Hkv}")
     model = Qwen35(c)
     model.init_weights(args.seed, args.induction_heads, args.bigram_heads)
     n_par = sum(p.numel() for p in model.parameters())
