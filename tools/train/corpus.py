@@ -255,20 +255,27 @@ class Dialogues:
         return ws
 
     def hard_phrase(self):
-        """3..8 words where one word comes back later, as itself or as a word of the list with
-        the same first four letters ("utility ... utilities"), each time followed by something
-        else: a copy that only asks "what came after this token in the prompt" jumps ahead
-        or loops there, so these teach the model to keep its place."""
+        """3..8 words where one word comes back later, as itself, or as another word of the
+        list with the same first four letters ("utility ... utilities") or the same last three
+        ("creating ... operating"), each time followed by something else. The shared token(s)
+        then occur twice in the prompt, and a copy that only asks "what came after this token"
+        jumps to the second occurrence's successor or loops there: most copy misses are that."""
         r = self.rng
         if self.twins is None:
             self.twins = {}
             for w in self.words:
-                self.twins.setdefault(w[:4], []).append(w)
+                self.twins.setdefault("<" + w[:4], []).append(w)
+                self.twins.setdefault(">" + w[-3:], []).append(w)
         ws = self.word_run(3, 8)
         i = r.randrange(len(ws) - 1)
         j = r.randrange(i + 1, len(ws))
         w = ws[i].lower()
-        ws[j] = r.choice(self.twins.get(w[:4], [w])) if r.random() < 0.5 else w
+        kind = r.randrange(3)
+        if kind:
+            alt = [x for x in self.twins.get("<" + w[:4] if kind == 1 else ">" + w[-3:], [])
+                   if x != w]
+            w = r.choice(alt) if alt else w
+        ws[j] = w
         return " ".join(ws)
 
     def number(self, digits=None):
