@@ -203,17 +203,22 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 class Dialogues:
     def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None,
-                 lines_share=0, hard_copy=0.0):
+                 lines_share=0, hard_copy=0.0, sentence_frac=0.25):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
         a repeat/copy answer (its <|im_end|> keeps weight 1). lines_share: percent of turns
         that write a word list one word per line (taken from arithmetic's share); those
         answers are copies too and get copy_weight. hard_copy: fraction of repeat/copy turns
-        whose phrase holds a trap (hard_phrase); 0 leaves the generator's output unchanged."""
+        whose phrase holds a trap (hard_phrase); 0 leaves the generator's output unchanged.
+        sentence_frac: fraction of plain repeat/copy phrases cut from a natural sentence (the
+        rest are word runs); the default 0.25 is what the held-out evaluation draws."""
         self.check_lines_share(lines_share)
         if not 0.0 <= hard_copy <= 1.0:
             raise ValueError(f"hard copy fraction {hard_copy}: must be 0 .. 1")
+        if not 0.0 <= sentence_frac <= 1.0:
+            raise ValueError(f"sentence fraction {sentence_frac}: must be 0 .. 1")
         self.hard_copy = hard_copy
+        self.sentence_frac = sentence_frac
         self.twins = None
         self.rng = random.Random(seed)
         self.tasks = [(n, w - lines_share if n == "arith" else w) for n, w in self.TASKS]
@@ -238,7 +243,7 @@ class Dialogues:
     # -- helpers
     def phrase(self, lo=2, hi=8):
         r = self.rng
-        if r.random() < 0.25 and self.sents:
+        if r.random() < self.sentence_frac and self.sents:
             s = r.choice(self.sents)
             w = s.split()
             if len(w) > 10:

@@ -183,6 +183,9 @@ def main(argv=None):
     ap.add_argument("--hard-copy", type=float, default=0.0,
                     help="fraction of repeat/copy phrases with a word (or a word of the same "
                          "4-letter prefix) that comes back later in the phrase")
+    ap.add_argument("--sentence-frac", type=float, default=0.25,
+                    help="fraction of plain repeat/copy phrases cut from natural sentences "
+                         "(the rest are word runs; the evaluation draws 0.25)")
     ap.add_argument("--no-space-merges", action="store_true",
                     help="BPE: never merge a leading space into a word (copying a phrase's "
                          "first word then needs no re-spelling)")
@@ -201,6 +204,8 @@ def main(argv=None):
         ap.error(f"--lines-share: {e}")
     if not 0.0 <= args.hard_copy <= 1.0:
         ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
+    if not 0.0 <= args.sentence_frac <= 1.0:
+        ap.error(f"--sentence-frac {args.sentence_frac}: must be 0 .. 1")
     t_start = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -212,7 +217,8 @@ def main(argv=None):
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
     gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
-                           args.first_weight, args.lines_share, args.hard_copy)
+                           args.first_weight, args.lines_share, args.hard_copy,
+                           args.sentence_frac)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
