@@ -299,7 +299,7 @@ class Qwen35(nn.Module):
         """Logits of normed hidden states: output.weight, or token_embd when tied."""
         return F.linear(h, self.token_embd.weight) if self.c.tied else self.output(h)
 
-    def init_weights(self, seed, shift_heads=0, bigram_heads=0):
+    def init_weights(self, seed, shift_heads=0, bigram_heads=0, trigram_heads=0):
         gen = torch.Generator().manual_seed(seed)
         c = self.c
         depth_scale = 1.0 / math.sqrt(2 * (c.n_layer + 1))
@@ -330,6 +330,8 @@ class Qwen35(nn.Module):
             self._induction_init(self.blocks[0].mixer, shift_heads)
         if bigram_heads and c.is_recr(1):
             self._induction_init(self.blocks[1].mixer, bigram_heads, span=2)
+        if trigram_heads and c.is_recr(2) and c.K >= 4:
+            self._induction_init(self.blocks[2].mixer, trigram_heads, span=3)
 
     def _induction_init(self, m, n_key_heads, span=1):
         """Start GDN key heads 0 .. n_key_heads-1 of a layer (and the value heads that read
@@ -351,7 +353,7 @@ class Qwen35(nn.Module):
                 w[q] = w[k]
                 conv[q] = 0.0
                 conv[k] = 0.0
-                for j in range(span):                  # span 2: keyed on a bigram
+                for j in range(span):                  # span 2 (3): keyed on a bigram (trigram)
                     conv[q, K - 1 - j] = 1.0
                     conv[k, K - 2 - j] = 1.0
                 for h in range(gk, c.Hv, Hk):          # value heads reading key head gk

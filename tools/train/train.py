@@ -46,15 +46,15 @@ def log(msg):
 # ---------------------------------------------------------------------------------------------
 # data
 
-def build_tokenizer(nat, dlg, work, space_merges=True):
+def build_tokenizer(nat, dlg, work, space_merges=True, n_vocab=N_VOCAB):
     path = os.path.join(work, "merges.json")
     texts = nat[:6000] + ["".join(t for t, _ in d) for d in dlg[:20000]]
     counts = bpe.count_pieces(texts)
-    merges = bpe.train(counts, N_VOCAB - 256 - len(bpe.SPECIALS), log=log,
+    merges = bpe.train(counts, n_vocab - 256 - len(bpe.SPECIALS), log=log,
                        space_merges=space_merges)
     with open(path, "w") as f:
         json.dump(merges, f)
-    tok = bpe.Tokenizer(merges, N_VOCAB)
+    tok = bpe.Tokenizer(merges, n_vocab)
     log(f"tokenizer: {len(merges)} merges, {tok.n_vocab()} tokens")
     return tok
 
@@ -162,14 +162,22 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-ff", type=int, default=768)
+    ap.add_argument("--vocab", type=int, default=N_VOCAB,
+                    help="tokenizer size: 256 bytes + specials + BPE merges (1024 .. 4096)")
     ap.add_argument("--n-embd", type=int, default=Config.E)
     ap.add_argument("--n-head", type=int, default=Config.H, help="attention query heads")
     ap.add_argument("--n-head-kv", type=int, default=Config.Hkv, help="attention KV heads")
+    ap.add_argument("--rope-base", type=float, default=Config.rope_base,
+                    help="rope.freq_base of the attention layers")
+    ap.add_argument("--rope-dims", type=int, default=Config.R,
+                    help="rotary dims per attention head (even, at most the head dim)")
     ap.add_argument("--nat-frac", type=float, default=0.05, help="share of natural-text tokens")
     ap.add_argument("--induction-heads", type=int, default=2,
                     help="GDN key heads of layer 0 started as induction memories")
     ap.add_argument("--bigram-heads", type=int, default=2,
                     help="GDN key heads of layer 1 started as bigram-keyed induction memories")
+    ap.add_argument("--trigram-heads", type=int, default=0,
+                    help="GDN key heads of layer 2 started as trigram-keyed induction memories")
     ap.add_argument("--result-weight", type=float, default=3.0,
                     help="loss weight of the result digits of arithmetic answers")
     ap.add_argument("--copy-weight", type=float, default=4.0,
@@ -195,6 +203,9 @@ def main(argv=None):
     ap.add_argument("--precision", choices=["auto", "bf16", "f32"], default="auto",
                     help="autocast: bf16 where the CPU multiplies bf16 natively (avx512_bf16 or "
                          "AMX), else f32 (torch emulates bf16 matmuls ~15x slower there)")
+    ap.add_argument("--avg-from", type=float, default=0.0,
+                    help="write the mean of the weights over the steps after this fraction of the "
+                         "run (0: off, the last weights); the last weights go to WORK/last.gguf")
     ap.add_argument("--ckpt-every", type=int, default=0,
                     help="also write WORK/ckpt.gguf every N steps (to evaluate a run in flight)")
     args = ap.parse_args(argv)
@@ -206,6 +217,15 @@ def main(argv=None):
         ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
     if not 0.0 <= args.sentence_frac <= 1.0:
         ap.error(f"--sentence-frac {args.sentence_frac}: must be 0 .. 1")
+    if not 1024 <= args.vocab <= 4096:
+        ap.error(f"--vocab {args.vocab}: must be 1024 .. 4096")
+    for name in ("induction_heads", "bigram_heads", "trigram_heads"):
+        if not 0 <= getattr(args, name) <= Config.Hk:
+            ap.error(f"--{name.replace('_', '-')} must be 0 .. {Config.Hk} (GDN key heads)")
+    if not 0.0 <= args.avg_from < 1.0:
+        ap.error(f"--avg-from {args.avg_from}: must be 0 .. below 1")
+    if not (0 < args.rope_dims <= Config.D and args.rope_dims % 2 == 0) or not args.rope_base > 1:
+        ap.error(f"--rope-dims must be even in 2 .. {Config.D} and --rope-base above 1")
     t_start = time.time()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -223,7 +243,7 @@ def main(argv=None):
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
 
-    tok = build_tokenizer(paras, dlg, args.work, not args.no_space_merges)
+    tok = build_tokenizer(paras, dlg, args.work, not args.no_space_merges, args.vocab)
     examples = [encode_dialogue(tok, d) for d in dlg]
     n_dlg_tok = sum(len(e[0]) for e in examples)
     nat_tokens = int(n_dlg_tok * args.nat_frac / (1 - args.nat_frac))
@@ -232,15 +252,19 @@ def main(argv=None):
     log(f"examples: {len(examples)} ({n_dlg_tok} dialogue tokens, {n_all - n_dlg_tok} natural)")
 
     c = Config(n_vocab=tok.n_vocab(), E=args.n_embd, n_layer=args.n_layer, n_ff=args.n_ff,
-               H=args.n_head, Hkv=args.n_head_kv, tied=args.tie_embeddings)
+               H=args.n_head, Hkv=args.n_head_kv, tied=args.tie_embeddings,
+               rope_base=args.rope_base, R=args.rope_dims)
     if c.H % c.Hkv:
         ap.error(f"--n-head {c.H} is not a multiple of --n-head-kv {c.Hkv}")
     model = Qwen35(c)
-    model.init_weights(args.seed, args.induction_heads, args.bigram_heads)
+    model.init_weights(args.seed, args.induction_heads, args.bigram_heads,
+                       args.trigram_heads)
     n_par = sum(p.numel() for p in model.parameters())
     log(f"model: {n_par / 1e6:.2f} M parameters, config {c}")
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     warm = max(1, args.steps // 20)
+    avg_start = int(args.steps * args.avg_from) if args.avg_from > 0 else args.steps
+    wavg, n_avg = None, 0
 
     def lr_at(s):
         if s < warm:
@@ -272,6 +296,14 @@ def main(argv=None):
         cur = (l_main.item(), l_mtp.item())
         ema = cur if ema is None else tuple(0.95 * a + 0.05 * b for a, b in zip(ema, cur))
         step += 1
+        if step > avg_start:   # running mean of the weights, one foreach update per step
+            n_avg += 1
+            with torch.no_grad():
+                params = [p.detach() for p in model.parameters()]
+                if wavg is None:
+                    wavg = [p.clone() for p in params]
+                else:
+                    torch._foreach_add_(wavg, torch._foreach_sub(params, wavg), alpha=1.0 / n_avg)
         if step % 25 == 0 or step == args.steps:
             el = time.time() - t0
             log(f"step {step}/{args.steps} loss {ema[0]:.3f} mtp {ema[1]:.3f} "
@@ -280,13 +312,20 @@ def main(argv=None):
             write_gguf(model, tok, os.path.join(args.work, "ckpt.gguf"), chat_template=CHATML)
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    if wavg is not None:
+        write_gguf(model, tok, os.path.join(args.work, "last.gguf"), chat_template=CHATML)
+        with torch.no_grad():
+            for p, a in zip(model.parameters(), wavg):
+                p.copy_(a)
+        log(f"weights: mean of the last {n_avg} steps")
     write_gguf(model, tok, args.out, chat_template=CHATML)
     torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
             "threads": args.threads, "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
             "cpu_seconds": time.process_time(),
-            "tokens_seen": seen, "final_loss": ema}
+            "tokens_seen": seen, "final_loss": ema,
+            "avg_steps": n_avg}
     with open(os.path.join(args.work, "train.json"), "w") as f:
         json.dump(meta, f, indent=1)
     log(f"wrote {args.out} ({os.path.getsize(args.out) / 1e6:.1f} MB); training "
