@@ -330,7 +330,7 @@ class Qwen35(nn.Module):
             self._induction_init(self.blocks[0].mixer, shift_heads)
         if bigram_heads and c.is_recr(1):
             self._induction_init(self.blocks[1].mixer, bigram_heads, span=2)
-        if trigram_heads and c.is_recr(2) and c.K >= 4:
+        if trigram_heads and c.is_recr(2):
             self._induction_init(self.blocks[2].mixer, trigram_heads, span=3)
 
     def _induction_init(self, m, n_key_heads, span=1):
@@ -344,6 +344,7 @@ class Qwen35(nn.Module):
         Everything stays trainable; only the starting point differs from random."""
         c = self.c
         S, Hk, K = c.S, c.Hk, c.K
+        assert span < K, f"a span-{span} key needs a conv kernel of at least {span + 1} taps"
         with torch.no_grad():
             w = m.attn_qkv.weight                      # [C, E]: q (Hk S) | k (Hk S) | v (Hv S)
             conv = m.ssm_conv1d                        # [C, K]; tap K-1 = current token

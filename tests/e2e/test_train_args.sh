@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# test_train_args.sh — tools/train/train.py rejects each out-of-range experiment flag with an
+# argparse error (exit 2, the flag named) before it reads the corpus. Skips (77) without
+# Debian's /usr/bin/python3 with torch (make test does not need it; make demo-model does).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+PY=/usr/bin/python3
+"$PY" -c 'import torch, numpy' 2>/dev/null || { echo "SKIP: $PY lacks torch/numpy"; exit 77; }
+fail=0
+check() {   # check WANT_IN_MESSAGE ARGS...
+  local want=$1; shift
+  out=$("$PY" tools/train/train.py --work "$tmp" --out "$tmp/x.gguf" "$@" 2>&1); rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL: train.py $*: rc $rc, want 2 and '$want' in: $out"; fail=1
+  fi
+  [ -e "$tmp/x.gguf" ] && { echo "FAIL: train.py $* wrote a model"; fail=1; }
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check "--vocab 100" --vocab 100
+check "--vocab 5000" --vocab 5000
+check "--trigram-heads must be" --trigram-heads 3
+check "--bigram-heads must be" --bigram-heads -1
+check "--avg-from 1.0" --avg-from 1.0
+check "--avg-from -0.5" --avg-from -0.5
+check "--rope-dims must be even" --rope-dims 3
+check "--rope-dims must be even" --rope-dims 66
+check "--rope-base above 1" --rope-base 0.5
+check "--hard-copy 2.0" --hard-copy 2
+check "--sentence-frac -1.0" --sentence-frac -1
+[ "$fail" = 0 ] && echo "ok: 11 bad flags rejected"
+exit "$fail"
