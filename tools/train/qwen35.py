@@ -326,12 +326,11 @@ class Qwen35(nn.Module):
                     dt = torch.exp(torch.rand(c.Hv, generator=gen) *
                                    (math.log(0.1) - math.log(0.001)) + math.log(0.001))
                     m.ssm_dt.copy_(dt + torch.log(-torch.expm1(-dt)))   # inverse softplus
-        if shift_heads:
-            self._induction_init(self.blocks[0].mixer, shift_heads)
-        if bigram_heads and c.is_recr(1):
-            self._induction_init(self.blocks[1].mixer, bigram_heads, span=2)
-        if trigram_heads and c.is_recr(2):
-            self._induction_init(self.blocks[2].mixer, trigram_heads, span=3)
+        # the first, second and third GDN layers (0, 1, 2 at full_attention_interval 4)
+        recr = [self.blocks[i].mixer for i in range(c.n_layer) if c.is_recr(i)]
+        for span, n in enumerate((shift_heads, bigram_heads, trigram_heads), 1):
+            if n and span <= len(recr):
+                self._induction_init(recr[span - 1], n, span=span)
 
     def _induction_init(self, m, n_key_heads, span=1):
         """Start GDN key heads 0 .. n_key_heads-1 of a layer (and the value heads that read

@@ -167,17 +167,19 @@ def main(argv=None):
     ap.add_argument("--n-embd", type=int, default=Config.E)
     ap.add_argument("--n-head", type=int, default=Config.H, help="attention query heads")
     ap.add_argument("--n-head-kv", type=int, default=Config.Hkv, help="attention KV heads")
+    ap.add_argument("--interval", type=int, default=Config.interval,
+                    help="full_attention_interval: layer i is gated attention iff (i+1) %% N == 0")
     ap.add_argument("--rope-base", type=float, default=Config.rope_base,
                     help="rope.freq_base of the attention layers")
     ap.add_argument("--rope-dims", type=int, default=Config.R,
                     help="rotary dims per attention head (even, at most the head dim)")
     ap.add_argument("--nat-frac", type=float, default=0.05, help="share of natural-text tokens")
     ap.add_argument("--induction-heads", type=int, default=2,
-                    help="GDN key heads of layer 0 started as induction memories")
+                    help="GDN key heads of the first GDN layer (0) started as induction memories")
     ap.add_argument("--bigram-heads", type=int, default=2,
-                    help="GDN key heads of layer 1 started as bigram-keyed induction memories")
+                    help="GDN key heads of the second GDN layer (1 at --interval 4) started as bigram-keyed induction memories")
     ap.add_argument("--trigram-heads", type=int, default=0,
-                    help="GDN key heads of layer 2 started as trigram-keyed induction memories")
+                    help="key heads of the third GDN layer (2 at --interval 4) started as trigram-keyed induction memories")
     ap.add_argument("--result-weight", type=float, default=3.0,
                     help="loss weight of the result digits of arithmetic answers")
     ap.add_argument("--copy-weight", type=float, default=4.0,
@@ -222,6 +224,8 @@ def main(argv=None):
     for name in ("induction_heads", "bigram_heads", "trigram_heads"):
         if not 0 <= getattr(args, name) <= Config.Hk:
             ap.error(f"--{name.replace('_', '-')} must be 0 .. {Config.Hk} (GDN key heads)")
+    if not 2 <= args.interval <= args.n_layer:
+        ap.error(f"--interval {args.interval}: must be 2 .. --n-layer ({args.n_layer})")
     if not 0.0 <= args.avg_from < 1.0:
         ap.error(f"--avg-from {args.avg_from}: must be 0 .. below 1")
     if not (0 < args.rope_dims <= Config.D and args.rope_dims % 2 == 0) or not args.rope_base > 1:
@@ -253,7 +257,7 @@ def main(argv=None):
 
     c = Config(n_vocab=tok.n_vocab(), E=args.n_embd, n_layer=args.n_layer, n_ff=args.n_ff,
                H=args.n_head, Hkv=args.n_head_kv, tied=args.tie_embeddings,
-               rope_base=args.rope_base, R=args.rope_dims)
+               rope_base=args.rope_base, R=args.rope_dims, interval=args.interval)
     if c.H % c.Hkv:
         ap.error(f"--n-head {c.H} is not a multiple of --n-head-kv {c.Hkv}")
     model = Qwen35(c)
