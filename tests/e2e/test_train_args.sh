@@ -28,5 +28,7 @@ check "--rope-dims must be even" --rope-dims 66
 check "--rope-base above 1" --rope-base 0.5
 check "--hard-copy 2.0" --hard-copy 2
 check "--sentence-frac -1.0" --sentence-frac -1
-[ "$fail" = 0 ] && echo "ok: 11 bad flags rejected"
+check "--interval 1: must be 2 .. --n-layer (4)" --interval 1
+check "--interval 6: must be 2 .. --n-layer (5)" --interval 6 --n-layer 5
+[ "$fail" = 0 ] && echo "ok: 13 bad flags rejected"
 exit "$fail"
