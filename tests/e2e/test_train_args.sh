@@ -30,5 +30,10 @@ check "--hard-copy 2.0" --hard-copy 2
 check "--sentence-frac -1.0" --sentence-frac -1
 check "--interval 1: must be 2 .. --n-layer (4)" --interval 1
 check "--interval 6: must be 2 .. --n-layer (5)" --interval 6 --n-layer 5
-[ "$fail" = 0 ] && echo "ok: 13 bad flags rejected"
+check "--mix: unknown task 'sing'" --mix repeat=30,sing=5
+check "--mix: 'lines=-1': the weight must be an integer" --mix lines=-1
+check "--mix: 'arith': the weight must be an integer" --mix arith
+check "--mtp-rows 0.0: must be above 0" --mtp-rows 0
+check "--mtp-rows 1.5: must be above 0" --mtp-rows 1.5
+[ "$fail" = 0 ] && echo "ok: 18 bad flags rejected"
 exit "$fail"

@@ -203,16 +203,14 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 class Dialogues:
     def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None,
-                 lines_share=0, hard_copy=0.0, sentence_frac=0.25):
+                 mix=None, hard_copy=0.0, sentence_frac=0.25):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
-        a repeat/copy answer (its <|im_end|> keeps weight 1). lines_share: percent of turns
-        that write a word list one word per line (taken from arithmetic's share); those
-        answers are copies too and get copy_weight. hard_copy: fraction of repeat/copy turns
+        a repeat/copy answer (its <|im_end|> keeps weight 1); lines answers are copies too and
+        get it as well. mix: {task: weight} overriding TASKS' weights (parse_mix). hard_copy: fraction of repeat/copy turns
         whose phrase holds a trap (hard_phrase); 0 leaves the generator's output unchanged.
         sentence_frac: fraction of plain repeat/copy phrases cut from a natural sentence (the
         rest are word runs); the default 0.25 is what the held-out evaluation draws."""
-        self.check_lines_share(lines_share)
         if not 0.0 <= hard_copy <= 1.0:
             raise ValueError(f"hard copy fraction {hard_copy}: must be 0 .. 1")
         if not 0.0 <= sentence_frac <= 1.0:
@@ -221,9 +219,10 @@ class Dialogues:
         self.sentence_frac = sentence_frac
         self.twins = None
         self.rng = random.Random(seed)
-        self.tasks = [(n, w - lines_share if n == "arith" else w) for n, w in self.TASKS]
-        if lines_share:
-            self.tasks.append(("lines", lines_share))
+        mix = mix or {}
+        self.tasks = [(n, mix.get(n, w)) for n, w in self.TASKS]
+        if not all(w >= 0 for _, w in self.tasks) or not sum(w for _, w in self.tasks):
+            raise ValueError(f"task mix {mix}: weights must be >= 0, not all 0")
         self.words = words
         self.sents = sents
         self.result_weight = result_weight
@@ -232,13 +231,21 @@ class Dialogues:
         self.last_task = None
 
     @classmethod
-    def check_lines_share(cls, n):
-        """ValueError unless 0 <= n < arithmetic's share, out of which the lines task's turns
-        come."""
-        arith = dict(cls.TASKS)["arith"]
-        if not 0 <= n < arith:
-            raise ValueError(f"lines share {n}: must be 0 .. {arith - 1} (the turns are taken "
-                             f"from arithmetic's share of {arith} %)")
+    def parse_mix(cls, text):
+        """"repeat=30,lines=10" -> {"repeat": 30, "lines": 10}; ValueError naming the bad part
+        (unknown task, weight not an integer 0 .. 100)."""
+        names = [n for n, _ in cls.TASKS]
+        mix = {}
+        for part in filter(None, text.split(",")):
+            name, eq, w = part.partition("=")
+            if name not in names:
+                raise ValueError(f"unknown task {name!r} (tasks: {', '.join(names)})")
+            if not eq or not w.isdigit() or int(w) > 100:
+                raise ValueError(f"{part!r}: the weight must be an integer 0 .. 100")
+            mix[name] = int(w)
+        if sum({**dict(cls.TASKS), **mix}.values()) == 0:
+            raise ValueError("all task weights are 0")
+        return mix
 
     # -- helpers
     def phrase(self, lo=2, hi=8):
@@ -407,8 +414,8 @@ class Dialogues:
         k = self.rng.randint(2, max(2, len(w) // 2))
         return "Continue this text: " + " ".join(w[:k]), " ".join(w[k:])
 
-    TASKS = [("repeat", 32), ("reverse", 3), ("arith", 52), ("count", 2), ("sequence", 3),
-             ("passage", 5), ("chat", 2), ("complete", 1)]
+    TASKS = [("repeat", 30), ("lines", 10), ("reverse", 2), ("arith", 50), ("count", 1),
+             ("sequence", 2), ("passage", 3), ("chat", 1), ("complete", 1)]
 
     def turn(self):
         names, weights = zip(*self.tasks)

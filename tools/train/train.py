@@ -2,7 +2,7 @@
 -> models/demo.gguf (F16 matrices, F32 norms / conv / ssm_a / ssm_dt).
 
     /usr/bin/python3 tools/train/train.py --out models/demo.gguf --work build/demo-model \
-        [--seed 1] [--steps N] [--threads 1]
+        [--seed 1] [--steps N] [--threads 1] [--mix repeat=30,lines=10,...] [--mtp-rows 0.5]
 
 Everything is a function of --seed and the installed Debian text files (corpus.py). With the
 same thread count on the same machine the result is bit-for-bit reproducible.
@@ -116,22 +116,26 @@ def collate(examples, ids, pad):
 # ---------------------------------------------------------------------------------------------
 # training
 
-def loss_fn(model, tok, wt):
-    """Weighted next-token CE of the trunk and of the MTP head. Only rows with a non-zero
-    target weight go through the LM head."""
-    h = model.trunk(tok)
-    hm = model.mtp_hidden(tok, h)
-    tgt = tok[:, 1:]
+def weighted_ce(model, hidden, tok, wt):
+    """Weighted mean CE of the head on hidden [B, T, E] predicting tok[:, 1:]. Only rows with
+    a non-zero target weight go through the LM head."""
     w = wt[:, 1:]
     sel = w > 0
     wsel = w[sel]
-    norm = wsel.sum()
-    y = tgt[sel]
-    lo = model.head(h[:, :-1][sel]).float()
-    lm = model.head(hm[:, :-1][sel]).float()
-    l_main = (F.cross_entropy(lo, y, reduction="none") * wsel).sum() / norm
-    l_mtp = (F.cross_entropy(lm, y, reduction="none") * wsel).sum() / norm
-    return l_main, l_mtp
+    logits = model.head(hidden[:, :-1][sel]).float()
+    return (F.cross_entropy(logits, tok[:, 1:][sel], reduction="none") * wsel).sum() / wsel.sum()
+
+
+def loss_fn(model, tok, wt, mtp_rows=1.0):
+    """Weighted next-token CE of the trunk (all sequences) and of the MTP head (the first
+    ceil(mtp_rows x B) sequences of the batch; batches are shuffled, so that is a random
+    subset)."""
+    h = model.trunk(tok)
+    b = max(1, math.ceil(mtp_rows * tok.shape[0]))
+    while b < tok.shape[0] and not (wt[:b, 1:] > 0).any():
+        b += 1
+    hm = model.mtp_hidden(tok[:b], h[:b])
+    return weighted_ce(model, h, tok, wt), weighted_ce(model, hm, tok[:b], wt[:b])
 
 
 def param_groups(model, wd):
@@ -156,7 +160,7 @@ def main(argv=None):
     ap.add_argument("--out", default="models/demo.gguf")
     ap.add_argument("--work", default="build/demo-model")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=2100)
+    ap.add_argument("--steps", type=int, default=2400)
     ap.add_argument("--budget", type=int, default=1536, help="tokens per batch incl. padding")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1)
@@ -187,9 +191,14 @@ def main(argv=None):
     ap.add_argument("--first-weight", type=float, default=None,
                     help="loss weight of the first word of a repeat/copy answer (default: "
                          "--copy-weight)")
-    ap.add_argument("--lines-share", type=int, default=0,
-                    help="percent of dialogue turns that write words one per line (taken "
-                         "from arithmetic's share of %d)" % dict(corpus.Dialogues.TASKS)["arith"])
+    ap.add_argument("--mix", default="",
+                    help="task weights over the defaults, e.g. 'repeat=32,lines=0' (tasks: %s; "
+                         "defaults %s)" % (", ".join(n for n, _ in corpus.Dialogues.TASKS),
+                                           ",".join(f"{n}={w}" for n, w in
+                                                    corpus.Dialogues.TASKS)))
+    ap.add_argument("--mtp-rows", type=float, default=0.5,
+                    help="fraction of a batch's sequences the MTP head trains on (its block "
+                         "costs a fifth of a step; 1: all)")
     ap.add_argument("--hard-copy", type=float, default=0.0,
                     help="fraction of repeat/copy phrases with a word (or a word of the same "
                          "4-letter prefix) that comes back later in the phrase")
@@ -212,9 +221,11 @@ def main(argv=None):
                     help="also write WORK/ckpt.gguf every N steps (to evaluate a run in flight)")
     args = ap.parse_args(argv)
     try:
-        corpus.Dialogues.check_lines_share(args.lines_share)
+        mix = corpus.Dialogues.parse_mix(args.mix)
     except ValueError as e:
-        ap.error(f"--lines-share: {e}")
+        ap.error(f"--mix: {e}")
+    if not 0.0 < args.mtp_rows <= 1.0:
+        ap.error(f"--mtp-rows {args.mtp_rows}: must be above 0 and at most 1")
     if not 0.0 <= args.hard_copy <= 1.0:
         ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
     if not 0.0 <= args.sentence_frac <= 1.0:
@@ -241,7 +252,7 @@ def main(argv=None):
     words = corpus.word_list(paras)
     sents = corpus.sentences(paras)
     gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
-                           args.first_weight, args.lines_share, args.hard_copy,
+                           args.first_weight, mix, args.hard_copy,
                            args.sentence_frac)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
@@ -286,11 +297,12 @@ def main(argv=None):
         if not batches:
             batches = make_batches(examples, args.budget, rng)
         ids = batches.pop()
+        rng.shuffle(ids)     # the MTP head trains on the first rows: make them a random subset
         x, w = collate(examples, ids, tok.pad)
         for gparam in opt.param_groups:
             gparam["lr"] = lr_at(step)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            l_main, l_mtp = loss_fn(model, x, w)
+            l_main, l_mtp = loss_fn(model, x, w, args.mtp_rows)
             loss = l_main + MTP_WEIGHT * l_mtp
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -325,7 +337,7 @@ def main(argv=None):
     write_gguf(model, tok, args.out, chat_template=CHATML)
     torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
-            "threads": args.threads, "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
+            "threads": args.threads, "mix": mix, "mtp_rows": args.mtp_rows, "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
             "cpu_seconds": time.process_time(),
             "tokens_seen": seen, "final_loss": ema,
