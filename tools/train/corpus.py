@@ -8,9 +8,9 @@ only on the installed packages):
   databases under /usr/share/games/fortunes if installed.
 Paragraphs are kept when they are plain ASCII prose, then de-duplicated.
 
-Dialogues (one `random.Random(seed)` drives everything): repeat/copy a phrase, reverse a word
-list, add / subtract numbers of up to 3 digits, count items, continue a sequence, answer from a
-short passage, plus a few fixed chit-chat turns. Every dialogue is a list of (text, weight)
+Dialogues (one `random.Random(seed)` drives everything): repeat/copy a phrase, write a phrase's
+words one per line, reverse a word list, add / subtract numbers of up to 3 digits, count items,
+continue a sequence, answer from a short passage, plus a few fixed chit-chat turns. Every dialogue is a list of (text, weight)
 segments; weight 1 marks the assistant's answer and its <|im_end|>, 0 the rest.
 
 Held-out split: addition / subtraction operand pairs with held_out(a, b) true never appear in
@@ -207,8 +207,9 @@ class Dialogues:
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
         a repeat/copy answer (its <|im_end|> keeps weight 1); lines answers are copies too and
-        get it as well. mix: {task: weight} overriding TASKS' weights (parse_mix). hard_copy: fraction of repeat/copy turns
-        whose phrase holds a trap (hard_phrase); 0 leaves the generator's output unchanged.
+        get it as well. mix: {task: weight} overriding TASKS' weights (see parse_mix).
+        hard_copy: fraction of repeat/copy turns whose phrase holds a trap (hard_phrase); 0
+        leaves the generator's output unchanged.
         sentence_frac: fraction of plain repeat/copy phrases cut from a natural sentence (the
         rest are word runs); the default 0.25 is what the held-out evaluation draws."""
         if not 0.0 <= hard_copy <= 1.0:

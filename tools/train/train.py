@@ -337,7 +337,8 @@ def main(argv=None):
     write_gguf(model, tok, args.out, chat_template=CHATML)
     torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
-            "threads": args.threads, "mix": mix, "mtp_rows": args.mtp_rows, "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
+            "threads": args.threads, "mix": mix, "mtp_rows": args.mtp_rows,
+            "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
             "cpu_seconds": time.process_time(),
             "tokens_seen": seen, "final_loss": ema,
