@@ -33,7 +33,8 @@ check "--interval 6: must be 2 .. --n-layer (5)" --interval 6 --n-layer 5
 check "--mix: unknown task 'sing'" --mix repeat=30,sing=5
 check "--mix: 'lines=-1': the weight must be an integer" --mix lines=-1
 check "--mix: 'arith': the weight must be an integer" --mix arith
+check "--mix: task mix" --mix repeat=0,lines=0,reverse=0,arith=0,count=0,sequence=0,passage=0,chat=0,complete=0
 check "--mtp-rows 0.0: must be above 0" --mtp-rows 0
 check "--mtp-rows 1.5: must be above 0" --mtp-rows 1.5
-[ "$fail" = 0 ] && echo "ok: 18 bad flags rejected"
+[ "$fail" = 0 ] && echo "ok: 19 bad flags rejected"
 exit "$fail"

@@ -10,8 +10,9 @@ Paragraphs are kept when they are plain ASCII prose, then de-duplicated.
 
 Dialogues (one `random.Random(seed)` drives everything): repeat/copy a phrase, write a phrase's
 words one per line, reverse a word list, add / subtract numbers of up to 3 digits, count items,
-continue a sequence, answer from a short passage, plus a few fixed chit-chat turns. Every dialogue is a list of (text, weight)
-segments; weight 1 marks the assistant's answer and its <|im_end|>, 0 the rest.
+continue a sequence, answer from a short passage, plus a few fixed chit-chat turns. Every
+dialogue is a list of (text, weight) segments; weight 1 marks the assistant's answer and its
+<|im_end|>, 0 the rest.
 
 Held-out split: addition / subtraction operand pairs with held_out(a, b) true never appear in
 training; the evaluation draws its arithmetic prompts from them only.
@@ -220,10 +221,7 @@ class Dialogues:
         self.sentence_frac = sentence_frac
         self.twins = None
         self.rng = random.Random(seed)
-        mix = mix or {}
-        self.tasks = [(n, mix.get(n, w)) for n, w in self.TASKS]
-        if not all(w >= 0 for _, w in self.tasks) or not sum(w for _, w in self.tasks):
-            raise ValueError(f"task mix {mix}: weights must be >= 0, not all 0")
+        self.tasks = self.weighted_tasks(mix or {})
         self.words = words
         self.sents = sents
         self.result_weight = result_weight
@@ -244,9 +242,17 @@ class Dialogues:
             if not eq or not w.isdigit() or int(w) > 100:
                 raise ValueError(f"{part!r}: the weight must be an integer 0 .. 100")
             mix[name] = int(w)
-        if sum({**dict(cls.TASKS), **mix}.values()) == 0:
-            raise ValueError("all task weights are 0")
+        cls.weighted_tasks(mix)
         return mix
+
+    @classmethod
+    def weighted_tasks(cls, mix):
+        """[(task, weight)] of TASKS with mix's weights in place; ValueError if a weight is
+        negative or all are 0."""
+        tasks = [(n, mix.get(n, w)) for n, w in cls.TASKS]
+        if any(w < 0 for _, w in tasks) or not sum(w for _, w in tasks):
+            raise ValueError(f"task mix {mix}: weights must be >= 0 and not all 0")
+        return tasks
 
     # -- helpers
     def phrase(self, lo=2, hi=8):
@@ -455,6 +461,16 @@ class Dialogues:
 
 def _a(word):
     return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def encode_dialogue(tok, segs):
+    """Token ids of a dialogue's [(text, weight)] segments and each token's loss weight."""
+    ids, w = [], []
+    for text, wt in segs:
+        t = tok.encode(text)
+        ids += t
+        w += [wt] * len(t)
+    return ids, w
 
 
 def chatml_turn(user, think=""):

@@ -94,11 +94,7 @@ def mtp_agreement(eng, tok, V, dialogues):
     answer, and the MTP's top-1 accuracy on those answer tokens."""
     agree_all = agree_asst = n_all = n_asst = hit_next = 0
     for segs in dialogues:
-        ids, w = [], []
-        for text, wt in segs:
-            t = tok.encode(text)
-            ids += t
-            w += [wt] * len(t)
+        ids, w = corpus.encode_dialogue(tok, segs)
         _, lg = eng.logits(V, tokens=ids)
         n = len(ids)
         trunk, mtp = lg[:n].argmax(-1), lg[n:].argmax(-1)

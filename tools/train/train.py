@@ -59,15 +59,6 @@ def build_tokenizer(nat, dlg, work, space_merges=True, n_vocab=N_VOCAB):
     return tok
 
 
-def encode_dialogue(tok, segs):
-    ids, w = [], []
-    for text, wt in segs:
-        t = tok.encode(text)
-        ids += t
-        w += [wt] * len(t)
-    return ids, w
-
-
 def natural_chunks(tok, paras, n_tokens):
     """Concatenate paragraphs ("\\n\\n" between) into NAT_CHUNK-token windows."""
     sep = tok.encode("\n\n")
@@ -259,7 +250,7 @@ def main(argv=None):
     log(f"{len(dlg)} dialogues generated")
 
     tok = build_tokenizer(paras, dlg, args.work, not args.no_space_merges, args.vocab)
-    examples = [encode_dialogue(tok, d) for d in dlg]
+    examples = [corpus.encode_dialogue(tok, d) for d in dlg]
     n_dlg_tok = sum(len(e[0]) for e in examples)
     nat_tokens = int(n_dlg_tok * args.nat_frac / (1 - args.nat_frac))
     examples += natural_chunks(tok, paras[6000:], nat_tokens)
