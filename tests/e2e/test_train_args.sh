@@ -36,5 +36,11 @@ check "--mix: 'arith': the weight must be an integer" --mix arith
 check "--mix: task mix" --mix repeat=0,lines=0,reverse=0,arith=0,count=0,sequence=0,passage=0,chat=0,complete=0
 check "--mtp-rows 0.0: must be above 0" --mtp-rows 0
 check "--mtp-rows 1.5: must be above 0" --mtp-rows 1.5
-[ "$fail" = 0 ] && echo "ok: 19 bad flags rejected"
+check "--mtp-trunk-grad -0.5: must be 0 .. 1" --mtp-trunk-grad -0.5
+check "--procs 0: must be 1 .. 16" --procs 0
+check "--gdn-state 100: must be a multiple of 16" --gdn-state 100
+check "--gdn-k-heads 3 / --gdn-v-heads 4" --gdn-k-heads 3
+check "--induction-heads must be 0 .. 1" --gdn-k-heads 1 --gdn-v-heads 2
+check "--rank / --rendezvous are set by --procs" --procs 2 --rank 5 --rendezvous x
+[ "$fail" = 0 ] && echo "ok: 25 bad flags rejected"
 exit "$fail"

@@ -16,12 +16,15 @@ import argparse
 import json
 import math
 import os
+import datetime
 import random
+import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,7 +42,12 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
+RANK = 0                 # data-parallel rank (--procs); only rank 0 logs and writes files
+
+
 def log(msg):
+    if RANK:
+        return
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
@@ -52,8 +60,9 @@ def build_tokenizer(nat, dlg, work, space_merges=True, n_vocab=N_VOCAB):
     counts = bpe.count_pieces(texts)
     merges = bpe.train(counts, n_vocab - 256 - len(bpe.SPECIALS), log=log,
                        space_merges=space_merges)
-    with open(path, "w") as f:
-        json.dump(merges, f)
+    if RANK == 0:
+        with open(path, "w") as f:
+            json.dump(merges, f)
     tok = bpe.Tokenizer(merges, n_vocab)
     log(f"tokenizer: {len(merges)} merges, {tok.n_vocab()} tokens")
     return tok
@@ -107,26 +116,95 @@ def collate(examples, ids, pad):
 # ---------------------------------------------------------------------------------------------
 # training
 
-def weighted_ce(model, hidden, tok, wt):
-    """Weighted mean CE of the head on hidden [B, T, E] predicting tok[:, 1:]. Only rows with
-    a non-zero target weight go through the LM head."""
+def weighted_ce(model, hidden, tok, wt, norm=None):
+    """Weighted CE of the head on hidden [B, T, E] predicting tok[:, 1:], divided by norm
+    (default: these rows' weight sum, a weighted mean). Only rows with a non-zero target weight
+    go through the LM head."""
     w = wt[:, 1:]
     sel = w > 0
     wsel = w[sel]
     logits = model.head(hidden[:, :-1][sel]).float()
-    return (F.cross_entropy(logits, tok[:, 1:][sel], reduction="none") * wsel).sum() / wsel.sum()
+    loss = (F.cross_entropy(logits, tok[:, 1:][sel], reduction="none") * wsel).sum()
+    return loss / (wsel.sum() if norm is None else norm)
 
 
-def loss_fn(model, tok, wt, mtp_rows=1.0):
+def loss_fn(model, tok, wt, mtp_rows=1.0, trunk_grad=1.0, rank=0, ranks=1):
     """Weighted next-token CE of the trunk (all sequences) and of the MTP head (the first
     ceil(mtp_rows x B) sequences of the batch; batches are shuffled, so that is a random
-    subset)."""
-    h = model.trunk(tok)
-    b = max(1, math.ceil(mtp_rows * tok.shape[0]))
-    while b < tok.shape[0] and not (wt[:b, 1:] > 0).any():
+    subset). trunk_grad scales the MTP loss's gradient into the trunk's hidden states (1: the
+    full gradient, 0: the MTP block learns on fixed trunk features); values are unchanged.
+    With ranks > 1 this is rank's share: its rows rank, rank + ranks, ... with both terms
+    divided by the whole batch's weight sums, so that the ranks' losses and gradients add up to
+    the whole batch's."""
+    B = tok.shape[0]
+    b = max(1, math.ceil(mtp_rows * B))
+    while b < B and not (wt[:b, 1:] > 0).any():
         b += 1
-    hm = model.mtp_hidden(tok[:b], h[:b])
-    return weighted_ce(model, h, tok, wt), weighted_ce(model, hm, tok[:b], wt[:b])
+    norm = norm_mtp = None
+    if ranks > 1:
+        norm, norm_mtp = wt[:, 1:].sum(), wt[:b, 1:].sum()
+        rows = torch.arange(rank, B, ranks)
+        b = int((rows < b).sum())             # the MTP rows stay a prefix of this rank's rows
+        tok, wt = tok[rows], wt[rows]
+        hit = (wt[:, 1:] > 0).nonzero()
+        T = int(hit[:, 1].max()) + 2 if len(hit) else 2   # later tokens feed no weighted target
+        tok, wt = tok[:, :T], wt[:, :T]
+    h = model.trunk(tok)
+    l_main = weighted_ce(model, h, tok, wt, norm)
+    if b == 0:
+        return l_main, h.new_zeros(())
+    hb = h[:b]
+    if trunk_grad != 1.0:
+        hb = hb.detach() + trunk_grad * (hb - hb.detach())
+    hm = model.mtp_hidden(tok[:b], hb)
+    return l_main, weighted_ce(model, hm, tok[:b], wt[:b], norm_mtp)
+
+
+def allreduce_grads(params, values):
+    """Sum the ranks' gradients (a missing one counts as zeros) and the loss values [n] in one
+    collective; returns the summed values."""
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in params] + [values])
+    dist.all_reduce(flat)
+    off = 0
+    for p in params:
+        g = flat[off:off + p.numel()].view_as(p)
+        if p.grad is None:
+            p.grad = g.clone()
+        else:
+            p.grad.copy_(g)
+        off += p.numel()
+    return flat[off:]
+
+
+def run_ranks(argv, procs, work):
+    """--procs N: run this script N times as data-parallel ranks (one BLAS thread each; they
+    meet through a file in WORK) and wait. If one fails the others are stopped."""
+    os.makedirs(work, exist_ok=True)
+    init = os.path.abspath(os.path.join(work, f"rendezvous-{os.getpid()}"))
+    if os.path.exists(init):
+        os.unlink(init)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    kids = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv,
+                              "--rank", str(r), "--rendezvous", init], env=env)
+            for r in range(procs)]
+    rc = 0
+    try:
+        while kids:
+            for k in list(kids):
+                if k.poll() is not None:
+                    kids.remove(k)
+                    if k.returncode and not rc:
+                        rc = k.returncode
+                        for o in kids:
+                            o.terminate()
+            time.sleep(0.2)
+    finally:
+        for k in kids:
+            k.kill()
+        if os.path.exists(init):
+            os.unlink(init)
+    return rc
 
 
 def param_groups(model, wd):
@@ -155,6 +233,12 @@ def main(argv=None):
     ap.add_argument("--budget", type=int, default=1536, help="tokens per batch incl. padding")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--procs", type=int, default=1,
+                    help="data-parallel processes, each with one torch and one BLAS thread and "
+                         "its share of every batch (1: one process, BLAS threads from "
+                         "OPENBLAS_NUM_THREADS)")
+    ap.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--rendezvous", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-ff", type=int, default=768)
     ap.add_argument("--vocab", type=int, default=N_VOCAB,
@@ -162,6 +246,12 @@ def main(argv=None):
     ap.add_argument("--n-embd", type=int, default=Config.E)
     ap.add_argument("--n-head", type=int, default=Config.H, help="attention query heads")
     ap.add_argument("--n-head-kv", type=int, default=Config.Hkv, help="attention KV heads")
+    ap.add_argument("--gdn-state", type=int, default=Config.S,
+                    help="GDN head size S (ssm.state_size; 32 .. 256, a multiple of 16)")
+    ap.add_argument("--gdn-k-heads", type=int, default=Config.Hk,
+                    help="GDN key heads Hk (ssm.group_count)")
+    ap.add_argument("--gdn-v-heads", type=int, default=Config.Hv,
+                    help="GDN value heads Hv (ssm.time_step_rank; a multiple of Hk)")
     ap.add_argument("--interval", type=int, default=Config.interval,
                     help="full_attention_interval: layer i is gated attention iff (i+1) %% N == 0")
     ap.add_argument("--rope-base", type=float, default=Config.rope_base,
@@ -172,9 +262,11 @@ def main(argv=None):
     ap.add_argument("--induction-heads", type=int, default=2,
                     help="GDN key heads of the first GDN layer (0) started as induction memories")
     ap.add_argument("--bigram-heads", type=int, default=2,
-                    help="GDN key heads of the second GDN layer (1 at --interval 4) started as bigram-keyed induction memories")
+                    help="GDN key heads of the second GDN layer (1 at --interval 4) started as "
+                         "bigram-keyed induction memories")
     ap.add_argument("--trigram-heads", type=int, default=0,
-                    help="key heads of the third GDN layer (2 at --interval 4) started as trigram-keyed induction memories")
+                    help="key heads of the third GDN layer (2 at --interval 4) started as "
+                         "trigram-keyed induction memories")
     ap.add_argument("--result-weight", type=float, default=3.0,
                     help="loss weight of the result digits of arithmetic answers")
     ap.add_argument("--copy-weight", type=float, default=4.0,
@@ -190,6 +282,9 @@ def main(argv=None):
     ap.add_argument("--mtp-rows", type=float, default=0.5,
                     help="fraction of a batch's sequences the MTP head trains on (its block "
                          "costs a fifth of a step; 1: all)")
+    ap.add_argument("--mtp-trunk-grad", type=float, default=1.0,
+                    help="scale of the MTP loss's gradient into the trunk (0 .. 1; 0: the MTP "
+                         "block trains on the trunk's features without shaping them)")
     ap.add_argument("--hard-copy", type=float, default=0.0,
                     help="fraction of repeat/copy phrases with a word (or a word of the same "
                          "4-letter prefix) that comes back later in the phrase")
@@ -217,23 +312,44 @@ def main(argv=None):
         ap.error(f"--mix: {e}")
     if not 0.0 < args.mtp_rows <= 1.0:
         ap.error(f"--mtp-rows {args.mtp_rows}: must be above 0 and at most 1")
+    if not 0.0 <= args.mtp_trunk_grad <= 1.0:
+        ap.error(f"--mtp-trunk-grad {args.mtp_trunk_grad}: must be 0 .. 1")
     if not 0.0 <= args.hard_copy <= 1.0:
         ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
     if not 0.0 <= args.sentence_frac <= 1.0:
         ap.error(f"--sentence-frac {args.sentence_frac}: must be 0 .. 1")
     if not 1024 <= args.vocab <= 4096:
         ap.error(f"--vocab {args.vocab}: must be 1024 .. 4096")
+    if not (32 <= args.gdn_state <= 256 and args.gdn_state % 16 == 0):
+        ap.error(f"--gdn-state {args.gdn_state}: must be a multiple of 16 in 32 .. 256")
+    if not (1 <= args.gdn_k_heads <= 16 and 1 <= args.gdn_v_heads <= 32 and
+            args.gdn_v_heads % args.gdn_k_heads == 0):
+        ap.error(f"--gdn-k-heads {args.gdn_k_heads} / --gdn-v-heads {args.gdn_v_heads}: need "
+                 "1 .. 16 key heads and a multiple of them (at most 32) value heads")
     for name in ("induction_heads", "bigram_heads", "trigram_heads"):
-        if not 0 <= getattr(args, name) <= Config.Hk:
-            ap.error(f"--{name.replace('_', '-')} must be 0 .. {Config.Hk} (GDN key heads)")
+        if not 0 <= getattr(args, name) <= args.gdn_k_heads:
+            ap.error(f"--{name.replace('_', '-')} must be 0 .. {args.gdn_k_heads} (GDN key heads)")
     if not 2 <= args.interval <= args.n_layer:
         ap.error(f"--interval {args.interval}: must be 2 .. --n-layer ({args.n_layer})")
     if not 0.0 <= args.avg_from < 1.0:
         ap.error(f"--avg-from {args.avg_from}: must be 0 .. below 1")
     if not (0 < args.rope_dims <= Config.D and args.rope_dims % 2 == 0) or not args.rope_base > 1:
         ap.error(f"--rope-dims must be even in 2 .. {Config.D} and --rope-base above 1")
+    if not 1 <= args.procs <= 16:
+        ap.error(f"--procs {args.procs}: must be 1 .. 16")
+    if args.procs > 1 and args.rank is None:
+        sys.exit(run_ranks(sys.argv[1:] if argv is None else argv, args.procs, args.work))
+    ranks, rank = 1, 0
+    if args.rank is not None:
+        global RANK
+        if not (0 <= args.rank < args.procs and args.rendezvous):
+            ap.error("--rank / --rendezvous are set by --procs")
+        ranks = args.procs
+        rank = RANK = args.rank
+        dist.init_process_group("gloo", init_method="file://" + args.rendezvous, rank=rank,
+                                world_size=ranks, timeout=datetime.timedelta(minutes=5))
     t_start = time.time()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1 if ranks > 1 else args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     os.makedirs(args.work, exist_ok=True)
@@ -259,7 +375,8 @@ def main(argv=None):
 
     c = Config(n_vocab=tok.n_vocab(), E=args.n_embd, n_layer=args.n_layer, n_ff=args.n_ff,
                H=args.n_head, Hkv=args.n_head_kv, tied=args.tie_embeddings,
-               rope_base=args.rope_base, R=args.rope_dims, interval=args.interval)
+               rope_base=args.rope_base, R=args.rope_dims, interval=args.interval,
+               S=args.gdn_state, Hk=args.gdn_k_heads, Hv=args.gdn_v_heads)
     if c.H % c.Hkv:
         ap.error(f"--n-head {c.H} is not a multiple of --n-head-kv {c.Hkv}")
     model = Qwen35(c)
@@ -267,6 +384,7 @@ def main(argv=None):
                        args.trigram_heads)
     n_par = sum(p.numel() for p in model.parameters())
     log(f"model: {n_par / 1e6:.2f} M parameters, config {c}")
+    params = list(model.parameters())
     opt = torch.optim.AdamW(param_groups(model, 0.1), lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     warm = max(1, args.steps // 20)
     avg_start = int(args.steps * args.avg_from) if args.avg_from > 0 else args.steps
@@ -293,14 +411,19 @@ def main(argv=None):
         for gparam in opt.param_groups:
             gparam["lr"] = lr_at(step)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            l_main, l_mtp = loss_fn(model, x, w, args.mtp_rows)
+            l_main, l_mtp = loss_fn(model, x, w, args.mtp_rows, args.mtp_trunk_grad, rank,
+                                    ranks)
             loss = l_main + MTP_WEIGHT * l_mtp
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if ranks > 1:
+            cur = tuple(allreduce_grads(params, torch.stack([l_main.detach().float(),
+                                                             l_mtp.detach().float()])).tolist())
+        else:
+            cur = (l_main.item(), l_mtp.item())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         seen += x.numel()
-        cur = (l_main.item(), l_mtp.item())
         ema = cur if ema is None else tuple(0.95 * a + 0.05 * b for a, b in zip(ema, cur))
         step += 1
         if step > avg_start:   # running mean of the weights, one foreach update per step
@@ -315,9 +438,13 @@ def main(argv=None):
             el = time.time() - t0
             log(f"step {step}/{args.steps} loss {ema[0]:.3f} mtp {ema[1]:.3f} "
                 f"lr {lr_at(step - 1):.2e} {seen / el:.0f} tok/s elapsed {el:.0f}s")
-        if args.ckpt_every and step % args.ckpt_every == 0 and step < args.steps:
+        if args.ckpt_every and step % args.ckpt_every == 0 and step < args.steps and not rank:
             write_gguf(model, tok, os.path.join(args.work, "ckpt.gguf"), chat_template=CHATML)
 
+    if ranks > 1:
+        dist.destroy_process_group()
+    if rank:
+        return
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     if wavg is not None:
         write_gguf(model, tok, os.path.join(args.work, "last.gguf"), chat_template=CHATML)
@@ -328,7 +455,8 @@ def main(argv=None):
     write_gguf(model, tok, args.out, chat_template=CHATML)
     torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
-            "threads": args.threads, "mix": mix, "mtp_rows": args.mtp_rows,
+            "threads": args.threads, "procs": ranks, "mix": mix, "mtp_rows": args.mtp_rows,
+            "mtp_trunk_grad": args.mtp_trunk_grad,
             "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
             "cpu_seconds": time.process_time(),
