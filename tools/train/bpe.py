@@ -205,6 +205,56 @@ def train(piece_counts, n_new_tokens, log=None, space_merges=True):
     return merges
 
 
+
+def twin_merges(merges, log=None):
+    """Merges extended so that every word token " word" (a space and ASCII letters) has a twin
+    token "word": the spelling the word takes where it starts a line or follows a quote. For
+    each such token, in rank order, the twin's current pieces are joined left to right by merges
+    appended at the end of the list (the lowest priority), so no earlier encoding changes
+    except of pieces that end up with fewer tokens. Returns (merges, [(space token, twin)])."""
+    merges = [tuple(m) for m in merges]
+    space = to_unicode(" ")
+    rank = {m: r for r, m in enumerate(merges)}
+
+    def pieces(word):
+        sym = list(word)
+        while len(sym) > 1:
+            best = min(((rank[p], k) for k, p in enumerate(zip(sym, sym[1:])) if p in rank),
+                       default=None)
+            if best is None:
+                break
+            a, b = merges[best[0]]
+            out, k = [], 0
+            while k < len(sym):
+                if k + 1 < len(sym) and sym[k] == a and sym[k + 1] == b:
+                    out.append(a + b)
+                    k += 2
+                else:
+                    out.append(sym[k])
+                    k += 1
+            sym = out
+        return sym
+
+    made = set(BYTE_CHARS) | {a + b for a, b in merges}
+    words = [a + b for a, b in merges]
+    pairs, seen, n0 = [], set(), len(merges)
+    for t in words:
+        w = t[1:]
+        if not (t.startswith(space) and len(w) > 1 and w.isascii() and w.isalpha()) or t in seen:
+            continue
+        seen.add(t)
+        sym = pieces(w)
+        while len(sym) > 1:
+            m = (sym[0], sym[1])
+            rank[m] = len(merges)
+            merges.append(m)
+            made.add(m[0] + m[1])
+            sym = pieces(w)
+        pairs.append((t, w))
+    if log:
+        log(f"bpe: {len(pairs)} twin words, {len(merges) - n0} merges added")
+    return merges, pairs
+
 # ---------------------------------------------------------------------------------------------
 # vocabulary + encoder
 

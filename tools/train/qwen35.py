@@ -294,10 +294,36 @@ class Qwen35(nn.Module):
         self.output_norm = nn.Parameter(torch.ones(c.E))
         self.output = None if c.tied else nn.Linear(c.E, c.n_vocab, bias=False)
         self.mtp = MTP(c)
+        self.twin_tok = self.twin_embd = self.twin_out = None   # see set_twins
+
+    def set_twins(self, pairs):
+        """Training-time reparametrisation for twin tokens (" word" and "word", pairs of ids):
+        each pair's embedding and LM-head rows are its own row plus one row the two share, so
+        what either spelling learns reaches the other. Only the sums (embed_weight,
+        head_weight) are exported; the GGUF and the engine never see the split. Call before
+        init_weights."""
+        n = len(pairs)
+        self.twin_tok = torch.tensor([a for a, _ in pairs] + [b for _, b in pairs])
+        self.twin_row = torch.arange(n).repeat(2)
+        self.twin_embd = nn.Parameter(torch.zeros(n, self.c.E))
+        self.twin_out = None if self.c.tied else nn.Parameter(torch.zeros(n, self.c.E))
+
+    def _with_twins(self, w, shared):
+        if self.twin_tok is None:
+            return w
+        return w.index_add(0, self.twin_tok, shared[self.twin_row])
+
+    def embed_weight(self):
+        return self._with_twins(self.token_embd.weight, self.twin_embd)
+
+    def head_weight(self):
+        if self.c.tied:
+            return self.embed_weight()
+        return self._with_twins(self.output.weight, self.twin_out)
 
     def head(self, h):
         """Logits of normed hidden states: output.weight, or token_embd when tied."""
-        return F.linear(h, self.token_embd.weight) if self.c.tied else self.output(h)
+        return F.linear(h, self.head_weight())
 
     def init_weights(self, seed, shift_heads=0, bigram_heads=0, trigram_heads=0):
         gen = torch.Generator().manual_seed(seed)
@@ -308,10 +334,18 @@ class Qwen35(nn.Module):
                 std = 1.0 / math.sqrt(p.shape[1])
                 if name.endswith(("ssm_out.weight", "attn_output.weight", "ffn_down.weight")):
                     std *= depth_scale
-                if name == "token_embd.weight":
+                if name in ("token_embd.weight", "twin_embd"):
                     std = 1.0
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=gen) * std)
+        if self.twin_tok is not None:   # twins: half their variance shared, half their own
+            with torch.no_grad():
+                for p in (self.twin_embd, self.twin_out):
+                    if p is not None:
+                        p.mul_(math.sqrt(0.5))
+                for w in (self.token_embd.weight, None if c.tied else self.output.weight):
+                    if w is not None:
+                        w[self.twin_tok] *= math.sqrt(0.5)
         if c.tied:   # unit-variance embeddings as the head: start the logits at std ~1, not sqrt(E)
             with torch.no_grad():
                 self.output_norm.fill_(1.0 / math.sqrt(c.E))
@@ -364,7 +398,7 @@ class Qwen35(nn.Module):
                     m.ssm_dt[h] = -7.0                 # softplus(-7) ~ 1e-3: decay ~ e^-0.001
 
     def trunk(self, tokens, mode="chunk"):
-        x = self.token_embd(tokens)
+        x = F.embedding(tokens, self.embed_weight())
         for b in self.blocks:
             x = b(x, mode)
         return rmsnorm(x, self.output_norm, self.c.eps)
@@ -373,7 +407,7 @@ class Qwen35(nn.Module):
         """Row p: token x_p and trunk hidden h_{p-1} (zeros at p = 0)."""
         m = self.mtp
         hprev = F.pad(h[:, :-1], (0, 0, 1, 0))
-        e = self.token_embd(tokens)
+        e = F.embedding(tokens, self.embed_weight())
         x = torch.cat([rmsnorm(e, m.enorm, self.c.eps), rmsnorm(hprev, m.hnorm, self.c.eps)], -1)
         x = m.block(m.eh_proj(x), mode)
         return rmsnorm(x, m.shared_head_norm, self.c.eps)
@@ -395,10 +429,10 @@ def gguf_tensors(model):
     def put(name, t, matrix=False):
         out.append((name, t.detach().to(torch.float64).cpu().numpy(), matrix))
 
-    put("token_embd.weight", model.token_embd.weight, True)
+    put("token_embd.weight", model.embed_weight(), True)
     put("output_norm.weight", model.output_norm)
     if not c.tied:
-        put("output.weight", model.output.weight, True)
+        put("output.weight", model.head_weight(), True)
     blocks = list(model.blocks) + [model.mtp.block]
     for i, b in enumerate(blocks):
         p = f"blk.{i}."

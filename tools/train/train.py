@@ -54,18 +54,24 @@ def log(msg):
 # ---------------------------------------------------------------------------------------------
 # data
 
-def build_tokenizer(nat, dlg, work, space_merges=True, n_vocab=N_VOCAB):
+def build_tokenizer(nat, dlg, work, space_merges=True, n_vocab=N_VOCAB, twins=False):
+    """BPE over the corpus: n_vocab tokens, or with twins that many plus a twin "word" for
+    each " word" token (rounded up to a multiple of 8). Returns (tokenizer, twin id pairs)."""
     path = os.path.join(work, "merges.json")
     texts = nat[:6000] + ["".join(t for t, _ in d) for d in dlg[:20000]]
     counts = bpe.count_pieces(texts)
     merges = bpe.train(counts, n_vocab - 256 - len(bpe.SPECIALS), log=log,
                        space_merges=space_merges)
+    pairs = []
+    if twins:
+        merges, pairs = bpe.twin_merges(merges, log=log)
+        n_vocab = -(-bpe.Tokenizer(merges).n_vocab() // 8) * 8
     if RANK == 0:
         with open(path, "w") as f:
             json.dump(merges, f)
     tok = bpe.Tokenizer(merges, n_vocab)
     log(f"tokenizer: {len(merges)} merges, {tok.n_vocab()} tokens")
-    return tok
+    return tok, [(tok.id[a], tok.id[b]) for a, b in pairs]
 
 
 def natural_chunks(tok, paras, n_tokens):
@@ -294,6 +300,10 @@ def main(argv=None):
     ap.add_argument("--no-space-merges", action="store_true",
                     help="BPE: never merge a leading space into a word (copying a phrase's "
                          "first word then needs no re-spelling)")
+    ap.add_argument("--twins", action="store_true",
+                    help="BPE: give every \" word\" token a twin \"word\" (the spelling at a "
+                         "line start or after a quote), and train each pair's embedding and "
+                         "LM-head rows as own + shared rows (exported summed)")
     ap.add_argument("--tie-embeddings", action="store_true",
                     help="LM head = token_embd (no output.weight), so copying a token needs no "
                          "separately learned output row for it")
@@ -365,7 +375,8 @@ def main(argv=None):
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
 
-    tok = build_tokenizer(paras, dlg, args.work, not args.no_space_merges, args.vocab)
+    tok, twins = build_tokenizer(paras, dlg, args.work, not args.no_space_merges, args.vocab,
+                                 args.twins)
     examples = [corpus.encode_dialogue(tok, d) for d in dlg]
     n_dlg_tok = sum(len(e[0]) for e in examples)
     nat_tokens = int(n_dlg_tok * args.nat_frac / (1 - args.nat_frac))
@@ -380,6 +391,8 @@ def main(argv=None):
     if c.H % c.Hkv:
         ap.error(f"--n-head {c.H} is not a multiple of --n-head-kv {c.Hkv}")
     model = Qwen35(c)
+    if twins:
+        model.set_twins(twins)
     model.init_weights(args.seed, args.induction_heads, args.bigram_heads,
                        args.trigram_heads)
     n_par = sum(p.numel() for p in model.parameters())
