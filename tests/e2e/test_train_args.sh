@@ -28,6 +28,7 @@ check "--rope-dims must be even" --rope-dims 66
 check "--rope-base above 1" --rope-base 0.5
 check "--hard-copy 2.0" --hard-copy 2
 check "--sentence-frac -1.0" --sentence-frac -1
+check "--number-copy 1.5" --number-copy 1.5
 check "--interval 1: must be 2 .. --n-layer (4)" --interval 1
 check "--interval 6: must be 2 .. --n-layer (5)" --interval 6 --n-layer 5
 check "--mix: unknown task 'sing'" --mix repeat=30,sing=5
@@ -42,5 +43,5 @@ check "--gdn-state 100: must be a multiple of 16" --gdn-state 100
 check "--gdn-k-heads 3 / --gdn-v-heads 4" --gdn-k-heads 3
 check "--induction-heads must be 0 .. 1" --gdn-k-heads 1 --gdn-v-heads 2
 check "--rank / --rendezvous are set by --procs" --procs 2 --rank 5 --rendezvous x
-[ "$fail" = 0 ] && echo "ok: 25 bad flags rejected"
+[ "$fail" = 0 ] && echo "ok: $(grep -c '^check ' "$0") bad flags rejected"
 exit "$fail"

@@ -204,7 +204,7 @@ _RESULT = re.compile(r"\d+ [+-] \d+ = ")
 
 class Dialogues:
     def __init__(self, words, sents, seed, result_weight=1.0, copy_weight=1.0, first_weight=None,
-                 mix=None, hard_copy=0.0, sentence_frac=0.25):
+                 mix=None, hard_copy=0.0, sentence_frac=0.25, number_copy=0.0):
         """result_weight: loss weight of the result digits (and <|im_end|>) of an arithmetic
         answer "A + B = C"; the copied "A + B = " keeps weight 1. copy_weight: loss weight of
         a repeat/copy answer (its <|im_end|> keeps weight 1); lines answers are copies too and
@@ -212,13 +212,19 @@ class Dialogues:
         hard_copy: fraction of repeat/copy turns whose phrase holds a trap (hard_phrase); 0
         leaves the generator's output unchanged.
         sentence_frac: fraction of plain repeat/copy phrases cut from a natural sentence (the
-        rest are word runs); the default 0.25 is what the held-out evaluation draws."""
+        rest are word runs); the default 0.25 is what the held-out evaluation draws.
+        number_copy: fraction of repeat/copy turns whose phrase is a word run with a number
+        written as documentation writes them (a version, a year range, a size; see
+        number_like) among its words; 0 leaves the generator's output unchanged."""
         if not 0.0 <= hard_copy <= 1.0:
             raise ValueError(f"hard copy fraction {hard_copy}: must be 0 .. 1")
+        if not 0.0 <= number_copy <= 1.0:
+            raise ValueError(f"number copy fraction {number_copy}: must be 0 .. 1")
         if not 0.0 <= sentence_frac <= 1.0:
             raise ValueError(f"sentence fraction {sentence_frac}: must be 0 .. 1")
         self.hard_copy = hard_copy
         self.sentence_frac = sentence_frac
+        self.number_copy = number_copy
         self.twins = None
         self.rng = random.Random(seed)
         self.tasks = self.weighted_tasks(mix or {})
@@ -297,6 +303,30 @@ class Dialogues:
         ws[j] = w
         return " ".join(ws)
 
+    def number_like(self):
+        """A number as documentation writes one: every digit is its own token, so copying
+        "2001-2006" or "1.19.0" cannot go by the last token or two alone."""
+        r = self.rng
+        n = lambda lo, hi: str(r.randint(lo, hi))
+        k = r.randrange(6)
+        if k == 0:
+            return n(0, 10 ** r.randint(1, 6) - 1)
+        if k == 1:
+            return ".".join(n(0, 20 if i else 9) for i in range(r.randint(2, 4)))
+        if k == 2:
+            a = r.randint(1970, 2030)
+            return f"{a}-{a + r.randint(1, 30)}"
+        if k == 3:
+            return str(2 ** r.randint(3, 16)) + r.choice(["", "k", "M", "bit", "ms", " bytes"])
+        if k == 4:
+            return f"{r.randint(1990, 2030)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}"
+        return r.choice(["v", "-", "+", "0x", "#"]) + n(0, 99999)
+
+    def number_phrase(self):
+        ws = self.word_run(2, 7)
+        ws.insert(self.rng.randrange(len(ws) + 1), self.number_like())
+        return " ".join(ws)
+
     def number(self, digits=None):
         r = self.rng
         d = digits or r.choices([1, 2, 3], weights=[1, 4, 3])[0]
@@ -305,7 +335,8 @@ class Dialogues:
     # -- tasks: each returns (user, assistant)
     def repeat(self):
         hard = self.hard_copy and self.rng.random() < self.hard_copy
-        p = self.hard_phrase() if hard else self.phrase()
+        num = not hard and self.number_copy and self.rng.random() < self.number_copy
+        p = self.hard_phrase() if hard else self.number_phrase() if num else self.phrase()
         t = self.rng.choice(["Repeat after me: {}", "Please repeat: {}", "Repeat this: {}",
                              "Copy this text: {}", "Say \"{}\"", "Echo: {}",
                              "Repeat the phrase \"{}\"", "Can you repeat this? {}"])

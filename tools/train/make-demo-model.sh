@@ -6,8 +6,8 @@
 # Environment: SEED (default 1), STEPS (default: train.py's), THREADS (torch's own threads,
 # default 1), BLAS_THREADS (OpenBLAS's, default 2: 1.4x faster f32 training on 2 cores, where
 # 2 torch threads were slower than 1), PROCS (data-parallel processes, train.py's --procs;
-# default train.py's; each rank runs one torch and one BLAS thread, so THREADS and
-# BLAS_THREADS then do not apply), PYTHON (default /usr/bin/python3), SKIP_EVAL=1 to stop
+# default 2, as the committed model was trained: another count gives another model; each rank
+# runs one torch and one BLAS thread, so THREADS and BLAS_THREADS apply only with PROCS=1), PYTHON (default /usr/bin/python3), SKIP_EVAL=1 to stop
 # after the fixture.
 # Needs Debian's python3-torch (1.13) and python3-numpy; nothing is downloaded. The natural
 # text comes from /usr/share/{common-licenses,doc/*/copyright,man} (and fortunes if installed).
@@ -34,7 +34,7 @@ export OPENBLAS_NUM_THREADS=${BLAS_THREADS:-2}
 mkdir -p "$WORK"
 args=(--out models/demo.gguf --work "$WORK" --seed "${SEED:-1}" --threads "${THREADS:-1}")
 [ -n "${STEPS:-}" ] && args+=(--steps "$STEPS")
-[ -n "${PROCS:-}" ] && args+=(--procs "$PROCS")
+args+=(--procs "${PROCS:-2}")
 start=$(date +%s)
 "$PY" tools/train/train.py "${args[@]}" 2>&1 | tee "$WORK/train.log"
 echo "make-demo-model: trained in $(( $(date +%s) - start ))s"

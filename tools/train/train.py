@@ -258,8 +258,9 @@ def main(argv=None):
                     help="GDN key heads Hk (ssm.group_count)")
     ap.add_argument("--gdn-v-heads", type=int, default=Config.Hv,
                     help="GDN value heads Hv (ssm.time_step_rank; a multiple of Hk)")
-    ap.add_argument("--interval", type=int, default=Config.interval,
-                    help="full_attention_interval: layer i is gated attention iff (i+1) %% N == 0")
+    ap.add_argument("--interval", type=int, default=2,
+                    help="full_attention_interval: layer i is gated attention iff (i+1) %% N == 0 "
+                         "(2: layers 1 and 3 of 4; real Qwen3.5 models use 4)")
     ap.add_argument("--rope-base", type=float, default=Config.rope_base,
                     help="rope.freq_base of the attention layers")
     ap.add_argument("--rope-dims", type=int, default=Config.R,
@@ -294,6 +295,9 @@ def main(argv=None):
     ap.add_argument("--hard-copy", type=float, default=0.0,
                     help="fraction of repeat/copy phrases with a word (or a word of the same "
                          "4-letter prefix) that comes back later in the phrase")
+    ap.add_argument("--number-copy", type=float, default=0.15,
+                    help="fraction of repeat/copy phrases that are a word run with a number "
+                         "(version, year range, size, date) among the words")
     ap.add_argument("--sentence-frac", type=float, default=0.25,
                     help="fraction of plain repeat/copy phrases cut from natural sentences "
                          "(the rest are word runs; the evaluation draws 0.25)")
@@ -326,6 +330,8 @@ def main(argv=None):
         ap.error(f"--mtp-trunk-grad {args.mtp_trunk_grad}: must be 0 .. 1")
     if not 0.0 <= args.hard_copy <= 1.0:
         ap.error(f"--hard-copy {args.hard_copy}: must be 0 .. 1")
+    if not 0.0 <= args.number_copy <= 1.0:
+        ap.error(f"--number-copy {args.number_copy}: must be 0 .. 1")
     if not 0.0 <= args.sentence_frac <= 1.0:
         ap.error(f"--sentence-frac {args.sentence_frac}: must be 0 .. 1")
     if not 1024 <= args.vocab <= 4096:
@@ -370,7 +376,7 @@ def main(argv=None):
     sents = corpus.sentences(paras)
     gen = corpus.Dialogues(words, sents, args.seed, args.result_weight, args.copy_weight,
                            args.first_weight, mix, args.hard_copy,
-                           args.sentence_frac)
+                           args.sentence_frac, args.number_copy)
     n_dlg = args.steps * args.budget // 45 + 1000     # about one pass over fresh dialogues
     dlg = [gen.dialogue() for _ in range(n_dlg)]
     log(f"{len(dlg)} dialogues generated")
