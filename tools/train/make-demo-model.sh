@@ -7,8 +7,8 @@
 # default 1), BLAS_THREADS (OpenBLAS's, default 2: 1.4x faster f32 training on 2 cores, where
 # 2 torch threads were slower than 1), PROCS (data-parallel processes, train.py's --procs;
 # default 2, as the committed model was trained: another count gives another model; each rank
-# runs one torch and one BLAS thread, so THREADS and BLAS_THREADS apply only with PROCS=1), PYTHON (default /usr/bin/python3), SKIP_EVAL=1 to stop
-# after the fixture.
+# runs one torch and one BLAS thread, so THREADS and BLAS_THREADS apply only with PROCS=1),
+# PYTHON (default /usr/bin/python3), SKIP_EVAL=1 to stop after the fixture.
 # Needs Debian's python3-torch (1.13) and python3-numpy; nothing is downloaded. The natural
 # text comes from /usr/share/{common-licenses,doc/*/copyright,man} (and fortunes if installed).
 set -euo pipefail
