@@ -297,7 +297,7 @@ def main(argv=None):
                          "4-letter prefix) that comes back later in the phrase")
     ap.add_argument("--number-copy", type=float, default=0.15,
                     help="fraction of repeat/copy phrases that are a word run with a number "
-                         "(version, year range, size, date) among the words")
+                         "(version, year range, size, date, id) among the words")
     ap.add_argument("--sentence-frac", type=float, default=0.25,
                     help="fraction of plain repeat/copy phrases cut from natural sentences "
                          "(the rest are word runs; the evaluation draws 0.25)")
@@ -475,8 +475,8 @@ def main(argv=None):
     torch.save(model.state_dict(), os.path.join(args.work, "model.pt"))
     meta = {"seed": args.seed, "steps": args.steps, "budget": args.budget, "lr": args.lr,
             "threads": args.threads, "procs": ranks, "mix": mix, "mtp_rows": args.mtp_rows,
-            "mtp_trunk_grad": args.mtp_trunk_grad,
-            "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
+            "mtp_trunk_grad": args.mtp_trunk_grad, "number_copy": args.number_copy,
+            "twins": len(twins), "precision": "bf16" if bf16 else "f32", "config": c.__dict__, "params": n_par,
             "train_seconds": time.time() - t0, "total_seconds": time.time() - t_start,
             "cpu_seconds": time.process_time(),
             "tokens_seen": seen, "final_loss": ema,
