@@ -130,6 +130,31 @@ def _match(text, cls, i, n):
 # ---------------------------------------------------------------------------------------------
 # training
 
+def merge_pair(sym, a, b):
+    """sym with every occurrence of the adjacent pair (a, b) joined, left to right."""
+    out, k = [], 0
+    while k < len(sym):
+        if k + 1 < len(sym) and sym[k] == a and sym[k + 1] == b:
+            out.append(a + b)
+            k += 2
+        else:
+            out.append(sym[k])
+            k += 1
+    return out
+
+
+def apply_merges(sym, merges, rank):
+    """Symbols of one piece after BPE: repeatedly join the adjacent pair of lowest rank
+    (GPT-2 / llama.cpp rule). rank: {pair: index into merges}."""
+    while len(sym) > 1:
+        best = min((r for r in map(rank.get, zip(sym, sym[1:])) if r is not None),
+                   default=None)
+        if best is None:
+            break
+        sym = merge_pair(sym, *merges[best])
+    return sym
+
+
 def train(piece_counts, n_new_tokens, log=None, space_merges=True):
     """piece_counts: Counter of pre-tokenized pieces (plain text). Merges until n_new_tokens
     distinct merge results exist. Returns the merge list [(left, right), ...] in rank order,
@@ -177,15 +202,7 @@ def train(piece_counts, n_new_tokens, log=None, space_merges=True):
             for x, y in zip(w, w[1:]):
                 pair_count[(x, y)] -= f
                 touched[(x, y)] += 0
-            nw = []
-            k = 0
-            while k < len(w):
-                if k + 1 < len(w) and w[k] == a and w[k + 1] == b:
-                    nw.append(ab)
-                    k += 2
-                else:
-                    nw.append(w[k])
-                    k += 1
+            nw = merge_pair(w, a, b)
             words[wi] = nw
             for x, y in zip(w, w[1:]):
                 where[(x, y)].discard(wi)
@@ -216,26 +233,6 @@ def twin_merges(merges, log=None):
     space = to_unicode(" ")
     rank = {m: r for r, m in enumerate(merges)}
 
-    def pieces(word):
-        sym = list(word)
-        while len(sym) > 1:
-            best = min(((rank[p], k) for k, p in enumerate(zip(sym, sym[1:])) if p in rank),
-                       default=None)
-            if best is None:
-                break
-            a, b = merges[best[0]]
-            out, k = [], 0
-            while k < len(sym):
-                if k + 1 < len(sym) and sym[k] == a and sym[k + 1] == b:
-                    out.append(a + b)
-                    k += 2
-                else:
-                    out.append(sym[k])
-                    k += 1
-            sym = out
-        return sym
-
-    made = set(BYTE_CHARS) | {a + b for a, b in merges}
     words = [a + b for a, b in merges]
     pairs, seen, n0 = [], set(), len(merges)
     for t in words:
@@ -243,13 +240,12 @@ def twin_merges(merges, log=None):
         if not (t.startswith(space) and len(w) > 1 and w.isascii() and w.isalpha()) or t in seen:
             continue
         seen.add(t)
-        sym = pieces(w)
+        sym = apply_merges(list(w), merges, rank)
         while len(sym) > 1:
             m = (sym[0], sym[1])
             rank[m] = len(merges)
             merges.append(m)
-            made.add(m[0] + m[1])
-            sym = pieces(w)
+            sym = apply_merges(list(w), merges, rank)
         pairs.append((t, w))
     if log:
         log(f"bpe: {len(pairs)} twin words, {len(merges) - n0} merges added")
@@ -293,25 +289,7 @@ class Tokenizer:
         ids = self._cache.get(piece)
         if ids is not None:
             return ids
-        sym = list(to_unicode(piece))
-        while len(sym) > 1:
-            best, bi = None, -1
-            for k in range(len(sym) - 1):
-                r = self.rank.get((sym[k], sym[k + 1]))
-                if r is not None and (best is None or r < best):
-                    best, bi = r, k
-            if best is None:
-                break
-            a, b = self.merges[best]
-            out, k = [], 0
-            while k < len(sym):   # merge every occurrence of the best pair, left to right
-                if k + 1 < len(sym) and sym[k] == a and sym[k + 1] == b:
-                    out.append(a + b)
-                    k += 2
-                else:
-                    out.append(sym[k])
-                    k += 1
-            sym = out
+        sym = apply_merges(list(to_unicode(piece)), self.merges, self.rank)
         ids = [self.id[s] for s in sym]
         if len(self._cache) < 500000:
             self._cache[piece] = ids
