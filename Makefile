@@ -57,14 +57,14 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -Wall -Wextra -Wshadow -Wno-unused-parameter -pthread -MMD -MP \
-            -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver $(PKG_CFLAGS)
+            -D_GNU_SOURCE -I. $(PKG_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lm -pthread
 
 ifeq ($(FAULT),1)
 CFLAGS  += -DDELTAD_FAULT_INJECTION=1
 endif
 ifeq ($(FUZZ),1)
-CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -Iengine -Ikernels/cpu -Iserver $(PKG_CFLAGS) -pthread \
+CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -I. $(PKG_CFLAGS) -pthread \
            -MMD -MP -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
            -fno-omit-frame-pointer
 endif
@@ -76,20 +76,23 @@ endif
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
-LIB_SRC    := $(sort $(wildcard engine/*.c kernels/cpu/*.c))
+LIB_SRC    := $(sort $(wildcard engine/*.c engine/*/*.c kernels/cpu/*.c))
 ifneq ($(NCCL),1)
-LIB_SRC    := $(filter-out engine/comm_nccl.c,$(LIB_SRC))
+LIB_SRC    := $(filter-out engine/compute/comm_nccl.c,$(LIB_SRC))
 endif
 ifneq ($(CUDA),1)
-LIB_SRC    := $(filter-out engine/dev_cuda.c,$(LIB_SRC))
+LIB_SRC    := $(filter-out engine/compute/dev_cuda.c,$(LIB_SRC))
 endif
-SERVER_SRC := $(sort $(wildcard server/*.c))
+JINJA_SRC  := $(sort $(wildcard server/jinja/*.c))
+SERVER_SRC := $(filter-out server/cli/main.c,$(sort $(wildcard server/*/*.c)))
+SERVER_SRC := $(filter-out $(JINJA_SRC),$(SERVER_SRC))
 TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC   := $(sort $(wildcard tests/unit/test_*.c tests/golden/test_*.c))
 CU_SRC     := $(sort $(wildcard kernels/cuda/*.cu))
 
 LIB_OBJ    := $(LIB_SRC:%.c=$(B)/obj/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(B)/obj/%.o)
+JINJA_OBJ  := $(JINJA_SRC:%.c=$(B)/obj/%.o)
 CU_OBJ     :=
 ifeq ($(CUDA),1)
 CU_OBJ     := $(CU_SRC:%.cu=$(B)/obj/%.o)
@@ -101,14 +104,17 @@ LDLIBS     += -lnccl
 endif
 endif
 NVCCFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-              -Ikernels/cuda -Ikernels/cpu -Xcompiler -Wall
+              -I. -Xcompiler -Wall
 
 LIB        := $(B)/libdeltad.a
+JINJA_LIB  := $(B)/libdeltad_jinja.a
+SERVER_LIB := $(B)/libdeltad_server.a
+# what a program that uses the server modules links, in link order (server -> jinja -> engine)
+ALL_LIBS   := $(SERVER_LIB) $(JINJA_LIB) $(LIB)
 DELTAD     := $(B)/deltad
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
 ifeq ($(CUDA),1)
-CFLAGS     += -Ikernels/cuda
 TESTS      += $(patsubst tests/cuda/%.c,$(B)/tests/%,$(wildcard tests/cuda/test_*.c))
 endif
 
@@ -135,28 +141,39 @@ $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
+# three libraries: libdeltad.a (engine + CPU kernels, + CUDA kernels with CUDA=1),
+# libdeltad_jinja.a (the template interpreter, server/jinja) and libdeltad_server.a (the rest of
+# server/ but main.c); the binary and the tests link the ones they need
 $(LIB): $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(DELTAD): $(SERVER_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) $(SERVER_OBJ) $(LIB) $(LDLIBS) -o $@
+$(JINJA_LIB): $(JINJA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SERVER_LIB): $(SERVER_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(DELTAD): $(B)/obj/server/cli/main.o $(ALL_LIBS)
+	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
 $(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/golden/%.o $(LIB)
+$(B)/tests/%: $(B)/obj/tests/golden/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(LIB)
+$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -204,20 +221,20 @@ cuda-check:
 	else echo "✗ NCCL (nccl.h not found): CUDA only"; $(MAKE) --no-print-directory CUDA=1 all; fi
 
 # ---- fuzzing (FUZZ=1 is the flavour: clang, coverage + ASan + UBSan, objects in build/fuzz) -----
-# Each tests/fuzz/fuzz_NAME.c links the objects of FUZZ_DEPS_NAME (default: engine/util.c);
-# fuzz_jinja includes the interpreter's .c files itself. `make fuzz` builds every target and
-# runs each for FUZZ_TIME seconds on its committed corpus (tests/fuzz/run.sh); `make
-# fuzz-build` only builds. tests/fuzz/smoke.sh is the short form that make test runs.
+# Each tests/fuzz/fuzz_NAME.c links the objects of FUZZ_DEPS_NAME (default: engine/util.c).
+# `make fuzz` builds every target and runs each for FUZZ_TIME seconds on its committed corpus
+# (tests/fuzz/run.sh); `make fuzz-build` only builds. tests/fuzz/smoke.sh is the short form that make test runs.
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_NAMES := $(basename $(notdir $(FUZZ_SRC)))
 FUZZ_TIME  ?= 60
-FUZZ_TOK   := engine/util.c engine/gguf.c engine/tokenizer.c engine/pretok.c engine/unicode.c \
+FUZZ_TOK   := engine/util.c engine/model/gguf.c engine/model/tok.c engine/model/pretok.c engine/model/uni.c \
               tests/fuzz/fz_model.c
-FUZZ_DEPS_fuzz_gguf := engine/util.c engine/gguf.c
+FUZZ_DEPS_fuzz_gguf := engine/util.c engine/model/gguf.c
 FUZZ_DEPS_fuzz_tok  := $(FUZZ_TOK)
-FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api.c server/api_chat.c server/json.c server/chat.c \
-                       server/chat_tmpl.c server/resp.c $(sort $(wildcard server/jinja_*.c))
-FUZZ_DEPS_fuzz_cfg  := engine/util.c server/cfg.c server/cfg_check.c
+FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api/api.c server/api/api_chat.c server/api/json.c server/api/chat.c \
+                       server/api/chat_tmpl.c server/api/resp.c $(JINJA_SRC)
+FUZZ_DEPS_fuzz_cfg  := engine/util.c server/config/cfg.c server/config/cfg_check.c
+FUZZ_DEPS_fuzz_jinja := engine/util.c $(JINJA_SRC)
 
 .PHONY: fuzz-build
 ifeq ($(FUZZ),1)
@@ -227,8 +244,8 @@ $(B)/$(1): $(B)/obj/tests/fuzz/$(1).o $(patsubst %.c,$(B)/obj/%.o,$(or $(FUZZ_DE
 endef
 $(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(t))))
 fuzz-build: $(FUZZ_NAMES:%=$(B)/%) $(B)/gguf_seeds
-$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c engine/gguf.c engine/util.c
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -Iengine $^ -lm -pthread -o $@
+$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c engine/model/gguf.c engine/util.c
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $^ -lm -pthread -o $@
 else
 fuzz-build:
 	@$(MAKE) --no-print-directory FUZZ=1 fuzz-build
@@ -242,9 +259,9 @@ fuzz: fuzz-build
 # can only treat such a macro as an identifier or a statement, which mangles nested loops; the
 # `Macros:` option that fixes this needs clang-format 17.
 FORMAT_SKIP := $(wildcard kernels/cpu/*_avx2.c kernels/cpu/*_avx512.c kernels/cpu/simd*.h)
-FORMAT_SRC  := $(filter-out $(FORMAT_SKIP),$(sort $(wildcard engine/*.[ch] kernels/cpu/*.[ch] \
-               kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh server/*.[ch] tools/*.c \
-               tests/unit/*.[ch] tests/fuzz/*.c)))
+FORMAT_SRC  := $(filter-out $(FORMAT_SKIP),$(sort $(wildcard engine/*.[ch] engine/*/*.[ch] \
+               kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh \
+               server/*/*.[ch] tools/*.c tests/unit/*.[ch] tests/fuzz/*.c)))
 
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -40,6 +40,9 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* A whole file, NUL-terminated (malloc'd, *len set to its length without the NUL), or NULL
+ * with errno set. */
+char *dd_read_file(const char *path, size_t *len);
 /* 64-byte aligned allocation for SIMD buffers; release with free(). Aborts on OOM. */
 void *xaligned_alloc(size_t n);
 /* Fallible allocation for user-sized buffers (request bodies, parsed request trees): NULL on

@@ -2,7 +2,7 @@
 # tools/bench.sh BUILD_DIR — `make bench`: synthetic qwen35 models (~1 GB Q8_0, ~0.55 GB Q4_K)
 # and a qwen35moe (~1.2 GB Q8_0, 8 of 32 experts routed), each with 1 and 2 threads: prefill of
 # 512 tokens against the in-cache int8 peak, decode at context 128 and 4096 against the
-# bandwidth roofline; medians of 5 repetitions (see server/cmd_bench.c for the method). Each
+# bandwidth roofline; medians of 5 repetitions (see server/cli/cmd_bench.c for the method). Each
 # `deltad bench` run prints its own report; the summary table comes last.
 #
 # Models are generated once into BUILD_DIR/bench-models. Before a model's first run its pages
@@ -10,7 +10,7 @@
 # as a model read from disk would be: readahead then fills the page cache with large folios,
 # which the mapping uses as 2 MiB pages. The pages mkmodel's writes leave behind, or a MoE
 # model's experts faulted in one by one, are mostly 4 KiB ones, which decode reads 20-40% slower
-# (TLB misses); the mapping also asks for 2 MiB pages itself (madvise, engine/gguf.c).
+# (TLB misses); the mapping also asks for 2 MiB pages itself (madvise, engine/model/gguf.c).
 #
 # Tensor parallelism (issue 7): for each N in BENCH_TP, the Q8_0 model on N CPU devices of one
 # thread each, against one device with N threads and one device with one thread, prefill and

@@ -6,7 +6,7 @@
 # a rollback by GDN snapshot versus by recomputation (the debug mode spec_rollback = recompute).
 # Each `deltad bench --spec all --rollback both` call runs every configuration in turn within
 # each repetition (so load drift hits all alike) and reports medians of BENCH_REPS runs; see
-# server/cmd_spec.c. The summary table comes last, with the load average before and after.
+# server/cli/cmd_spec.c. The summary table comes last, with the load average before and after.
 #
 # Models: a synthetic ~1 GB Q8_0 qwen35 (random weights, made once by mkmodel into
 # BUILD_DIR/bench-models as tools/bench.sh does: its MTP head almost never agrees with the
@@ -112,5 +112,5 @@ END {
   print "ms/rollbk = (decode time with recompute - with snapshot) / rollbacks by recompute."
   print "text differs = the greedy output with drafts is not byte-identical to the output without"
   print "them: the batched CPU kernels round differently from the one-row decode kernels (see"
-  print "kernels/cpu/quant.h), which flips near-tied argmaxes of the random synthetic model."
+  print "kernels/cpu/kq.h), which flips near-tied argmaxes of the random synthetic model."
 }' "$results"

@@ -1,5 +1,5 @@
 /*
- * kqbench — throughput of the CPU matmul kernels (kernels/cpu/quant.h) against memory bandwidth.
+ * kqbench — throughput of the CPU matmul kernels (kernels/cpu/kq.h) against memory bandwidth.
  *
  *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512] [--ws MiB]
  *           [--reps K] [--cpu-time 1]
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant.h" // defines: kq_matmul, kq_quantize_row, kq_isa_*
+#include "kernels/cpu/kq.h" // defines: kq_matmul, kq_quantize_row, kq_isa_*
 
 #define MAXTHR 2
 

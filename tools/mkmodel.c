@@ -27,9 +27,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"  // defines: gguf_writer_*
-#include "quant.h" // defines: kq_quantize_row, kq_row_bytes, kq_type_name
-#include "util.h"  // defines: xmalloc, dd_now
+#include "engine/model/gguf.h" // defines: gguf_writer_*
+#include "engine/util.h"       // defines: xmalloc, dd_now
+#include "kernels/cpu/kq.h"    // defines: kq_quantize_row, kq_row_bytes, kq_type_name
 
 /* ---- deterministic RNG -------------------------------------------------------------------- */
 

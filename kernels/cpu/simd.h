@@ -1,6 +1,6 @@
 /*
- * simd — the spellings every SIMD kernel file shares (ops_avx2.c, ops_avx512.c, quant_avx2.c,
- * quant_avx512.c): always-inline helpers and fully unrolled loops over tile rows / tokens, so
+ * simd — the spellings every SIMD kernel file shares (kop_avx2.c, kop_avx512.c, kq_avx2.c,
+ * kq_avx512.c): always-inline helpers and fully unrolled loops over tile rows / tokens, so
  * the accumulators live in registers. A file that wants a deeper unroll than 8 defines
  * SIMD_UNROLL_MAX before including this header.
  */

@@ -1,5 +1,5 @@
 /*
- * simd_avx2 — the inline helpers the AVX2 kernel files share (ops_avx2.c, quant_avx2.c): simd.h's
+ * simd_avx2 — the inline helpers the AVX2 kernel files share (kop_avx2.c, kq_avx2.c): simd.h's
  * INLINE and UNROLL, and the horizontal sum / max of 8 float lanes.
  * Include only from files built with the Makefile's AVX2_FLAGS.
  */

@@ -10,7 +10,7 @@
  *
  * Numerics: each op computes the math of its CPU reference (kernels/cpu, named per launcher)
  * in f32 (double where the reference uses double), in a different summation order. Weight
- * matrices keep their GGUF block layouts (kernels/cpu/quant_impl.h). Matrix-vector products
+ * matrices keep their GGUF block layouts (kernels/cpu/kq_impl.h). Matrix-vector products
  * dequantise weights on the fly and dot them with the f32 activations (no activation
  * quantisation); the prefill GEMM runs cuBLAS on weights dequantised to F16 (BF16 for BF16
  * weights) with the activations rounded to the same 16-bit type and f32 accumulation.
@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant.h" // defines: enum kq_type (the ggml type ids)
+#include "kernels/cpu/kq.h" // defines: enum kq_type (the ggml type ids)
 
 #ifdef __cplusplus
 extern "C" {
@@ -127,7 +127,7 @@ void kc_matvec_ids(kc_stream *s, const struct kc_mat *w, size_t expert_bytes, co
                    int64_t n_items, const float *x, int64_t x_stride, int64_t x_div, float *y,
                    int64_t y_stride);
 
-/* ---- norms, RoPE, activations (reference: kernels/cpu/ops.c) ----------------------------- */
+/* ---- norms, RoPE, activations (reference: kernels/cpu/kop.c) ----------------------------- */
 
 /*
  * Rows of n values addressed as (token t < n_tok, head h < n_head) at t * tok_stride + h *
@@ -171,7 +171,7 @@ void kc_argmax(kc_stream *s, const float *x, int64_t T, int64_t n, int32_t *out)
 
 /*
  * The KV cache of one attention layer: rows [n_seq][n_ctx][kv_dim] f32 for K and for V (the
- * layout of engine/cache.c), kv_dim = Hkv * D.
+ * layout of engine/sched/cache.c), kv_dim = Hkv * D.
  */
 struct kc_kv {
     float *k, *v;
@@ -203,7 +203,7 @@ struct kc_run {
 /*
  * Recurrent state of one GDN layer: for group g < n_groups and sequence q, the conv state
  * [(K-1)][C] at conv + g * group_stride + q * seq_stride and the SSM state [Hv][S][S] at
- * ssm + g * group_stride + q * seq_stride (floats; the layout of engine/cache.c).
+ * ssm + g * group_stride + q * seq_stride (floats; the layout of engine/sched/cache.c).
  */
 struct kc_gdn_state {
     float *conv, *ssm;
@@ -220,7 +220,7 @@ void kc_gdn_gates(kc_stream *s, const float *b, const float *alpha, const float 
  * Causal depthwise conv with SiLU over the runs (device array [n_runs]): y [T][C] from u [T][C]
  * and taps w [C][K] (K <= 16), starting from each run's conv state in group src_group; then the
  * conv state windows of the last min(T_run, n_groups) tokens into groups 0 .. (group g = the
- * window ending g tokens before the run's end), as forward.c does.
+ * window ending g tokens before the run's end), as fwd.c does.
  */
 void kc_conv1d_silu(kc_stream *s, const float *u, const float *w, int64_t C, int64_t K,
                     const struct kc_run *runs, int64_t n_runs, const struct kc_gdn_state *st,

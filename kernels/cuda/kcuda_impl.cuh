@@ -3,7 +3,7 @@
  *
  * Holds the error check, the kc_stream struct, warp / block reductions, and the dequantisation
  * of eight consecutive weights of every GGUF type (deq8), written from the block layouts of
- * kernels/cpu/quant_impl.h. The dequantisers use __fmul_rn / __fsub_rn where the CPU reference
+ * kernels/cpu/kq_impl.h. The dequantisers use __fmul_rn / __fsub_rn where the CPU reference
  * multiplies and subtracts, so nvcc cannot contract them into FMAs and the f32 values equal
  * kq_dequantize_row's bit for bit.
  */

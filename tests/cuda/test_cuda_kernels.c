@@ -18,9 +18,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "kcuda.h" // defines: kc_* launchers
-#include "ops.h"   // defines: kop_* (CPU reference)
-#include "quant.h" // defines: kq_* (CPU reference)
+#include "kernels/cuda/kcuda.h" // defines: kc_* launchers
+#include "kernels/cpu/kop.h"   // defines: kop_* (CPU reference)
+#include "kernels/cpu/kq.h" // defines: kq_* (CPU reference)
 
 static int n_pass, n_fail;
 static kc_stream *S;
@@ -544,7 +544,7 @@ static void test_gates(void)
  * (+ state snapshots), L2 norm of the q/k heads, the delta rule (+ SSM snapshots), the gated
  * norm. Runs: a decode token of seq 0 from group 0; 3 tokens of seq 2 from group 2 (after a
  * rollback); 7 tokens (more than the 4 groups) of seq 1 from group 1. The state block has the
- * layout of engine/cache.c: [group][seq][conv | ssm].
+ * layout of engine/sched/cache.c: [group][seq][conv | ssm].
  */
 static void test_gdn_s(int64_t Sd, int kmap_mod)
 {
@@ -570,7 +570,7 @@ static void test_gdn_s(int64_t Sd, int kmap_mod)
     kc_l2norm(S, dy, T, 2 * Hk, C, Sd, Sd, eps);
     kc_gdn(S, dy, C, Hk, Hv, Sd, kmap_mod, dbeta, ddec, druns, 3, &gs, dout);
     kc_rmsnorm_gate(S, dout, dnw, dz, T * Hv, Sd, eps);
-    /* reference, in forward.c's order */
+    /* reference, in fwd.c's order */
     float *y = calloc((size_t)(T * C), 4), *o = calloc((size_t)(T * Hv * Sd), 4);
 #define CONV(g, s) (st + ((g) * n_seq + (s)) * per)
 #define SSM(g, s) (st + ((g) * n_seq + (s)) * per + conv_n)

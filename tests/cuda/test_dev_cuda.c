@@ -1,5 +1,5 @@
 /*
- * test_dev_cuda — the CUDA device (engine/dev_cuda.c) against the CPU device through the device
+ * test_dev_cuda — the CUDA device (engine/compute/dev_cuda.c) against the CPU device through the device
  * interface: dev_matmul and dev_matmul_multi of every weight type, decode (T = 1, 4) and
  * prefill (T = 37) shapes, the same weight view reused (uploaded once). The CPU device quantises
  * activations (Q8_0 / Q8_K) for the quantised types and the GPU does not, so those compare at
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dev_cuda.h" // defines: dev_cuda_create
-#include "device.h"   // defines: dev_matmul, dev_cpu_create
-#include "quant.h"    // defines: kq_quantize_row
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_create
+#include "engine/compute/device.h"   // defines: dev_matmul, dev_cpu_create
+#include "kernels/cpu/kq.h"    // defines: kq_quantize_row
 
 static uint64_t rng = 88172645463325252ull;
 

@@ -155,7 +155,7 @@ def step_sequential():
     log = d.log_text()
     if "fault injection: DELTAD_FAIL_STEP" not in log:
         stop_clean(d, "DELTAD_FAIL_STEP (not wired)")
-        print("NOTE: the engine does not call dd_fault_hit(DD_FAULT_STEP) yet (engine/eng.c); "
+        print("NOTE: the engine does not call dd_fault_hit(DD_FAULT_STEP) yet (engine/sched/eng.c); "
               "forward-step checks skipped")
         return False
     C.ok(st1 == 200, "the request before the failing step succeeds", (st1, r1))

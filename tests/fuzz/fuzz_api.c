@@ -1,8 +1,8 @@
 /*
  * fuzz_api — libFuzzer target for the HTTP request path after the body is received: the exact
- * functions server/http.c calls per route (api_parse for /v1/chat/completions and
+ * functions server/http/http.c calls per route (api_parse for /v1/chat/completions and
  * /v1/completions, api_tokenize, api_detokenize), with the JSON body guards, validation, chat
- * rendering and tokenization behind them, then the response builders of server/resp.c fed with
+ * rendering and tokenization behind them, then the response builders of server/api/resp.c fed with
  * what a generation of the parsed prompt would produce.
  *
  * Input: byte 0 picks the route and the server limits (see struct variant); the rest is the
@@ -28,11 +28,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "api.h"       // defines: api_parse, api_tokenize, api_detokenize, api_req_params
-#include "fz_model.h"  // defines: fz_model_load
-#include "json.h"      // defines: json_utf8_valid
-#include "resp.h"      // defines: resp_error, resp_sse_*, resp_completion
-#include "tokenizer.h" // defines: tok_stream_push, tok_n_vocab
+#include "engine/model/tok.h" // defines: tok_stream_push, tok_n_vocab
+#include "fz_model.h"         // defines: fz_model_load
+#include "server/api/api.h"   // defines: api_parse, api_tokenize, api_detokenize, api_req_params
+#include "server/api/json.h"  // defines: json_utf8_valid
+#include "server/api/resp.h"  // defines: resp_error, resp_sse_*, resp_completion
 
 static const struct model *g_model;
 

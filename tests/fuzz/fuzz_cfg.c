@@ -1,6 +1,6 @@
 /*
- * fuzz_cfg — libFuzzer target for the configuration (server/cfg.c, cfg_check.c): a config file
- * of fuzzed text through cfg_load_file, or fuzzed command-line words through cfg_load_args,
+ * fuzz_cfg — libFuzzer target for the configuration (server/config/cfg.c, cfg_check.c): a config
+ * file of fuzzed text through cfg_load_file, or fuzzed command-line words through cfg_load_args,
  * then cfg_check, the effective-config dump and the change report.
  *
  * Input: byte 0 bit 0 = the rest is a config file (0) or command-line words separated by
@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cfg.h"      // defines: cfg_init, cfg_load_file, cfg_load_args, cfg_check
-#include "cfg_impl.h" // defines: cfg__rows, cfg__n_rows
-#include "util.h"     // defines: dd_log_set, dd_log_level
+#include "engine/util.h"            // defines: dd_log_set, dd_log_level
+#include "server/config/cfg.h"      // defines: cfg_init, cfg_load_file, cfg_load_args, cfg_check
+#include "server/config/cfg_impl.h" // defines: cfg__rows, cfg__n_rows
 
 static void require(int ok, const char *what, const char *detail)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h" // defines: gguf_open_mem, gguf_get_*, gguf_arr_*
+#include "engine/model/gguf.h" // defines: gguf_open_mem, gguf_get_*, gguf_arr_*
 
 /* Folds bytes into a sink the optimiser cannot drop. */
 static volatile uint8_t sink;

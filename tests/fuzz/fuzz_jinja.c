@@ -13,19 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/jinja_eval.c"
-#include "../../server/jinja_exec.c"
-#include "../../server/jinja_expr.c"
-#include "../../server/jinja_filters.c"
-#include "../../server/jinja_json.c"
-#include "../../server/jinja_lex.c"
-#include "../../server/jinja_methods.c"
-#include "../../server/jinja_ops.c"
-#include "../../server/jinja_parse.c"
-#include "../../server/jinja_seq.c"
-#include "../../server/jinja_str.c"
-#include "../../server/jinja_text.c"
-#include "../../server/jinja_value.c"
+#include "server/jinja/jinja.h" // defines: jinja_compile, jinja_render
 
 static const char CONTEXT[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"

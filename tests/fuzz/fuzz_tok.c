@@ -1,5 +1,5 @@
 /*
- * fuzz_tok — libFuzzer target for the tokenizer (engine/tokenizer.c, pretok.c, unicode.c):
+ * fuzz_tok — libFuzzer target for the tokenizer (engine/model/tok.c, pretok.c, uni.c):
  * tok_encode, tok_decode, tok_piece, tok_find and the streaming detokenizer, over two real
  * vocabularies: the tiny test model's (DELTAD_FUZZ_MODEL, default
  * build/cpu/models/tiny-qwen35.gguf) and, when present, the Qwen3 tokenizer converted with
@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fz_model.h"  // defines: fz_model_load
-#include "tokenizer.h" // defines: tok_encode, tok_decode, tok_stream_*
-#include "unicode.h"   // defines: uni_utf8_check
+#include "engine/model/tok.h" // defines: tok_encode, tok_decode, tok_stream_*
+#include "engine/model/uni.h" // defines: uni_utf8_check
+#include "fz_model.h"         // defines: fz_model_load
 
 static const struct model *g_model[2]; /* kept reachable: LeakSanitizer runs at exit */
 static const tok_t *g_tok[2]; /* [0] the tiny model's, [1] Qwen3's (or the tiny one again) */

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gguf.h"      // defines: gguf_open
-#include "tokenizer.h" // defines: tok_create
-#include "util.h"      // defines: xcalloc, xstrdup
+#include "engine/model/gguf.h" // defines: gguf_open
+#include "engine/model/tok.h"  // defines: tok_create
+#include "engine/util.h"       // defines: xcalloc, xstrdup
 
 const struct model *fz_model_load(const char *env, const char *fallback)
 {

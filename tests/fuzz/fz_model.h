@@ -9,7 +9,7 @@
 #ifndef DELTAD_FZ_MODEL_H
 #define DELTAD_FZ_MODEL_H
 
-#include "model.h" // defines: struct model
+#include "engine/model/model.h" // defines: struct model
 
 /* The GGUF named by the environment variable env, else by fallback. On failure prints why
  * (naming the variable) and exits with status 77, the test runner's "skip". The model lives

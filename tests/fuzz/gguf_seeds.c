@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gguf.h" // defines: gguf_writer_*
+#include "engine/model/gguf.h" // defines: gguf_writer_*
 
 static int save(gguf_writer_t *w, const char *dir, const char *name)
 {

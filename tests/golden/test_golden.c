@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../unit/test.h"
-#include "device.h"  // defines: dev_cpu_create
-#include "forward.h" // defines: fwd_decode, fwd_mtp
-#include "model.h"   // defines: model_load
+#include "tests/unit/test.h"
+#include "engine/compute/device.h"  // defines: dev_cpu_create
+#include "engine/compute/fwd.h" // defines: fwd_decode, fwd_mtp
+#include "engine/model/model.h"   // defines: model_load
 
 static const char *build_dir = "build/cpu";
 

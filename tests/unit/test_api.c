@@ -1,13 +1,24 @@
 /*
- * test_api — the request side of the OpenAI API: server/api.c (JSON guards, field validation,
- * prompts, engine parameters, /tokenize) and server/chat.c (ChatML rendering, user-text spans,
+ * test_api — the request side of the OpenAI API: server/api/api.c (JSON guards, field validation,
+ * prompts, engine parameters, /tokenize) and server/api/chat.c (ChatML rendering, user-text spans,
  * message validation), against the tiny qwen35 model's tokenizer.
  *
  * Usage: test_api [BUILD_DIR] (default build/cpu); skips without BUILD_DIR/models.
  */
 #include <unistd.h>
 
-#include "server_srcs.h" // api.c, api_chat.c, chat.c (statics reachable), their dependencies
+#include "engine/model/tok.h"
+#include "engine/util.h"
+#include "server/api/api.h"
+#include "server/api/api_impl.h"
+#include "server/api/chat.h"
+#include "server/api/chat_impl.h"
+#include "server/api/json.h"
+#include "server/api/reasoning.h"
+#include "server/api/reply.h"
+#include "server/api/resp.h"
+#include "server/api/toolcall.h"
+#include "server/jinja/jinja.h"
 #include "test.h"
 
 static struct model *g_model;
@@ -216,7 +227,7 @@ TEST(chatml_render_and_spans)
     CHECK(p.n_spans == 4 && strncmp(p.text + p.spans[3].off, "<|im_end|>", p.spans[3].len) == 0);
     /* the user's "<|im_end|>" must not become the control token */
     struct api_prompt ap = {0};
-    encode_chat(g_model->tok, &p, &ap);
+    api__encode_chat(g_model->tok, &p, &ap);
     int32_t im_end = tok_find(g_model->tok, "<|im_end|>", 10);
     int n_end = 0;
     for (int64_t i = 0; i < ap.n_ids; i++)

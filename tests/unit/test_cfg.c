@@ -1,5 +1,5 @@
 /*
- * test_cfg — the option table of server/cfg.c:
+ * test_cfg — the option table of server/config/cfg.c:
  *   - every default is valid, names are unique, and every row carries help;
  *   - values of every type parse (suffixes, bool words, enums, quotes) and every bad value is
  *     refused with a message naming the key and a HINT line;
@@ -10,14 +10,16 @@
  *   - the effective-config dump masks the API key.
  * Run from the repository root (tests/run.sh does).
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cfg.c"       // the module under test, statics included
-#include "cfg_check.c" // its second file
+#include "engine/util.h"
+#include "server/config/cfg.h"
+#include "server/config/cfg_impl.h"
 #include "test.h"
 
 static char tmpdir[] = "/tmp/test_cfg.XXXXXX";

@@ -1,6 +1,6 @@
 /*
- * test_chat — chat prompts through the model's template (server/chat_tmpl.c) the way the
- * daemon renders them, and the chat request fields around them (server/api_chat.c).
+ * test_chat — chat prompts through the model's template (server/api/chat_tmpl.c) the way the
+ * daemon renders them, and the chat request fields around them (server/api/api_chat.c).
  *
  *   - every real template in ../shared/data/templates x every conversation of the committed
  *     Jinja fixtures (tests/fixtures/templates, rendered by python jinja2): the daemon path
@@ -17,7 +17,18 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "server_srcs.h" // chat_tmpl.c, api_chat.c (statics reachable) and their dependencies
+#include "engine/model/tok.h"
+#include "engine/util.h"
+#include "server/api/api.h"
+#include "server/api/api_impl.h"
+#include "server/api/chat.h"
+#include "server/api/chat_impl.h"
+#include "server/api/json.h"
+#include "server/api/reasoning.h"
+#include "server/api/reply.h"
+#include "server/api/resp.h"
+#include "server/api/toolcall.h"
+#include "server/jinja/jinja.h"
 #include "test.h"
 
 #define FIXDIR "tests/fixtures/templates"
@@ -32,7 +43,7 @@ static const char *const QWEN_CONTROLS[] = {"<|endoftext|>", "<|im_start|>", "<|
 static chat_tmpl_t *qwen_tmpl(const char *path)
 {
     size_t len;
-    char *src = read_all(path, &len), err[256];
+    char *src = dd_read_file(path, &len), err[256];
     if (!src)
         return NULL;
     chat_tmpl_t *t = xcalloc(1, sizeof *t);
@@ -59,7 +70,7 @@ static char *fixture(const char *tname, const char *cname, const char *ext)
     char path[512];
     size_t n;
     snprintf(path, sizeof path, FIXDIR "/%s__%s.%s", tname, cname, ext);
-    return read_all(path, &n);
+    return dd_read_file(path, &n);
 }
 
 /* One (template, case) pair against its fixture; returns 1 when it matches. */
@@ -104,7 +115,7 @@ static int cmp_names(const void *a, const void *b)
 TEST(real_templates_match_fixtures)
 {
     size_t n;
-    char *json = read_all(FIXDIR "/cases.json", &n);
+    char *json = dd_read_file(FIXDIR "/cases.json", &n);
     DIR *d = opendir(TMPLDIR);
     if (!json || !d) {
         printf("  (no %s: real templates not checked)\n", TMPLDIR);
@@ -223,7 +234,7 @@ TEST(user_control_tokens_stay_text)
         CHECK(p.text[p.spans[i].off] == '<' || (unsigned char)p.text[p.spans[i].off] == 0xF4);
     /* tokenized: only the template's own im_start / im_end become control tokens */
     struct api_prompt ap = {0};
-    encode_chat(g_model->tok, &p, &ap);
+    api__encode_chat(g_model->tok, &p, &ap);
     int32_t im_end = tok_find(g_model->tok, "<|im_end|>", 10);
     int ends = 0;
     for (int64_t i = 0; i < ap.n_ids; i++)

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "device.h"  // defines: dev_cpu_create
-#include "eng.h"     // defines: eng_*
-#include "forward.h" // defines: fwd_decode
-#include "model.h"   // defines: model_load
+#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/fwd.h"    // defines: fwd_decode
+#include "engine/model/model.h"    // defines: model_load
+#include "engine/sched/eng.h"      // defines: eng_*
+#include "engine/util.h"           // defines: DD_EINVAL, DD_EFULL
 #include "test.h"
-#include "util.h" // defines: DD_EINVAL, DD_EFULL
 
 static char models[512];
 

@@ -1,6 +1,6 @@
 /*
- * test_gguf — engine/gguf.c: writer → reader round trips (memory and file), strict getters, and
- * a catalogue of malformed files that must be rejected with a message and without a crash.
+ * test_gguf — engine/model/gguf.c: writer → reader round trips (memory and file), strict getters,
+ * and a catalogue of malformed files that must be rejected with a message and without a crash.
  *
  * Malformed files are built byte by byte with the small `rb` builder below, so each case states
  * exactly which field is broken.
@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "gguf.h" // defines: gguf_open, gguf_writer_*
-#include "test.h" // defines: TEST, RUN, CHECK*, TEST_MAIN_END
-#include "util.h" // defines: DD_E*
+#include "engine/model/gguf.h" // defines: gguf_open, gguf_writer_*
+#include "engine/util.h"       // defines: DD_E*
+#include "test.h"              // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 
 /* ---- raw byte builder --------------------------------------------------------------------- */
 

@@ -16,19 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../server/jinja_eval.c"
-#include "../../server/jinja_exec.c"
-#include "../../server/jinja_expr.c"
-#include "../../server/jinja_filters.c"
-#include "../../server/jinja_json.c"
-#include "../../server/jinja_lex.c"
-#include "../../server/jinja_methods.c"
-#include "../../server/jinja_ops.c"
-#include "../../server/jinja_parse.c"
-#include "../../server/jinja_seq.c"
-#include "../../server/jinja_str.c"
-#include "../../server/jinja_text.c"
-#include "../../server/jinja_value.c"
+#include "engine/util.h"             // defines: DD_EINVAL, DD_EFULL, DD_ETYPE
+#include "server/jinja/jinja_impl.h" // the interpreter's internals under test
 #include "test.h"
 
 #define FIXDIR "tests/fixtures/templates"

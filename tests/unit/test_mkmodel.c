@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "gguf.h"  // defines: gguf_open, gguf_find_tensor
-#include "quant.h" // defines: kq_dequantize_row
-#include "test.h"  // defines: TEST, RUN, CHECK*, TEST_MAIN_END
-#include "util.h"  // defines: DD_E*
+#include "engine/model/gguf.h" // defines: gguf_open, gguf_find_tensor
+#include "engine/util.h"       // defines: DD_E*
+#include "kernels/cpu/kq.h"    // defines: kq_dequantize_row
+#include "test.h"              // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 
 static char dir1[64] = "/tmp/test_mkmodel_XXXXXX";
 static char dir2[64] = "/tmp/test_mkmodel_XXXXXX";

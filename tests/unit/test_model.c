@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"  // defines: gguf_writer_*
-#include "model.h" // defines: model_load
+#include "engine/model/gguf.h"  // defines: gguf_writer_*
+#include "engine/model/model.h" // defines: model_load
 #include "test.h"
 
 static char models[512];

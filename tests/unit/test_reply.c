@@ -1,7 +1,7 @@
 /*
- * test_reply — the chat output parsers: server/reasoning.c (<think> split), server/toolcall.c
- * (Qwen's JSON and XML tool-call forms) and server/reply.c, which composes them and renders
- * stream chunks.
+ * test_reply — the chat output parsers: server/api/reasoning.c (<think> split),
+ * server/api/toolcall.c (Qwen's JSON and XML tool-call forms) and server/api/reply.c, which
+ * composes them and renders stream chunks.
  *
  * Every case runs three ways and must give the same message: the whole text at once
  * (reply_choice, the non-streaming path), cut at every byte boundary into two deltas, and fed
@@ -12,7 +12,18 @@
  *
  * Usage: test_reply (no model needed).
  */
-#include "server_srcs.h" // reply.c, reasoning.c, toolcall.c, resp.c and what they link
+#include "engine/model/tok.h"
+#include "engine/util.h"
+#include "server/api/api.h"
+#include "server/api/api_impl.h"
+#include "server/api/chat.h"
+#include "server/api/chat_impl.h"
+#include "server/api/json.h"
+#include "server/api/reasoning.h"
+#include "server/api/reply.h"
+#include "server/api/resp.h"
+#include "server/api/toolcall.h"
+#include "server/jinja/jinja.h"
 #include "test.h"
 
 #define MAXC 8

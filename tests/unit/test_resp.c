@@ -1,6 +1,6 @@
 /*
- * test_resp — the response side: server/resp.c (error objects, SSE framing of every chunk kind,
- * whole responses with usage and both logprobs shapes, models, slots) and server/metrics.c
+ * test_resp — the response side: server/api/resp.c (error objects, SSE framing of every chunk kind,
+ * whole responses with usage and both logprobs shapes, models, slots) and server/http/metrics.c
  * (Prometheus text: counters by endpoint and status, cumulative histogram buckets).
  *
  * Usage: test_resp [BUILD_DIR]; the logprobs cases need BUILD_DIR/models (token text) and skip
@@ -8,8 +8,19 @@
  */
 #include <unistd.h>
 
-#include "metrics.c"     // the module under test
-#include "server_srcs.h" // resp.c, the module under test, and what it links
+#include "engine/model/tok.h"
+#include "engine/util.h"
+#include "server/api/api.h"
+#include "server/api/api_impl.h"
+#include "server/api/chat.h"
+#include "server/api/chat_impl.h"
+#include "server/api/json.h"
+#include "server/api/reasoning.h"
+#include "server/api/reply.h"
+#include "server/api/resp.h"
+#include "server/api/toolcall.h"
+#include "server/http/metrics.h"
+#include "server/jinja/jinja.h"
 #include "test.h"
 
 static struct model *g_model;

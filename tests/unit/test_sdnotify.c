@@ -1,5 +1,5 @@
 /*
- * test_sdnotify — server/sdnotify.c against a real datagram socket: a filesystem path and an
+ * test_sdnotify — server/http/sdnotify.c against a real datagram socket: a filesystem path and an
  * abstract ('@') name both receive exactly the messages sent; without NOTIFY_SOCKET every call
  * is a no-op; an unusable name is refused; WATCHDOG_USEC / WATCHDOG_PID are honoured.
  */
@@ -10,7 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "sdnotify.c" // the module under test
+#include "engine/util.h"
+#include "server/http/sdnotify.h"
 #include "test.h"
 
 /* A datagram socket bound to name ('@' = abstract). Returns the fd or -1. */

@@ -22,14 +22,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"   // defines: cache_bytes_needed
-#include "device.h"  // defines: dev_cpu_create
-#include "eng.h"     // defines: eng_*
-#include "forward.h" // defines: fwd_create
-#include "model.h"   // defines: model_load
-#include "spec.h"    // defines: spec_ngram_draft
+#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/fwd.h"    // defines: fwd_create
+#include "engine/model/model.h"    // defines: model_load
+#include "engine/sched/cache.h"    // defines: cache_bytes_needed
+#include "engine/sched/eng.h"      // defines: eng_*
+#include "engine/sched/spec.h"     // defines: spec_ngram_draft
+#include "engine/util.h"           // defines: DD_EFULL
 #include "test.h"
-#include "util.h" // defines: DD_EFULL
 
 static char models[512];
 

@@ -1,15 +1,15 @@
 /*
- * test_topo — engine/topo.c: the real machine loads and splits into disjoint sets covering the
- * allowed cores; impossible splits fail with a message; NUMA-aware splits on fake (synthetic)
+ * test_topo — engine/compute/topo.c: the real machine loads and splits into disjoint sets covering
+ * the allowed cores; impossible splits fail with a message; NUMA-aware splits on fake (synthetic)
  * topologies; GPU locality from an XML topology; binding; the `deltad info` printout.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
 
+#include "engine/compute/topo.h" // defines: topo_*
+#include "engine/util.h"         // defines: DD_* codes
 #include "test.h"
-#include "topo.h" // defines: topo_*
-#include "util.h" // defines: DD_* codes
 
 /* Two packages, one NUMA node each, two cores each; an H200-like GPU (with a "cuda0" OS device)
  * behind a host bridge attached to package 1. */

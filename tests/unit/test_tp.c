@@ -14,13 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"    // defines: comm_create
-#include "device.h"  // defines: dev_cpu_create
-#include "eng.h"     // defines: eng_create_group
-#include "forward.h" // defines: fwd_create_group
-#include "model.h"   // defines: model_load
-#include "quant.h"   // defines: kq_isa_force, kq_isa_best
-#include "shard.h"   // defines: shard_relayout
+#include "engine/compute/comm.h"   // defines: comm_create
+#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/fwd.h"    // defines: fwd_create_group
+#include "engine/compute/shard.h"  // defines: shard_relayout
+#include "engine/model/model.h"    // defines: model_load
+#include "engine/sched/eng.h"      // defines: eng_create_group
+#include "kernels/cpu/kq.h"        // defines: kq_isa_force, kq_isa_best
 #include "test.h"
 
 static char models[512];

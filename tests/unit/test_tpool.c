@@ -1,7 +1,8 @@
 /*
- * test_tpool — engine/tpool.c: range sums and index coverage across many dispatches, ordered
- * barrier phases, 10^5 back-to-back dispatches, the futex (no spin) path, bound pools, destroy
- * while idle; then a micro-benchmark of dispatch and barrier latency (printed, never asserted).
+ * test_tpool — engine/compute/tpool.c: range sums and index coverage across many dispatches,
+ * ordered barrier phases, 10^5 back-to-back dispatches, the futex (no spin) path, bound pools,
+ * destroy while idle; then a micro-benchmark of dispatch and barrier latency (printed, never
+ * asserted).
  *
  * The data races this test would expose are plain (non-atomic) accesses on purpose, so that
  * `make tsan` checks the pool's happens-before edges.
@@ -11,9 +12,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "engine/compute/topo.h"  // defines: topo_create, topo_split
+#include "engine/compute/tpool.h" // defines: tpool_*
 #include "test.h"
-#include "topo.h"  // defines: topo_create, topo_split
-#include "tpool.h" // defines: tpool_*
 
 #if defined(__SANITIZE_THREAD__)
 #define SLOW 10 /* ThreadSanitizer: fewer iterations */

@@ -1,0 +1,299 @@
+/*
+ * dev_cpu — the CPU device: a persistent thread pool (tpool) bound to a core set, running the
+ * kernels of kernels/cpu. A matmul, or a matmul_multi of several products, is one dispatch with
+ * two phases separated by a barrier: quantise the distinct activation inputs into their weight
+ * types' activation format (rows split across threads), then compute output rows (the rows of
+ * all products split across threads by cost, every thread over all tokens, so each weight row
+ * is streamed from memory once per call).
+ *
+ * Memory: the activation scratch is sized by reserve() at start-up; matmul allocates nothing.
+ * Thread: driven by one thread (the engine thread), which is thread 0 of every dispatch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"         // defines: struct dev, dev_cpu_create
+#include "engine/util.h"    // defines: xcalloc, xaligned_alloc, dd_errf
+#include "kernels/cpu/kq.h" // defines: kq_matmul, kq_quantize_act
+#include "topo.h"           // defines: topo_split, topo_bind_unit
+#include "tpool.h"          // defines: tpool_run, tpool_barrier
+
+struct cpu_dev {
+    struct dev base;
+    tpool_t *pool;
+    void *act; /* activation scratch, act_cap bytes */
+    size_t act_cap;
+};
+
+/*
+ * One matmul_multi in flight, planned by the calling thread before the dispatch: the distinct
+ * inputs ("sources", each quantised once) and, per product, its source and the cost of one of
+ * its output rows, whose prefix sums split the rows of all products evenly across threads.
+ */
+struct mm_src {
+    const float *x; /* [T][n_in] */
+    int64_t T, n_in;
+    enum kq_type w; /* a weight type with this source's activation format */
+    char *act;      /* [T] rows of act_stride bytes in the scratch */
+    size_t act_stride;
+};
+
+struct mm_plan {
+    struct cpu_dev *cd;
+    const struct dev_mm *mm;
+    int n, n_src;
+    int src_of[DEV_MM_MAX];
+    struct mm_src src[DEV_MM_MAX];
+    double cost[DEV_MM_MAX];        /* per output row: weight bytes x tokens */
+    double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
+};
+
+static struct cpu_dev *cpu_of(struct dev *d)
+{
+    return (struct cpu_dev *)d;
+}
+
+/* Row granularity of the output split: keeps every thread's rows on whole cache lines of y,
+ * and every thread's first row a multiple of 4, so the kernels' row tiles (and so the
+ * arithmetic of every output) are the same for any thread count. */
+#define ROW_ALIGN 16
+
+/* Where cost point c falls: product *j, row *r (rounded to ROW_ALIGN); j == n at the end. */
+static void cost_point(const struct mm_plan *p, double c, int *j, int64_t *r)
+{
+    for (int i = 0; i < p->n; i++) {
+        if (c >= p->cost_at[i + 1])
+            continue;
+        const int64_t n_out = p->mm[i].w.n_out;
+        int64_t row = (int64_t)((c - p->cost_at[i]) / p->cost[i] + 0.5);
+        row = (row + ROW_ALIGN / 2) / ROW_ALIGN * ROW_ALIGN;
+        *j = i;
+        *r = row < n_out ? row : n_out;
+        return;
+    }
+    *j = p->n;
+    *r = 0;
+}
+
+/* Phase 1: the sources' rows, split across threads; barrier; phase 2: the output rows of all
+ * products from this thread's cost share, each weight row streamed once per call. */
+static void mm_worker(void *ctx, int ith, int nth)
+{
+    struct mm_plan *p = ctx;
+    int64_t rows = 0;
+    for (int s = 0; s < p->n_src; s++)
+        rows += p->src[s].T;
+    int64_t lo, hi, base = 0;
+    tpool_split(rows, ith, nth, 1, &lo, &hi);
+    for (int s = 0; s < p->n_src; base += p->src[s].T, s++) {
+        const struct mm_src *q = &p->src[s];
+        const int64_t t0 = lo > base ? lo - base : 0, t1 = hi - base < q->T ? hi - base : q->T;
+        for (int64_t t = t0; t < t1; t++)
+            kq_quantize_act(q->w, q->x + t * q->n_in, q->act + t * q->act_stride, q->n_in);
+    }
+    if (nth > 1)
+        tpool_barrier(p->cd->pool);
+    int j0, j1;
+    int64_t r0, r1;
+    const double total = p->cost_at[p->n];
+    cost_point(p, total * ith / nth, &j0, &r0);
+    if (ith + 1 == nth)
+        j1 = p->n, r1 = 0;
+    else
+        cost_point(p, total * (ith + 1) / nth, &j1, &r1);
+    for (int j = j0; j <= j1 && j < p->n; j++) {
+        const struct dev_mm *m = &p->mm[j];
+        const struct mm_src *q = &p->src[p->src_of[j]];
+        const int64_t a = j == j0 ? r0 : 0, b = j == j1 ? r1 : m->w.n_out;
+        if (a < b)
+            kq_matmul(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act, q->act_stride,
+                      m->T, m->y, m->w.n_out);
+    }
+}
+
+/* Sources: products with the same x, T, n_in and activation format share one; a new one gets
+ * its rows carved from the scratch at *off (64-byte aligned). */
+static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
+{
+    const enum kq_type at = kq_act_type(m->w.type);
+    for (int s = 0; s < p->n_src; s++) {
+        const struct mm_src *q = &p->src[s];
+        if (q->x == m->x && q->T == m->T && q->n_in == m->w.n_in && kq_act_type(q->w) == at)
+            return s;
+    }
+    struct mm_src *q = &p->src[p->n_src];
+    *q = (struct mm_src){.x = m->x,
+                         .T = m->T,
+                         .n_in = m->w.n_in,
+                         .w = m->w.type,
+                         .act_stride = kq_act_row_bytes(m->w.type, m->w.n_in)};
+    q->act = (char *)p->cd->act + *off;
+    *off += ((size_t)m->T * q->act_stride + 63) / 64 * 64;
+    return p->n_src++;
+}
+
+static void cpu_matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
+{
+    struct cpu_dev *cd = cpu_of(d);
+    ASSERT(n >= 0 && n <= DEV_MM_MAX);
+    struct mm_plan p = {.cd = cd, .mm = mm, .n = n};
+    size_t off = 0;
+    for (int j = 0; j < n; j++) {
+        p.src_of[j] = plan_source(&p, &mm[j], &off);
+        /* + 64: a row of an empty slice (n_in == 0) still costs its store of 0 */
+        p.cost[j] = (double)(mm[j].w.row_bytes + 64) * (double)(mm[j].T > 0 ? mm[j].T : 1);
+        p.cost_at[j + 1] = p.cost_at[j] + p.cost[j] * (double)mm[j].w.n_out;
+    }
+    ASSERT(off <= cd->act_cap); /* reserve() / reserve_multi() sized it for the worst case */
+    if (n > 0)
+        tpool_run(cd->pool, mm_worker, &p);
+}
+
+static void cpu_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y)
+{
+    struct dev_mm m = {.w = *w, .x = x, .T = T, .y = y};
+    cpu_matmul_multi(d, &m, 1);
+}
+
+static int grow_act(struct cpu_dev *cd, size_t need)
+{
+    if (need <= cd->act_cap)
+        return 0;
+    free(cd->act);
+    cd->act = xaligned_alloc(need);
+    cd->act_cap = need;
+    return 0;
+}
+
+static int cpu_reserve_multi(struct dev *d, size_t act_bytes)
+{
+    return grow_act(cpu_of(d), act_bytes);
+}
+
+static int cpu_reserve(struct dev *d, int64_t max_tokens, int64_t max_in)
+{
+    /* the widest activation format is f32 (F32/F16/BF16 weights) */
+    return grow_act(cpu_of(d), (size_t)max_tokens * (size_t)max_in * sizeof(float) + 64);
+}
+
+static void cpu_parallel(struct dev *d, dev_task_fn fn, void *ctx)
+{
+    tpool_run(cpu_of(d)->pool, fn, ctx);
+}
+
+static void cpu_barrier(struct dev *d)
+{
+    tpool_barrier(cpu_of(d)->pool);
+}
+
+static int cpu_n_threads(const struct dev *d)
+{
+    return tpool_size(((const struct cpu_dev *)d)->pool);
+}
+
+static void cpu_bind_host(struct dev *d)
+{
+    if (tpool_bind_caller(cpu_of(d)->pool))
+        LOG_W("cpu device: cannot bind its host thread (runs unbound)");
+}
+
+static enum kq_type cpu_weight_layout(const struct dev *d, enum kq_type t)
+{
+    (void)d;
+    return kq_repack_type(t);
+}
+
+static void cpu_destroy(struct dev *d)
+{
+    struct cpu_dev *cd = cpu_of(d);
+    tpool_destroy(cd->pool);
+    free(cd->act);
+    free(cd);
+}
+
+static const struct dev_ops cpu_ops = {
+    .api_version = DEV_API_VERSION,
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .reserve = cpu_reserve,
+    .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
+    .reserve_multi = cpu_reserve_multi,
+    .parallel = cpu_parallel,
+    .barrier = cpu_barrier,
+    .n_threads = cpu_n_threads,
+    .bind_host = cpu_bind_host,
+    .weight_layout = cpu_weight_layout,
+};
+
+int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,
+                   size_t errlen)
+{
+    if (n_threads < 0 || n_threads > 1024) {
+        dd_errf(err, errlen, "cpu device: thread count %d out of range 0..1024", n_threads);
+        return DD_EINVAL;
+    }
+    struct cpu_dev *cd = xcalloc(1, sizeof *cd);
+    cd->base.ops = &cpu_ops;
+    cd->base.ctx = cd;
+    cd->pool = tpool_create(n_threads, cores, "deltad-cpu");
+    if (!cd->pool) {
+        dd_errf(err, errlen, "cpu device: cannot create %d threads", n_threads);
+        free(cd);
+        return DD_ENOMEM;
+    }
+    *out = &cd->base;
+    return 0;
+}
+
+/* Unbound devices: n_threads split evenly, at least one each. */
+static int unbound_group(int n_dev, int n_threads, struct dev **devs, char *err, size_t errlen)
+{
+    for (int d = 0; d < n_dev; d++) {
+        int t = n_threads / n_dev + (d < n_threads % n_dev);
+        int rc = dev_cpu_create(t > 0 ? t : 1, NULL, &devs[d], err, errlen);
+        if (rc) {
+            while (d-- > 0)
+                dev_destroy(devs[d]);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
+                         size_t errlen)
+{
+    if (n_dev < 1 || n_dev > 64) {
+        dd_errf(err, errlen, "cpu device group: %d devices (1..64)", n_dev);
+        return DD_EINVAL;
+    }
+    topo_t *topo = topo_create(err, errlen);
+    if (!topo)
+        return DD_EIO;
+    topo_counts counts;
+    topo_get_counts(topo, &counts);
+    topo_plan *plan = NULL;
+    int rc = 0;
+    if (!bind || n_dev > counts.allowed_cores) {
+        if (bind)
+            LOG_W("%d CPU devices on %d allowed cores: devices are not bound", n_dev,
+                  counts.allowed_cores);
+        rc = unbound_group(n_dev, n_threads ? n_threads : counts.allowed_cores, devs, err, errlen);
+        goto out;
+    }
+    if ((rc = topo_split(topo, n_dev, 0, &plan, err, errlen)))
+        goto out;
+    topo_bind_unit(&plan->sets[0], 0);
+    for (int d = 0; d < n_dev && !rc; d++) {
+        int t = n_threads ? n_threads / n_dev + (d < n_threads % n_dev) : plan->sets[d].n;
+        rc = dev_cpu_create(t > 0 ? t : 1, &plan->sets[d], &devs[d], err, errlen);
+        if (rc)
+            while (d-- > 0)
+                dev_destroy(devs[d]);
+    }
+out:
+    topo_plan_destroy(plan);
+    topo_destroy(topo);
+    return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * fwd — the batched forward pass of the trunk and of the MTP block, written once against
+ * the device interface (device.h) and run on a device group: one device, or N devices holding
+ * tensor-parallel shards (shard.h) that meet at two allreduces per layer (comm.h). One call
+ * processes many tokens of many sequences, each with its own positions and cache state, and
+ * produces logits only for the rows asked for (gathered from the devices' vocab slices).
+ *
+ * Batch rules (checked, DD_EINVAL otherwise): the tokens of one sequence are contiguous in the
+ * batch and their positions consecutive; a sequence appears in at most one run; positions lie
+ * in [0, n_ctx); token ids in [0, n_vocab). The caller owns positions: writing a run that starts
+ * at position p truncates the sequence's KV to p (attention reads rows 0..p only).
+ *
+ * Memory: every buffer is sized by fwd_create from max_tokens; fwd_decode allocates nothing.
+ * Thread safety: one engine thread drives a fwd_ctx; the device's workers do the parallel parts.
+ */
+#ifndef DELTAD_FORWARD_H
+#define DELTAD_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device.h"             // defines: struct dev
+#include "engine/model/model.h" // defines: struct model
+#include "engine/sched/cache.h" // defines: struct cache
+
+struct fwd_params {
+    int64_t max_tokens; /* largest batch */
+    int64_t n_seq;      /* sequences (slots) */
+    int64_t n_ctx;      /* positions per sequence */
+    int64_t draft_max;  /* GDN snapshot depth: 1 + draft_max groups */
+};
+
+struct fwd_batch {
+    int64_t n_tokens;
+    const int32_t *token;  /* [n_tokens] */
+    const int64_t *pos;    /* [n_tokens] */
+    const int32_t *seq;    /* [n_tokens] */
+    const uint8_t *logits; /* [n_tokens] 1 = produce a logits row; NULL = last row of each run */
+};
+
+struct fwd_ctx;
+
+/* One device. Borrowed: m and d must outlive the context. The cache is owned by the context. */
+int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
+               struct fwd_ctx **out, char *err, size_t errlen);
+/* A tensor-parallel group of n_dev devices (borrowed) over the shards of m, with a host
+ * communicator and one host thread per device (the caller is device 0's). n_dev == 1 is the
+ * same as fwd_create. */
+int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen);
+void fwd_destroy(struct fwd_ctx *f);
+int fwd_n_devices(const struct fwd_ctx *f);
+
+/* Device 0's cache, for reading the per-sequence bookkeeping (rs_idx, valid), which is the
+ * same on every device. Change state only through the fwd_seq_* calls below. */
+struct cache *fwd_cache(struct fwd_ctx *f);
+/* cache_seq_* over every device of the group (see cache.h for the rules). A checkpoint holds
+ * every device's part, concatenated in rank order. */
+void fwd_seq_clear(struct fwd_ctx *f, int64_t s);
+bool fwd_seq_rollback(struct fwd_ctx *f, int64_t s, int64_t r);
+size_t fwd_ckpt_floats(const struct fwd_ctx *f);
+void fwd_seq_save(const struct fwd_ctx *f, int64_t s, float *dst);
+void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src);
+/* Time spent in allreduces and their count; bytes device d owns and reads replicated. */
+void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
+/* Of those seconds, the time spent waiting for the other devices to arrive (see comm.h). */
+double fwd_comm_wait_seconds(const struct fwd_ctx *f);
+void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated);
+
+/* Trunk forward. Afterwards fwd_logits holds one row per requested token, in batch order,
+ * and fwd_hidden the post-output_norm hidden state of every batch row (the MTP input). */
+int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen);
+
+/* MTP forward: row t combines token b->token[t] at position b->pos[t] with h_prev [n_tokens][E]
+ * (the trunk hidden of position pos-1, zeros when unknown). Writes the MTP block's KV cache and
+ * fwd_logits like fwd_decode; fwd_hidden holds the MTP block's hidden rows of the rows that
+ * asked for logits only (the other rows only fill the KV cache: their rows are unspecified).
+ * Fails with DD_EUNSUPPORTED when the model has no MTP block. */
+int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
+            size_t errlen);
+
+const float *fwd_logits(const struct fwd_ctx *f); /* [n_out][n_vocab] */
+int64_t fwd_n_logits(const struct fwd_ctx *f);
+const float *fwd_hidden(const struct fwd_ctx *f); /* [n_tokens][n_embd] */
+
+#endif

@@ -1,0 +1,316 @@
+/*
+ * fwd_group — the public forward API over a device group (contract in fwd.h).
+ *
+ * The group validates the batch once, splits it into per-sequence runs, and has every device
+ * run the whole step on its shard at the same time: device d on host thread d of a small pool
+ * (the caller is host thread 0). Devices meet inside the step at the allreduces (comm.c). The
+ * logits slices of the devices are gathered into one [rows][n_vocab] buffer.
+ *
+ * Invariants: every device's cache has the same per-sequence bookkeeping (rs_idx, valid),
+ * because every cache operation goes to all of them. Thread: the engine thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"        // defines: comm_create_host
+#include "engine/util.h" // defines: xcalloc, dd_errf
+#include "fwd_impl.h"    // defines: fwd__dev_*
+#include "shard.h"       // defines: shard_build, shard_relayout
+#include "tpool.h"       // defines: tpool_run
+
+#define MAX_DEV 64
+
+struct fwd_ctx {
+    const struct model *m; /* the whole model */
+    struct fwd_params p;
+    int n;
+    struct fwd_dev *dev[MAX_DEV];
+    struct model *shard[MAX_DEV]; /* owned shards (n > 1, or relaid-out weights), else NULL */
+    struct comm *comm;            /* n > 1 */
+    tpool_t *hosts;               /* n > 1: one host thread per device */
+    bool bound[MAX_DEV];          /* host thread d was bound near device d (its first step) */
+    struct fwd_run *runs;         /* [max_tokens] */
+    int64_t n_runs;
+    float *logits; /* [max_tokens][n_vocab] gathered rows (n > 1) */
+    int64_t n_logits;
+    /* the step in flight, read by the host threads */
+    const struct fwd_batch *b;
+    const float *h_prev; /* NULL: trunk step; else an MTP step */
+};
+
+/* ============================================================================================
+ * Steps
+ * ========================================================================================== */
+
+static int check_batch(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
+{
+    const int64_t T = b->n_tokens;
+    if (T < 1 || T > f->p.max_tokens) {
+        dd_errf(err, errlen, "batch of %lld tokens (limit %lld)", (long long)T,
+                (long long)f->p.max_tokens);
+        return DD_EINVAL;
+    }
+    f->n_runs = 0;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t s = b->seq[t], pos = b->pos[t];
+        if (s < 0 || s >= f->p.n_seq || pos < 0 || pos >= f->p.n_ctx || b->token[t] < 0 ||
+            b->token[t] >= f->m->hp.n_vocab) {
+            dd_errf(err, errlen, "batch row %lld: seq %lld, pos %lld or token %d out of range",
+                    (long long)t, (long long)s, (long long)pos, b->token[t]);
+            return DD_EINVAL;
+        }
+        if (t > 0 && b->seq[t - 1] == s) {
+            if (b->pos[t - 1] + 1 != pos) {
+                dd_errf(err, errlen, "batch row %lld: positions of seq %lld not consecutive",
+                        (long long)t, (long long)s);
+                return DD_EINVAL;
+            }
+            f->runs[f->n_runs - 1].t1 = t + 1;
+            continue;
+        }
+        for (int64_t r = 0; r < f->n_runs; r++)
+            if (f->runs[r].seq == s) {
+                dd_errf(err, errlen, "batch row %lld: seq %lld appears in two runs", (long long)t,
+                        (long long)s);
+                return DD_EINVAL;
+            }
+        f->runs[f->n_runs++] = (struct fwd_run){.t0 = t, .t1 = t + 1, .seq = s};
+    }
+    return 0;
+}
+
+static void host_step(void *ctx, int ith, int nth)
+{
+    struct fwd_ctx *f = ctx;
+    (void)nth;
+    if (!f->bound[ith]) { /* host thread ith always drives device ith */
+        dev_bind_host(f->dev[ith]->dev);
+        f->bound[ith] = true;
+    }
+    if (f->h_prev)
+        fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev);
+    else
+        fwd__dev_decode(f->dev[ith], f->b, f->runs, f->n_runs);
+}
+
+/* Copy every device's vocab slice of the logits rows into the gathered buffer. */
+static void gather_logits(struct fwd_ctx *f)
+{
+    const int64_t V = f->m->hp.n_vocab;
+    for (int d = 0; d < f->n; d++) {
+        const struct model *sm = fwd__dev_model(f->dev[d]);
+        const int64_t w = sm->vocab_hi - sm->vocab_lo;
+        int64_t rows;
+        const float *src = fwd__dev_logits(f->dev[d], &rows);
+        f->n_logits = rows;
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(f->logits + r * V + sm->vocab_lo, src + r * w, (size_t)w * sizeof(float));
+    }
+}
+
+static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
+                    size_t errlen)
+{
+    int rc = check_batch(f, b, err, errlen);
+    if (rc)
+        return rc;
+    f->b = b;
+    f->h_prev = h_prev;
+    if (f->n == 1)
+        host_step(f, 0, 1);
+    else
+        tpool_run(f->hosts, host_step, f);
+    if (f->n > 1)
+        gather_logits(f);
+    f->b = NULL;
+    return 0;
+}
+
+int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
+{
+    return run_step(f, b, NULL, err, errlen);
+}
+
+int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
+            size_t errlen)
+{
+    if (f->m->hp.n_nextn < 1) {
+        dd_errf(err, errlen, "the model has no MTP block");
+        return DD_EUNSUPPORTED;
+    }
+    return run_step(f, b, h_prev, err, errlen);
+}
+
+const float *fwd_logits(const struct fwd_ctx *f)
+{
+    int64_t rows;
+    return f->n == 1 ? fwd__dev_logits(f->dev[0], &rows) : f->logits;
+}
+
+int64_t fwd_n_logits(const struct fwd_ctx *f)
+{
+    int64_t rows;
+    fwd__dev_logits(f->dev[0], &rows);
+    return rows;
+}
+
+const float *fwd_hidden(const struct fwd_ctx *f)
+{
+    return fwd__dev_hidden(f->dev[0]);
+}
+
+/* ============================================================================================
+ * Cache operations over the group
+ * ========================================================================================== */
+
+struct cache *fwd_cache(struct fwd_ctx *f)
+{
+    return fwd__dev_cache(f->dev[0]);
+}
+
+void fwd_seq_clear(struct fwd_ctx *f, int64_t s)
+{
+    for (int d = 0; d < f->n; d++)
+        cache_seq_clear(fwd__dev_cache(f->dev[d]), s);
+}
+
+bool fwd_seq_rollback(struct fwd_ctx *f, int64_t s, int64_t r)
+{
+    bool ok = true;
+    for (int d = 0; d < f->n; d++)
+        ok &= cache_seq_rollback(fwd__dev_cache(f->dev[d]), s, r);
+    return ok;
+}
+
+size_t fwd_ckpt_floats(const struct fwd_ctx *f)
+{
+    size_t n = 0;
+    for (int d = 0; d < f->n; d++)
+        n += cache_ckpt_floats(fwd__dev_cache(f->dev[d]));
+    return n;
+}
+
+void fwd_seq_save(const struct fwd_ctx *f, int64_t s, float *dst)
+{
+    for (int d = 0; d < f->n; d++) {
+        const struct cache *c = fwd__dev_cache(f->dev[d]);
+        cache_seq_save(c, s, dst);
+        dst += cache_ckpt_floats(c);
+    }
+}
+
+void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src)
+{
+    for (int d = 0; d < f->n; d++) {
+        struct cache *c = fwd__dev_cache(f->dev[d]);
+        cache_seq_restore(c, s, src);
+        src += cache_ckpt_floats(c);
+    }
+}
+
+void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls)
+{
+    *seconds = 0.0;
+    *calls = 0;
+    if (f->comm)
+        comm_stats(f->comm, seconds, calls);
+}
+
+double fwd_comm_wait_seconds(const struct fwd_ctx *f)
+{
+    return f->comm ? comm_wait_seconds(f->comm) : 0.0;
+}
+
+void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated)
+{
+    if (f->n == 1) {
+        *owned = f->m->weight_bytes;
+        *replicated = 0;
+        return;
+    }
+    shard_bytes(f->shard[d], owned, replicated);
+}
+
+int fwd_n_devices(const struct fwd_ctx *f)
+{
+    return f->n;
+}
+
+/* ============================================================================================
+ * Lifecycle
+ * ========================================================================================== */
+
+/* shard_relayout's callback: the layout device ctx wants for type t. */
+static enum kq_type layout_of(void *ctx, enum kq_type t)
+{
+    return dev_weight_layout(ctx, t);
+}
+
+int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen)
+{
+    if (n_dev < 1 || n_dev > MAX_DEV || p->max_tokens < 1) {
+        dd_errf(err, errlen, "invalid device group of %d devices (1..%d)", n_dev, MAX_DEV);
+        return DD_EINVAL;
+    }
+    struct fwd_ctx *f = xcalloc(1, sizeof *f);
+    f->m = m;
+    f->p = *p;
+    f->n = n_dev;
+    f->runs = xcalloc((size_t)p->max_tokens, sizeof *f->runs);
+    int rc = 0;
+    if (n_dev > 1) {
+        f->comm = comm_create_host(n_dev);
+        comm_reserve(f->comm, p->max_tokens * m->hp.n_embd);
+        f->hosts = tpool_create(n_dev, NULL, "deltad-tp");
+        f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
+        if (!f->hosts) {
+            dd_errf(err, errlen, "cannot create the device host threads");
+            rc = DD_ENOMEM;
+        }
+    }
+    for (int d = 0; d < n_dev && !rc; d++) {
+        const struct model *dm = m;
+        if (n_dev > 1)
+            rc = shard_build(m, n_dev, d, &f->shard[d], err, errlen);
+        if (!rc) {
+            const size_t had = f->shard[d] ? f->shard[d]->owned_bytes : 0;
+            const int n_re = shard_relayout(m, &f->shard[d], layout_of, devs[d]);
+            if (n_re > 0)
+                LOG_I("device %d (%s): %d weight tensors, %.1f MiB, copied into its kernels' "
+                      "layout",
+                      d, devs[d]->ops->name, n_re,
+                      (double)(f->shard[d]->owned_bytes - had) / 1048576.0);
+            dm = f->shard[d] ? f->shard[d] : m;
+        }
+        if (!rc)
+            rc = fwd__dev_create(dm, devs[d], p, f->comm, d, &f->dev[d], err, errlen);
+    }
+    if (rc) {
+        fwd_destroy(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
+               struct fwd_ctx **out, char *err, size_t errlen)
+{
+    return fwd_create_group(m, &d, 1, p, out, err, errlen);
+}
+
+void fwd_destroy(struct fwd_ctx *f)
+{
+    if (!f)
+        return;
+    for (int d = 0; d < f->n; d++) {
+        fwd__dev_destroy(f->dev[d]);
+        shard_free(f->shard[d]);
+    }
+    tpool_destroy(f->hosts);
+    comm_destroy(f->comm);
+    free(f->runs);
+    free(f->logits);
+    free(f);
+}

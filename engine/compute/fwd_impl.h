@@ -1,0 +1,122 @@
+/*
+ * fwd_impl — one device's part of the forward pass, driven by the group (fwd_group.c, the
+ * public API of fwd.h). Users include fwd.h only. The device's part is spread over
+ * fwd.c (helpers, the spine of a step, lifecycle), fwd_mix.c (the mixers: attention and
+ * Gated DeltaNet) and fwd_ffn.c (dense and MoE FFN), which share struct fwd_dev and the
+ * fwd__ helpers below; fwd_group.c uses only the fwd__dev_* calls.
+ *
+ * A fwd_dev runs the whole layer stack on its model — the whole model, or its tensor-parallel
+ * shard (fewer heads / narrower FFN per layer, a vocab slice of the LM head) — and meets the
+ * other devices of its group at the two allreduce points of every layer through comm.
+ */
+#ifndef DELTAD_FORWARD_IMPL_H
+#define DELTAD_FORWARD_IMPL_H
+
+#include "device.h"             // defines: struct dev_mat, struct dev_mm, dev_matmul_multi
+#include "engine/model/model.h" // defines: struct model, struct model_layer, struct model_w
+#include "engine/sched/cache.h" // defines: struct cache
+#include "fwd.h"                // defines: struct fwd_batch, struct fwd_params
+
+struct comm;
+
+/* One run of consecutive tokens of one sequence inside the batch. */
+struct fwd_run {
+    int64_t t0, t1; /* rows [t0, t1) */
+    int64_t seq;
+};
+
+/* One device's forward state: its model (or shard), cache and activation buffers. */
+
+struct fwd_dev {
+    const struct model *m; /* the whole model, or this device's shard of it */
+    struct dev *dev;
+    struct fwd_params p;
+    struct cache cache;
+    struct comm *comm; /* NULL for a single device */
+    int rank;
+    /* per-step batch view (borrowed from the group for the duration of a step) */
+    const struct fwd_batch *b;
+    const struct fwd_run *runs;
+    int64_t n_runs;
+    bool mix_pending; /* mix holds a block output not yet added to x */
+    /* activations, rows of the batch */
+    float *x;     /* [T][E] residual stream */
+    float *xn;    /* [T][2E] normalised input of a block (2E for the MTP concat) */
+    float *mix;   /* [T][E] block output */
+    float *big0;  /* [T][w0] q+gate | GDN qkv | FFN gate | shared expert gate */
+    float *big1;  /* [T][w1] k | conv out | FFN up | shared expert up */
+    float *big2;  /* [T][w2] v | GDN z | shared expert down */
+    float *big3;  /* [T][w3] attention / GDN output before o_proj */
+    float *small; /* [T][ws] beta/alpha (or ba) logits, router logits */
+    float *beta;  /* [T][Hv] */
+    float *decay; /* [T][Hv] */
+    float *rope;  /* [T][n_rot] the rotation table of each row's position */
+    /* MoE: the rows routed to each expert, gathered in expert order ("slots") */
+    float *route_w;   /* [T][k] routing weights */
+    int32_t *route_e; /* [T][k] routing experts, ascending per row */
+    int32_t *slot;    /* [T][k] the slot of (row, i) */
+    int32_t *e_off;   /* [Nx + 1] first slot of each expert */
+    int32_t *e_row;   /* [T * k] the row of each slot */
+    float *gath;      /* [T * k][E] xn rows by slot (T > 1) */
+    float *eg, *eu;   /* [T * k][ff_exp] expert gate / up (then SwiGLU) by slot */
+    float *eout;      /* [T * k][E] expert down projections by slot */
+    float *sh_gate;   /* [T] sigmoid gate of the shared expert */
+    float *hidden;    /* [T][E] post-output_norm hidden of every row */
+    /* MTP: the batch of the rows that want logits (the others only fill the KV cache) */
+    struct fwd_batch sub;
+    int32_t *sub_tok, *sub_seq; /* [T] */
+    int64_t *sub_pos, *sub_row; /* [T]; sub_row: the row in the full batch */
+    uint8_t *sub_want;          /* [T] all 1 */
+    float *hsel;                /* [T][E] rows that want logits */
+    float *logits;              /* [T][V] */
+    int64_t n_logits;
+    float *attn_scratch;    /* [n_threads][attn_scratch_n] attention scores */
+    int64_t attn_scratch_n; /* n_ctx <= it <= grp * n_ctx, at most ATTN_SCRATCH when n_ctx is */
+    int n_threads;
+};
+
+/* ---- helpers shared by the files of one device's forward pass ---- */
+
+static inline struct dev_mat fwd__mat(const struct model_w *w)
+{
+    return (struct dev_mat){
+        .data = w->data, .type = w->type, .n_in = w->ne[0], .n_out = w->ne[1], .row_bytes = w->nb1};
+}
+
+/* One product of a dev_matmul_multi call: y [T][n_out] = x [T][n_in] * w. */
+static inline struct dev_mm fwd__mm(const struct model_w *w, const float *x, int64_t T, float *y)
+{
+    return (struct dev_mm){.w = fwd__mat(w), .x = x, .T = T, .y = y};
+}
+
+void fwd__matmul(struct fwd_dev *f, const struct model_w *w, const float *x, int64_t T, float *y);
+
+/* Parallel loop over n items of `work` elements each (see fwd.c). */
+typedef void (*fwd__items_fn)(struct fwd_dev *f, const void *arg, int64_t i0, int64_t i1);
+void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn, const void *arg);
+
+/* The layer kinds (fwd_mix.c, fwd_ffn.c): xn [T][E] -> out [T][E], partial over the
+ * devices of a group (the caller reduces). */
+void fwd__attn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix);
+/* The attention layer's K/V store alone (rows whose output nobody reads). */
+void fwd__attn_kv(struct fwd_dev *f, int64_t il, const float *xn);
+void fwd__gdn_layer(struct fwd_dev *f, int64_t il, const float *xn, float *mix);
+void fwd__ffn(struct fwd_dev *f, const struct model_layer *l, const float *xn, float *out);
+
+/* ---- one device's lifecycle and steps (fwd.c) ---- */
+
+int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_params *p,
+                    struct comm *comm, int rank, struct fwd_dev **out, char *err, size_t errlen);
+void fwd__dev_destroy(struct fwd_dev *f);
+/* The batch was validated by the group; runs are its per-sequence runs. */
+void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
+                     int64_t n_runs);
+void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
+                  int64_t n_runs, const float *h_prev);
+struct cache *fwd__dev_cache(struct fwd_dev *f);
+/* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model]. */
+const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
+const float *fwd__dev_hidden(const struct fwd_dev *f); /* [T][n_embd], replicated */
+const struct model *fwd__dev_model(const struct fwd_dev *f);
+
+#endif

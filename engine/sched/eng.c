@@ -1,0 +1,751 @@
+/*
+ * eng — the engine thread: slots, continuous batching with chunked prefill, the prompt cache
+ * with GDN checkpoints, sampling and emission (contract in eng.h; DESIGN.md section 2).
+ *
+ * One step (eng_step) runs the numbered phases: 1 admit, 2 reap, 3 plan, 4 forward, 5 sample,
+ * 6 verify (speculation: issue "Lossless speculative decoding"), 7 emit, 8 sleep.
+ *
+ * Invariants:
+ * - Only the engine thread touches slots, the cache and the device.
+ * - slot->tokens[0 .. n_cached) are the tokens whose state is in the cache for that sequence;
+ *   group 0 (or rs_idx) holds the GDN state after exactly those tokens.
+ * - Every checkpoint of a slot holds the GDN state after tokens[0 .. pos) with pos <= n_cached.
+ * - All memory (slots, samplers, checkpoints, batch arrays) is allocated by eng_create.
+ */
+#include "eng.h" // defines: eng_create, eng_submit, ...
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "eng_impl.h"           // defines: struct eng_req, eng__req_*
+#include "engine/compute/fwd.h" // defines: fwd_decode
+#include "engine/model/tok.h"   // defines: tok_stream_push
+#include "engine/util.h"        // defines: xcalloc, LOG_*, dd_now
+#include "smp.h"                // defines: smp_sample
+
+/* ============================================================================================
+ * Inbox (any thread)
+ * ========================================================================================== */
+
+int eng_submit(eng_t *e, eng_req_t *r, char *err, size_t errlen)
+{
+    if (r->p.n_prompt < 1 || r->p.n_prompt >= e->p.n_ctx) {
+        dd_errf(err, errlen,
+                "the prompt has %lld tokens; this server's context is %lld tokens "
+                "(at least one must remain for the answer)",
+                (long long)r->p.n_prompt, (long long)e->p.n_ctx);
+        return DD_EINVAL;
+    }
+    for (int64_t i = 0; i < r->p.n_prompt; i++)
+        if (r->p.prompt[i] < 0 || r->p.prompt[i] >= e->m->hp.n_vocab) {
+            dd_errf(err, errlen, "prompt token %lld has id %d, outside the vocabulary",
+                    (long long)i, r->p.prompt[i]);
+            return DD_EINVAL;
+        }
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->in_count >= e->p.queue_max) {
+        pthread_mutex_unlock(&e->mu);
+        dd_errf(err, errlen, e->stopping ? "the server is shutting down" : "the queue is full");
+        return DD_EFULL;
+    }
+    eng__req_retain(r);
+    r->next = NULL;
+    if (e->in_tail)
+        e->in_tail->next = r;
+    else
+        e->in_head = r;
+    e->in_tail = r;
+    e->in_count++;
+    pthread_cond_signal(&e->cv); /* the one wakeup; signals coalesce */
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* Pop the oldest queued request, or NULL. Engine thread. */
+static eng_req_t *inbox_pop(eng_t *e)
+{
+    pthread_mutex_lock(&e->mu);
+    eng_req_t *r = e->in_head;
+    if (r) {
+        e->in_head = r->next;
+        if (!e->in_head)
+            e->in_tail = NULL;
+        e->in_count--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
+/* ============================================================================================
+ * Slots: finishing, prompt cache, checkpoints
+ * ========================================================================================== */
+
+void eng__slot_set_state(struct slot *s, enum slot_state st)
+{
+    static const bool legal[3][3] = {/* from FREE */ {false, true, false},
+                                     /* from PREFILL */ {true, false, true},
+                                     /* from DECODE */ {true, false, false}};
+    ASSERT(legal[s->state][st]);
+    LOG_D("slot %lld: state %d -> %d", (long long)s->id, s->state, st);
+    s->state = st;
+}
+
+void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error)
+{
+    eng_req_t *r = s->req;
+    eng__req_usage(r, s->n_reused, s->n_gen);
+    eng__req_spec(r, s->drafted, s->accepted);
+    eng__req_finish(r, why, error);
+    eng__req_notify(r);
+    eng_req_release(r);
+    s->req = NULL;
+    s->last_used = dd_now();
+    eng__slot_set_state(s, SLOT_FREE);
+    atomic_fetch_sub(&e->st_active, 1);
+}
+
+static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
+{
+    int64_t n = 0;
+    while (n < na && n < nb && a[n] == b[n])
+        n++;
+    return n;
+}
+
+/* Newest checkpoint with pos <= limit, or NULL. */
+static struct ckpt *best_ckpt(eng_t *e, struct slot *s, int64_t limit)
+{
+    struct ckpt *best = NULL;
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        struct ckpt *c = &s->ckpts[i];
+        if (c->pos > 0 && c->pos <= limit && (!best || c->pos > best->pos))
+            best = c;
+    }
+    return best;
+}
+
+/* How many prompt tokens the slot's cache can serve, restoring a checkpoint when needed.
+ * At least one prompt token is always re-evaluated so that logits exist. */
+static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
+{
+    struct cache *c = fwd_cache(e->fwd);
+    int64_t limit = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
+    if (limit > r->p.n_prompt - 1)
+        limit = r->p.n_prompt - 1;
+    if (!r->p.cache_prompt)
+        limit = 0;
+    int64_t reuse = 0;
+    if (c->n_gdn_layers == 0) {
+        reuse = limit; /* pure KV: truncation is free */
+    } else if (s->n_cached <= limit && s->n_cached > 0) {
+        reuse = s->n_cached; /* the whole cached sequence is a prefix: current state serves */
+    } else {
+        struct ckpt *k = best_ckpt(e, s, limit);
+        if (k) {
+            fwd_seq_restore(e->fwd, s->id, k->state);
+            memcpy(s->pending_h, k->h, (size_t)e->m->hp.n_embd * sizeof(float));
+            reuse = k->pos;
+        }
+    }
+    for (int64_t i = 0; i < e->n_ckpt; i++)
+        if (s->ckpts[i].pos > reuse)
+            s->ckpts[i].pos = -1; /* beyond the reuse point: stale */
+    if (reuse == 0)
+        fwd_seq_clear(e->fwd, s->id);
+    if (reuse == 0 || (c->n_gdn_layers == 0 && reuse != s->n_cached))
+        memset(s->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float)); /* unknown: zeros */
+    return reuse;
+}
+
+static void save_ckpt(eng_t *e, struct slot *s)
+{
+    struct ckpt *victim = NULL;
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        struct ckpt *c = &s->ckpts[i];
+        if (c->pos == s->n_cached)
+            return; /* already have it */
+        if (!victim || c->pos < victim->pos)
+            victim = c; /* unused (-1) first, then the oldest */
+    }
+    if (!victim)
+        return;
+    fwd_seq_save(e->fwd, s->id, victim->state);
+    memcpy(victim->h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
+    victim->pos = s->n_cached;
+}
+
+/* Is pos a prefill boundary where a checkpoint is taken (a few tokens before the prompt end,
+ * and every checkpoint_every tokens)? */
+static bool ckpt_boundary(const eng_t *e, const struct slot *s, int64_t pos)
+{
+    if (e->n_ckpt == 0 || pos <= 0)
+        return false;
+    int64_t n = s->req->p.n_prompt;
+    return pos == n - 4 || (pos < n && pos % e->p.checkpoint_every == 0);
+}
+
+/* ============================================================================================
+ * Phases 1-3: admit, reap, plan
+ * ========================================================================================== */
+
+static struct slot *pick_slot(eng_t *e, const eng_req_t *r)
+{
+    struct slot *best = NULL;
+    int64_t best_common = -1;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state != SLOT_FREE)
+            continue;
+        int64_t cp = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
+        if (cp > best_common || (cp == best_common && s->last_used < best->last_used)) {
+            best = s;
+            best_common = cp;
+        }
+    }
+    return best;
+}
+
+static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
+{
+    s->req = r;
+    int64_t reuse = reuse_prefix(e, s, r);
+    s->n_cached = reuse;
+    s->n_prompt_done = reuse;
+    memcpy(s->tokens, r->p.prompt, (size_t)reuse * sizeof *s->tokens);
+    s->n_gen = 0;
+    s->pend_len = 0;
+    s->n_draft = s->n_replay = 0;
+    s->drafted = s->accepted = 0;
+    s->miss_streak = s->skip_rounds = 0;
+    s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
+    s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
+    memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
+    struct smp_params sp = {.temperature = r->p.s.temperature,
+                            .top_k = r->p.s.top_k,
+                            .top_p = r->p.s.top_p,
+                            .min_p = r->p.s.min_p,
+                            .seed = r->p.s.seed};
+    s->smp.p = sp;
+    smp_reseed(&s->smp, sp.seed);
+    tok_stream_init(&s->ts);
+    s->n_reused = reuse;
+    eng__req_usage(r, reuse, 0);
+    atomic_fetch_add(&e->st_cached, reuse);
+    atomic_fetch_add(&e->st_active, 1);
+    eng__slot_set_state(s, SLOT_PREFILL);
+    LOG_D("slot %lld: admitted, prompt %lld tokens, %lld cached", (long long)s->id,
+          (long long)r->p.n_prompt, (long long)reuse);
+}
+
+static void phase_admit(eng_t *e)
+{
+    for (;;) {
+        struct slot *s = NULL;
+        for (int64_t i = 0; i < e->p.n_slots && !s; i++)
+            s = e->slots[i].state == SLOT_FREE ? &e->slots[i] : NULL;
+        if (!s)
+            return;
+        eng_req_t *r = inbox_pop(e);
+        if (!r)
+            return;
+        if (atomic_load(&r->cancelled)) {
+            eng__req_finish(r, ENG_FINISH_CANCELLED, NULL);
+            eng__req_notify(r);
+            eng_req_release(r);
+            continue;
+        }
+        slot_start(e, pick_slot(e, r), r);
+    }
+}
+
+static void phase_reap(eng_t *e)
+{
+    double now = dd_now();
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE)
+            continue;
+        if (atomic_load(&s->req->cancelled))
+            eng__finish(e, s, ENG_FINISH_CANCELLED, NULL);
+        else if (s->req->p.deadline > 0 && now > s->req->p.deadline)
+            eng__finish(e, s, ENG_FINISH_TIMEOUT, "request deadline exceeded");
+    }
+}
+
+static void batch_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t seq, bool want)
+{
+    e->b_tok[*n] = tok;
+    e->b_pos[*n] = pos;
+    e->b_seq[*n] = (int32_t)seq;
+    e->b_want[*n] = want;
+    (*n)++;
+}
+
+/* A generating slot's run: a replay after a restored checkpoint, [last + draft] to verify, or
+ * the plain [last]. A run never splits across batches: a draft that does not fit is dropped. */
+static void plan_decode(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
+{
+    s->row0 = *n;
+    if (s->n_replay > 0 && *n + s->n_replay + 1 <= budget) {
+        for (int64_t i = 0; i < s->n_replay; i++)
+            batch_add(e, n, s->replay[i], s->n_cached + i, s->id, false);
+        batch_add(e, n, s->last, s->n_cached + s->n_replay, s->id, true);
+        s->run = RUN_REPLAY;
+    } else if (s->n_replay == 0 && s->n_draft > 0 && *n + 1 + s->n_draft <= budget) {
+        if (s->n_draft > e->snap_depth) /* deeper than the snapshots: checkpoint first */
+            eng__spec_ckpt_save(e, s);
+        batch_add(e, n, s->last, s->n_cached, s->id, true);
+        for (int64_t i = 0; i < s->n_draft; i++)
+            batch_add(e, n, s->draft[i], s->n_cached + 1 + i, s->id, true);
+        s->run = RUN_VERIFY;
+    } else if (s->n_replay == 0) {
+        s->n_draft = 0;
+        batch_add(e, n, s->last, s->n_cached, s->id, true);
+        s->run = RUN_DECODE;
+    }
+    s->run_len = *n - s->row0;
+}
+
+static void plan_prefill(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
+{
+    const eng_req_t *r = s->req;
+    int64_t end = s->n_prompt_done + (budget - *n);
+    end = end < r->p.n_prompt ? end : r->p.n_prompt;
+    for (int64_t p = s->n_prompt_done + 1; p < end; p++)
+        if (ckpt_boundary(e, s, p)) {
+            end = p; /* the chunk ends where a checkpoint is due */
+            break;
+        }
+    s->row0 = *n;
+    for (int64_t p = s->n_prompt_done; p < end; p++)
+        batch_add(e, n, r->p.prompt[p], p, s->id, p == r->p.n_prompt - 1);
+    s->run_len = *n - s->row0;
+    s->run = s->run_len ? RUN_PREFILL : RUN_NONE;
+}
+
+/* Generating slots first (decode latency), then prefill chunks within the token budget. */
+static int64_t phase_plan(eng_t *e)
+{
+    int64_t n = 0, budget = e->p.max_batch_tokens;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        e->slots[i].run = RUN_NONE;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state == SLOT_DECODE && n < budget)
+            plan_decode(e, &e->slots[i], &n, budget);
+    for (int64_t i = 0; i < e->p.n_slots && n < budget; i++)
+        if (e->slots[i].state == SLOT_PREFILL)
+            plan_prefill(e, &e->slots[i], &n, budget);
+    return n;
+}
+
+/* ============================================================================================
+ * Phases 5 and 7: sample and emit (the per-token part lives in eng_emit.c)
+ * ========================================================================================== */
+
+/* Append rows [row0, row0 + len) of the batch to the slot's cached tokens. */
+static void keep_rows(eng_t *e, struct slot *s, int64_t len)
+{
+    for (int64_t i = 0; i < len; i++)
+        s->tokens[s->n_cached++] = e->b_tok[s->row0 + i];
+    memcpy(s->pending_h, e->h_trunk + (s->row0 + len - 1) * e->m->hp.n_embd,
+           (size_t)e->m->hp.n_embd * sizeof(float));
+}
+
+/* After the forward step: per slot, keep its rows, sample where due, verify drafts. */
+static void phase_sample_emit(eng_t *e)
+{
+    const float *logits = fwd_logits(e->fwd);
+    const int64_t V = e->m->hp.n_vocab;
+    /* logits rows are compacted (one per wanted batch row, in batch order): index them */
+    int64_t n_out = 0;
+    for (int64_t r = 0; r < e->b_n; r++)
+        e->b_outrow[r] = e->b_want[r] ? n_out++ : -1;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->run == RUN_NONE)
+            continue;
+        const int64_t last_row = s->row0 + s->run_len - 1;
+        if (s->run == RUN_VERIFY) {
+            /* every row of a verify run has logits; re-base them so row r reads its own */
+            eng__spec_verify(e, s, logits + (e->b_outrow[s->row0] - s->row0) * V);
+            continue;
+        }
+        keep_rows(e, s, s->run_len);
+        if (s->run == RUN_PREFILL) {
+            s->n_prompt_done += s->run_len;
+            atomic_fetch_add(&e->st_prompt, s->run_len);
+            if (s->n_prompt_done < s->req->p.n_prompt)
+                continue;
+            eng__slot_set_state(s, SLOT_DECODE);
+        }
+        s->n_replay = 0;
+        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
+    }
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_PREFILL && ckpt_boundary(e, s, s->n_cached))
+            save_ckpt(e, s);
+    }
+}
+
+/* MTP inputs of this batch: row k pairs its token with the trunk hidden of the previous
+ * position: row k-1 of the same run, or the slot's pending_h for a run's first row. */
+static void prepare_mtp_inputs(eng_t *e, int64_t n)
+{
+    const int64_t E = e->m->hp.n_embd;
+    memcpy(e->h_trunk, fwd_hidden(e->fwd), (size_t)(n * E) * sizeof(float));
+    if (!e->mtp)
+        return;
+    for (int64_t k = 0; k < n; k++) {
+        const float *src = k > 0 && e->b_seq[k] == e->b_seq[k - 1]
+                               ? e->h_trunk + (k - 1) * E
+                               : e->slots[e->b_seq[k]].pending_h;
+        memcpy(e->h_prev + k * E, src, (size_t)E * sizeof(float));
+    }
+}
+
+/* ============================================================================================
+ * The loop
+ * ========================================================================================== */
+
+static void fail_batch(eng_t *e, const char *msg)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (s->state == SLOT_FREE || s->run == RUN_NONE)
+            continue;    /* no rows in the failed step: its state is intact, it keeps going */
+        s->n_cached = 0; /* a step that failed part-way may have advanced its GDN state */
+        eng__finish(e, s, ENG_FINISH_ERROR, msg);
+    }
+}
+
+/* One scheduler step; returns false when nothing is runnable. */
+static bool eng_step(eng_t *e)
+{
+    phase_admit(e);            /* 1 */
+    phase_reap(e);             /* 2 */
+    int64_t n = phase_plan(e); /* 3 */
+    if (n == 0)
+        return false;
+    e->b_n = n;
+    struct fwd_batch b = {
+        .n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_want};
+    char err[256];
+    double t0 = dd_now();
+    bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
+    if (injected)
+        dd_errf(err, sizeof err, "injected failure (DELTAD_FAIL_STEP)");
+    if (injected || fwd_decode(e->fwd, &b, err, sizeof err) != 0) { /* 4 */
+        LOG_E("forward step failed: %s", err);
+        fail_batch(e, "internal error in the forward step");
+        return true;
+    }
+    prepare_mtp_inputs(e, n);
+    phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
+    eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
+    atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
+    atomic_fetch_add(&e->st_steps, 1);
+    return true;
+}
+
+static bool all_idle(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != SLOT_FREE)
+            return false;
+    return true;
+}
+
+static void cancel_everything(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state != SLOT_FREE)
+            eng__finish(e, &e->slots[i], ENG_FINISH_CANCELLED, "server shutting down");
+    eng_req_t *r;
+    while ((r = inbox_pop(e))) {
+        eng__req_finish(r, ENG_FINISH_CANCELLED, "server shutting down");
+        eng__req_notify(r);
+        eng_req_release(r);
+    }
+}
+
+/* Copy what monitoring may read about the slots into atomics (eng_get_slots). */
+static void publish_slots(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        atomic_store_explicit(&s->pub_state, (int)s->state, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_past, s->n_cached, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_gen, s->n_gen, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_n_prompt, s->req ? s->req->p.n_prompt : 0,
+                              memory_order_relaxed);
+        atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
+        atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
+    }
+}
+
+static void *eng_main(void *arg)
+{
+    eng_t *e = arg;
+    for (;;) {
+        bool busy = eng_step(e);
+        pthread_mutex_lock(&e->mu);
+        bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
+        if (!busy && !stop && !e->in_head) { /* 8: sleep until a submit or stop (or 100 ms:
+                                              * the loop counter is the watchdog's heartbeat) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+        atomic_fetch_add_explicit(&e->st_loops, 1, memory_order_relaxed);
+        publish_slots(e);
+        pthread_mutex_unlock(&e->mu);
+        if (stop)
+            break;
+    }
+    cancel_everything(e);
+    return NULL;
+}
+
+/* ============================================================================================
+ * Lifecycle and statistics
+ * ========================================================================================== */
+
+static void slot_init(eng_t *e, struct slot *s, int64_t id)
+{
+    const int64_t V = e->m->hp.n_vocab;
+    s->id = id;
+    s->tokens = xcalloc((size_t)e->p.n_ctx, sizeof *s->tokens);
+    s->logits = xaligned_alloc((size_t)V * sizeof(float));
+    s->counts = xcalloc((size_t)V, sizeof *s->counts);
+    struct smp_params sp = {.temperature = 0.0f, .top_p = 1.0f};
+    smp_init(&s->smp, V, &sp);
+    s->pend_cap = 1024;
+    s->pend = xmalloc(s->pend_cap);
+    s->ckpts = xcalloc((size_t)e->n_ckpt, sizeof *s->ckpts);
+    const size_t nf = fwd_ckpt_floats(e->fwd), E = (size_t)e->m->hp.n_embd;
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        s->ckpts[i].pos = -1;
+        s->ckpts[i].state = xaligned_alloc(nf * sizeof(float));
+        s->ckpts[i].h = xcalloc(E, sizeof(float));
+    }
+    s->draft = xcalloc((size_t)e->draft_cap + 1, sizeof *s->draft);
+    s->replay = xcalloc((size_t)e->draft_cap + 1, sizeof *s->replay);
+    s->pending_h = xcalloc(E, sizeof(float));
+    s->draft_h = xcalloc(E, sizeof(float));
+    s->spec_ckpt.pos = -1;
+    s->spec_ckpt.state =
+        e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
+    s->spec_ckpt.h = xcalloc(E, sizeof(float));
+}
+
+static void slot_deinit(eng_t *e, struct slot *s)
+{
+    free(s->tokens);
+    free(s->logits);
+    free(s->counts);
+    smp_deinit(&s->smp);
+    free(s->pend);
+    for (int64_t i = 0; i < e->n_ckpt; i++) {
+        free(s->ckpts[i].state);
+        free(s->ckpts[i].h);
+    }
+    free(s->ckpts);
+    free(s->draft);
+    free(s->replay);
+    free(s->pending_h);
+    free(s->draft_h);
+    free(s->spec_ckpt.state);
+    free(s->spec_ckpt.h);
+}
+
+static int check_params(const struct eng_params *p, char *err, size_t errlen)
+{
+    if (p->n_slots < 1 || p->n_slots > 1024 || p->n_ctx < 8 || p->max_batch_tokens < 1 ||
+        p->max_batch_tokens < p->n_slots || p->queue_max < 0 || p->n_checkpoints < 0 ||
+        p->n_checkpoints > 256 || p->checkpoint_every < 1) {
+        dd_errf(err, errlen,
+                "invalid engine parameters: slots %lld (1..1024), ctx %lld (>= 8), "
+                "max_batch_tokens %lld (>= slots), queue_max %lld, checkpoints %lld (0..256)",
+                (long long)p->n_slots, (long long)p->n_ctx, (long long)p->max_batch_tokens,
+                (long long)p->queue_max, (long long)p->n_checkpoints);
+        return DD_EINVAL;
+    }
+    if (p->spec_types & ~(unsigned)(ENG_SPEC_NGRAM | ENG_SPEC_MTP | ENG_SPEC_EXTERNAL) ||
+        ((p->spec_types & ENG_SPEC_EXTERNAL) && !p->draft_fn) || p->draft_max < 0 ||
+        p->draft_max > 16 || p->ngram_max_draft < 0 || p->ngram_max_draft > ENG_MAX_DRAFT ||
+        ((p->spec_types & ENG_SPEC_NGRAM) &&
+         (p->ngram_n < 1 || p->ngram_n > 16 || p->ngram_min < 1 || p->ngram_min > p->ngram_n)) ||
+        (p->spec_types && p->draft_max < 1) ||
+        (p->spec_types && p->max_batch_tokens < 1 + p->draft_max) ||
+        (p->spec_rollback != ENG_ROLLBACK_SNAPSHOT && p->spec_rollback != ENG_ROLLBACK_RECOMPUTE)) {
+        dd_errf(err, errlen,
+                "invalid speculation parameters: types %u, draft_max %lld (1..16 when "
+                "speculating, and max_batch_tokens >= 1 + draft_max), ngram n %lld min %lld "
+                "(1 <= min <= n <= 16), ngram_max_draft %lld (0..%d), rollback %d (0 snapshot, "
+                "1 recompute)",
+                p->spec_types, (long long)p->draft_max, (long long)p->ngram_n,
+                (long long)p->ngram_min, (long long)p->ngram_max_draft, ENG_MAX_DRAFT,
+                p->spec_rollback);
+        return DD_EINVAL;
+    }
+    if (p->mem_max < 0) {
+        dd_errf(err, errlen, "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit)",
+                (long long)p->mem_max);
+        return DD_EINVAL;
+    }
+    return 0;
+}
+
+int eng_create(const struct model *m, struct dev *d, const struct eng_params *p, eng_t **out,
+               char *err, size_t errlen)
+{
+    return eng_create_group(m, &d, 1, p, out, err, errlen);
+}
+
+int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
+                     const struct eng_params *p, eng_t **out, char *err, size_t errlen)
+{
+    int rc = check_params(p, err, errlen);
+    if (!rc)
+        rc = eng_mem_check(m, p, p->mem_max, "the memory limit (mem_max)", err, errlen);
+    if (rc)
+        return rc;
+    eng_t *e = xcalloc(1, sizeof *e);
+    e->m = m;
+    e->dev = devs[0];
+    e->p = *p;
+    struct fwd_params fp = {.max_tokens = p->max_batch_tokens,
+                            .n_seq = p->n_slots,
+                            .n_ctx = p->n_ctx,
+                            .draft_max = eng__snap_depth(p)};
+    rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->n_ckpt = fwd_cache(e->fwd)->n_gdn_layers ? p->n_checkpoints : 0;
+    e->mtp = (p->spec_types & ENG_SPEC_MTP) && m->hp.n_nextn > 0;
+    if ((p->spec_types & ENG_SPEC_MTP) && !e->mtp)
+        LOG_W("speculation: the model has no MTP block; MTP drafts are off");
+    e->draft_cap = eng__draft_cap(p);
+    e->snap_depth = eng__snap_depth(p);
+    e->slots = xcalloc((size_t)p->n_slots, sizeof *e->slots);
+    for (int64_t i = 0; i < p->n_slots; i++)
+        slot_init(e, &e->slots[i], i);
+    eng__spec_init(e);
+    e->b_tok = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_tok);
+    e->b_seq = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_seq);
+    e->b_pos = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_pos);
+    e->b_want = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_want);
+    e->b_none = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_none);
+    e->b_outrow = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_outrow);
+    e->h_trunk = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
+    e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    *out = e;
+    return 0;
+}
+
+int eng_start(eng_t *e, char *err, size_t errlen)
+{
+    if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
+        dd_errf(err, errlen, "cannot start the engine thread");
+        return DD_ENOMEM;
+    }
+    e->running = true;
+    return 0;
+}
+
+void eng_stop(eng_t *e, double drain_s)
+{
+    if (!e->running)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = true;
+    e->drain_until = dd_now() + drain_s;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->running = false;
+}
+
+void eng_destroy(eng_t *e)
+{
+    if (!e)
+        return;
+    eng_stop(e, 0.0);
+    eng__spec_deinit(e);
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        slot_deinit(e, &e->slots[i]);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_seq);
+    free(e->b_pos);
+    free(e->b_want);
+    free(e->b_none);
+    free(e->b_outrow);
+    free(e->h_trunk);
+    free(e->h_prev);
+    fwd_destroy(e->fwd);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+void eng_get_stats(eng_t *e, struct eng_stats *s)
+{
+    pthread_mutex_lock(&e->mu);
+    s->queue_depth = e->in_count;
+    pthread_mutex_unlock(&e->mu);
+    s->active_slots = atomic_load_explicit(&e->st_active, memory_order_relaxed);
+    s->n_slots = e->p.n_slots;
+    s->prompt_tokens_total = atomic_load_explicit(&e->st_prompt, memory_order_relaxed);
+    s->generated_tokens_total = atomic_load_explicit(&e->st_gen, memory_order_relaxed);
+    s->steps_total = atomic_load_explicit(&e->st_steps, memory_order_relaxed);
+    s->cached_tokens_total = atomic_load_explicit(&e->st_cached, memory_order_relaxed);
+    s->busy_seconds = atomic_load_explicit(&e->st_busy_us, memory_order_relaxed) * 1e-6;
+    int64_t calls;
+    fwd_comm_stats(e->fwd, &s->allreduce_seconds, &calls); /* racy read: monitoring only */
+    s->n_devices = fwd_n_devices(e->fwd);
+    s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
+    s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
+    s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);
+    s->loops_total = atomic_load_explicit(&e->st_loops, memory_order_relaxed);
+    s->draft_max = e->draft_cap;
+    s->rollbacks_total = atomic_load_explicit(&e->st_rollbacks, memory_order_relaxed);
+    s->restores_total = atomic_load_explicit(&e->st_restores, memory_order_relaxed);
+    s->replayed_total = atomic_load_explicit(&e->st_replayed, memory_order_relaxed);
+    s->ckpt_seconds = atomic_load_explicit(&e->st_ckpt_ns, memory_order_relaxed) * 1e-9;
+    s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
+    s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
+    s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
+    for (int i = 0; i < ENG_MAX_DRAFT; i++) {
+        s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
+        s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);
+    }
+}
+
+int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
+{
+    /* Published by the engine after every step: each field is current to within one step,
+     * and fields may be mutually inconsistent by one step (monitoring only). */
+    for (int64_t i = 0; i < e->p.n_slots && i < max; i++) {
+        struct slot *s = &e->slots[i];
+        out[i] = (struct eng_slot_stats){
+            .state = atomic_load_explicit(&s->pub_state, memory_order_relaxed),
+            .n_past = atomic_load_explicit(&s->pub_n_past, memory_order_relaxed),
+            .n_prompt = atomic_load_explicit(&s->pub_n_prompt, memory_order_relaxed),
+            .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
+            .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
+            .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed)};
+    }
+    return e->p.n_slots;
+}

@@ -1,0 +1,163 @@
+/*
+ * eng_emit — the per-token end of an engine step (DESIGN.md phases 5 and 7): logit bias and
+ * penalties, sampling, logprobs, incremental detokenisation with stop strings held back until
+ * decided, and the end-of-request decisions (end-of-generation token, stop string, max_tokens,
+ * context full).
+ *
+ * Invariant: text reaches the outbox only once it cannot be part of a stop string, and always
+ * as whole UTF-8 characters (tok_stream). Thread: the engine thread.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "eng_impl.h"         // defines: struct slot, eng__finish
+#include "engine/model/tok.h" // defines: tok_stream_push, tok_is_eog
+#include "engine/util.h"      // defines: xrealloc
+#include "smp.h"              // defines: smp_sample, smp_argmax
+
+/* Logit bias, then OpenAI presence / frequency penalties and the multiplicative repetition
+ * penalty over the generated tokens, into s->logits. */
+static void apply_penalties(const eng_t *e, struct slot *s, const float *logits)
+{
+    const struct eng_sampling *sp = &s->req->p.s;
+    const int64_t V = e->m->hp.n_vocab;
+    memcpy(s->logits, logits, (size_t)V * sizeof(float));
+    for (int32_t i = 0; i < sp->n_logit_bias; i++)
+        s->logits[sp->logit_bias[i].id] += sp->logit_bias[i].bias;
+    if (sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->repetition_penalty == 1)
+        return;
+    for (int64_t v = 0; v < V; v++) {
+        if (!s->counts[v])
+            continue;
+        float *l = &s->logits[v];
+        if (sp->repetition_penalty != 1)
+            *l = *l > 0 ? *l / sp->repetition_penalty : *l * sp->repetition_penalty;
+        *l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[v];
+    }
+}
+
+/* Log-probability of the sampled token and the top alternatives (over s->logits). */
+static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct eng_tok_info *ti)
+{
+    const int64_t V = e->m->hp.n_vocab;
+    const float *l = s->logits;
+    float mx = l[smp_argmax(l, V)];
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        sum += exp((double)l[v] - mx);
+    const float lse = mx + (float)log(sum);
+    memset(ti, 0, sizeof *ti);
+    ti->id = id;
+    ti->logprob = l[id] - lse;
+    ti->n_top = s->req->p.s.top_logprobs;
+    for (int32_t k = 0; k < ti->n_top; k++) {
+        int64_t best = -1;
+        for (int64_t v = 0; v < V; v++) {
+            bool taken = false;
+            for (int32_t j = 0; j < k; j++)
+                taken |= ti->top_id[j] == v;
+            if (!taken && (best < 0 || l[v] > l[best]))
+                best = v;
+        }
+        ti->top_id[k] = (int32_t)best;
+        ti->top_logprob[k] = l[best] - lse;
+    }
+}
+
+/* Append text to the held-back buffer, release what cannot start a stop string. Returns true
+ * when a stop string was found (text up to it released, the rest dropped). */
+static bool emit_text(struct slot *s, const char *text, size_t len, const struct eng_tok_info *ti)
+{
+    const struct eng_req_params *p = &s->req->p;
+    if (s->pend_len + len > s->pend_cap) {
+        s->pend_cap = (s->pend_len + len) * 2;
+        s->pend = xrealloc(s->pend, s->pend_cap);
+    }
+    memcpy(s->pend + s->pend_len, text, len);
+    s->pend_len += len;
+    size_t cut = s->pend_len, hold = 0;
+    bool stopped = false;
+    for (int i = 0; i < p->n_stop; i++) {
+        const char *hit = memmem(s->pend, s->pend_len, p->stop[i], strlen(p->stop[i]));
+        if (hit && (size_t)(hit - s->pend) < cut) {
+            cut = (size_t)(hit - s->pend);
+            stopped = true;
+        }
+    }
+    if (!stopped) {
+        /* hold back the longest tail that is a proper prefix of some stop string */
+        for (int i = 0; i < p->n_stop; i++) {
+            size_t sl = strlen(p->stop[i]);
+            for (size_t k = sl - 1; k > hold; k--)
+                if (k <= s->pend_len && memcmp(s->pend + s->pend_len - k, p->stop[i], k) == 0) {
+                    hold = k;
+                    break;
+                }
+        }
+        cut = s->pend_len - hold;
+    }
+    eng__req_append(s->req, s->pend, cut, ti);
+    memmove(s->pend, s->pend + s->pend_len - hold, stopped ? 0 : hold);
+    s->pend_len = stopped ? 0 : hold;
+    return stopped;
+}
+
+/* Release everything held back (end of generation without a stop string). */
+static void flush_text(struct slot *s)
+{
+    char buf[64];
+    size_t n = tok_stream_flush(&s->ts, buf, sizeof buf);
+    if (n)
+        emit_text(s, buf, n, NULL);
+    eng__req_append(s->req, s->pend, s->pend_len, NULL);
+    s->pend_len = 0;
+}
+
+/* One sampled token: account, emit, decide whether the request is finished. */
+static void accept_token(eng_t *e, struct slot *s, int32_t id)
+{
+    const tok_t *tok = e->m->tok;
+    eng_req_t *r = s->req;
+    struct eng_tok_info ti, *tip = NULL;
+    if (r->p.s.logprobs) {
+        token_info(e, s, id, &ti);
+        tip = &ti;
+    }
+    s->n_gen++;
+    s->counts[id]++;
+    atomic_fetch_add(&e->st_gen, 1);
+    if (tok_is_eog(tok, id)) {
+        if (tip)
+            eng__req_append(r, NULL, 0, tip);
+        flush_text(s);
+        eng__finish(e, s, ENG_FINISH_STOP, NULL);
+        return;
+    }
+    char buf[512];
+    size_t n = tok_stream_push(tok, &s->ts, id, buf, sizeof buf);
+    if (emit_text(s, buf, n, tip)) {
+        eng__finish(e, s, ENG_FINISH_STOP, NULL);
+        return;
+    }
+    bool full = s->n_cached + 1 >= e->p.n_ctx;
+    if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || full) {
+        flush_text(s);
+        eng__finish(e, s, ENG_FINISH_LENGTH, NULL);
+        return;
+    }
+    s->last = id;
+    eng__req_usage(r, s->n_reused, s->n_gen);
+    eng__req_notify(r);
+}
+
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
+{
+    apply_penalties(e, s, logits);
+    return smp_sample(&s->smp, s->logits);
+}
+
+bool eng__accept(eng_t *e, struct slot *s, int32_t id)
+{
+    accept_token(e, s, id);
+    return s->state != SLOT_FREE;
+}

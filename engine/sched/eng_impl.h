@@ -1,0 +1,167 @@
+/*
+ * eng_impl — internals shared by the engine's own files (eng.c: the loop and slots; eng_req.c:
+ * requests and their outboxes). Users include eng.h only.
+ */
+#ifndef DELTAD_ENG_IMPL_H
+#define DELTAD_ENG_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "eng.h"                // defines: public engine types
+#include "engine/compute/fwd.h" // defines: struct fwd_ctx
+#include "engine/model/tok.h"   // defines: struct tok_stream
+#include "smp.h"                // defines: struct smp
+
+/* A request, shared by an HTTP connection and the engine (refcounted, STYLE rule 14). */
+struct eng_req {
+    atomic_int refs;
+    atomic_bool cancelled;
+    struct eng_req_params p; /* owned: prompt, stop strings, logit_bias */
+    void (*notify)(void *ud);
+    void *ud;
+    struct eng_req *next; /* inbox link, guarded by the engine's inbox mutex */
+    /* outbox, guarded by mu: written by the engine thread, drained by the HTTP side */
+    pthread_mutex_t mu;
+    char *out;
+    size_t out_len, out_cap;
+    struct eng_tok_info *toks;
+    int64_t n_toks, toks_cap;
+    bool done;
+    enum eng_finish finish;
+    char error[256];
+    int64_t prompt_tokens, cached_tokens, completion_tokens;
+    int64_t drafted_tokens, accepted_tokens;
+    double t_queued, t_first_token, t_done;
+};
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL = 1, SLOT_DECODE = 2 };
+
+/* A prompt-cache checkpoint: the GDN state after tokens[0 .. pos) and the trunk hidden row of
+ * position pos - 1 (the MTP input of the next position). */
+struct ckpt {
+    int64_t pos;  /* -1 = unused */
+    float *state; /* [cache_ckpt_floats] */
+    float *h;     /* [n_embd] */
+};
+
+/* A slot's run in the current batch. */
+enum run_kind { RUN_NONE = 0, RUN_PREFILL, RUN_DECODE, RUN_VERIFY, RUN_REPLAY };
+
+struct slot {
+    int64_t id;
+    enum slot_state state;
+    eng_req_t *req;
+    int32_t *tokens; /* [n_ctx] tokens whose state is cached */
+    int64_t n_cached;
+    int64_t n_prompt_done; /* prompt tokens already in the cache */
+    int64_t n_gen;
+    int32_t last;     /* sampled, not yet fed */
+    double last_used; /* for LRU choice among free slots */
+    struct smp smp;
+    float *logits;   /* [n_vocab] scratch: biased / penalised logits */
+    int32_t *counts; /* [n_vocab] occurrences among generated tokens */
+    struct tok_stream ts;
+    char *pend; /* [pend_cap] text held back while it may start a stop string */
+    size_t pend_len, pend_cap;
+    struct ckpt *ckpts; /* [n_ckpt] */
+    /* this step's run */
+    enum run_kind run;
+    int64_t row0, run_len; /* rows [row0, row0 + run_len) of the batch */
+    /* speculation */
+    unsigned spec;  /* drafters enabled for the current request (ENG_SPEC_*) */
+    int32_t *draft; /* [draft_cap] proposed continuation of `last` */
+    int64_t n_draft;
+    int64_t draft_goal;    /* MTP draft length wanted this round */
+    float *pending_h;      /* [n_embd] trunk hidden of position n_cached - 1 (zeros if unknown) */
+    float *draft_h;        /* [n_embd] MTP hidden carried between chained draft steps */
+    struct ckpt spec_ckpt; /* state before a verification longer than the snapshot depth */
+    int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
+    int64_t n_replay;
+    int64_t drafted, accepted; /* per request */
+    int32_t miss_streak;       /* drafting rounds in a row that gave nothing (note_miss) */
+    int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
+    /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
+     * in one batch when drafting resumes instead of a one-row MTP pass every step */
+    int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
+    int64_t *lag_pos; /* [ENG_MAX_DRAFT] */
+    float *lag_h;     /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
+    int64_t n_lag;
+    int64_t n_reused; /* prompt tokens of the current request served by the cache */
+    /* published after every step for eng_get_slots (other threads) */
+    atomic_int pub_state;
+    atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
+};
+
+struct eng {
+    const struct model *m;
+    struct dev *dev;
+    struct eng_params p;
+    struct fwd_ctx *fwd;
+    struct slot *slots; /* [n_slots] */
+    int64_t n_ckpt;
+    int64_t draft_cap;  /* longest draft of any drafter */
+    int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
+    /* batch arrays [max_batch_tokens] */
+    int32_t *b_tok, *b_seq;
+    int64_t *b_pos;
+    uint8_t *b_want;
+    int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
+    int64_t b_n;       /* rows in the current batch */
+    float *h_trunk;    /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
+    float *h_prev;     /* [max_batch_tokens][n_embd] MTP inputs */
+    uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
+    /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
+    int32_t *y_tok, *y_seq;
+    int64_t *y_pos;
+    uint8_t *y_want; /* rows whose logits are wanted: the first step of MTP drafts */
+    float *y_h;      /* [max_batch_tokens][n_embd] */
+    /* inbox */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    eng_req_t *in_head, *in_tail;
+    int64_t in_count;
+    bool stopping, running;
+    double drain_until;
+    pthread_t thread;
+    /* statistics (relaxed atomics: read by other threads) */
+    atomic_llong st_prompt, st_gen, st_steps, st_cached, st_busy_us, st_active;
+    atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
+    atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
+    atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
+    atomic_llong st_accepted_at[ENG_MAX_DRAFT];        /* drafts accepted at position i */
+    atomic_llong st_drafted_at[ENG_MAX_DRAFT];
+};
+
+/* ---- sizing (eng_mem.c) ---- */
+int64_t eng__snap_depth(const struct eng_params *p); /* GDN snapshot groups beyond the first */
+int64_t eng__draft_cap(const struct eng_params *p);  /* longest draft of any drafter */
+/* ---- speculation (eng_spec.c) ---- */
+/* Buffers of the MTP sync (per slot and per engine), after the slots exist; and their end. */
+void eng__spec_init(eng_t *e);
+void eng__spec_deinit(eng_t *e);
+/* After the step's n_batch rows were sampled: bring the MTP layer's KV up to date with them
+ * and propose drafts for every decoding slot that speculates (n-gram first, then MTP). */
+void eng__spec_draft(eng_t *e, int64_t n_batch);
+/* Save the state before a verification the snapshots cannot cover (long draft, or every
+ * verification when rolling back by recomputation). */
+void eng__spec_ckpt_save(eng_t *e, struct slot *s);
+/* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
+void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+/* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
+void eng__slot_set_state(struct slot *s, enum slot_state st);
+void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);
+/* The engine's sampling of one row (penalties, bias, sampler) and token acceptance. */
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits);
+bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
+
+/* Engine-thread side of the outbox. */
+void eng__req_append(eng_req_t *r, const char *text, size_t len, const struct eng_tok_info *ti);
+void eng__req_finish(eng_req_t *r, enum eng_finish why, const char *error);
+void eng__req_notify(eng_req_t *r);
+void eng__req_usage(eng_req_t *r, int64_t cached, int64_t completion);
+void eng__req_spec(eng_req_t *r, int64_t drafted, int64_t accepted);
+void eng__req_retain(eng_req_t *r);
+
+#endif

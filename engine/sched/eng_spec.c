@@ -1,0 +1,378 @@
+/*
+ * eng_spec — speculative decoding inside the engine step (docs/parallelism-and-speculation.md
+ * section 3): drafting (n-gram first, then the model's MTP head chained on its own hidden
+ * state), the MTP KV sync after every target batch, and verification with rollback.
+ *
+ * Cheap when drafts miss: a round that gives nothing (no draft accepted, or an MTP head too
+ * unsure to propose one) backs the slot off for 2^k - 1 rounds after k such rounds in a row
+ * (at most 63), after two misses MTP probes with one-token drafts, a backing-off slot's decode
+ * rows wait (up to ENG_MAX_DRAFT of them) and reach the MTP layer in one batch when it drafts
+ * again, and the first MTP draft step rides in the sync batch instead of a pass of its own.
+ *
+ * Lossless by construction: every emitted token is sampled by the slot's own sampler from the
+ * target logits of its row, in order, with one RNG draw per token exactly as without
+ * speculation; a draft token only decides whether the next row's logits are usable. Rejected
+ * rows are rolled back by selecting a GDN snapshot group (fwd_seq_rollback: an index change,
+ * no copy, no recomputation) and, for attention, by simply writing later positions over them.
+ * A draft longer than the snapshot depth (a long n-gram) is covered by a checkpoint taken before
+ * the verification; a rejection beyond the depth restores it and replays the accepted tokens.
+ * With rollback by recomputation (ENG_ROLLBACK_RECOMPUTE, a debug mode that measures what the
+ * snapshots save) the depth is 0: every verification is checkpointed and every rejection goes
+ * through restore + replay, which re-runs the accepted tokens in the next step.
+ *
+ * Thread: the engine thread only.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eng_impl.h"    // defines: struct eng, struct slot, eng__*
+#include "engine/util.h" // defines: ASSERT, dd_now, xcalloc
+#include "smp.h"         // defines: smp_argmax
+#include "spec.h"        // defines: spec_ngram_draft
+
+static void add_ns(atomic_llong *acc, double t0)
+{
+    atomic_fetch_add_explicit(acc, (long long)((dd_now() - t0) * 1e9), memory_order_relaxed);
+}
+
+/* Longest draft slot s may take now: room in the context and in max_tokens. */
+static int64_t draft_room(const eng_t *e, const struct slot *s, int64_t cap)
+{
+    int64_t room = e->p.n_ctx - s->n_cached - 2;
+    if (s->req->p.max_tokens > 0 && s->req->p.max_tokens - s->n_gen - 1 < room)
+        room = s->req->p.max_tokens - s->n_gen - 1;
+    return room < cap ? room : cap;
+}
+
+static void ngram_round(eng_t *e, struct slot *s)
+{
+    int64_t room = draft_room(e, s, e->p.ngram_max_draft);
+    if (room < 1)
+        return;
+    s->tokens[s->n_cached] = s->last; /* history = cached tokens + the pending one */
+    s->n_draft =
+        spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
+}
+
+/* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
+static float top_prob(const float *l, int64_t V, int32_t *id)
+{
+    *id = smp_argmax(l, V);
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; v++)
+        sum += exp((double)l[v] - l[*id]);
+    return (float)(1.0 / sum);
+}
+
+/* A round that gave nothing: a verification that accepted no draft, or an MTP head too unsure
+ * to propose one. Back-off: after k such rounds in a row, skip the next 2^k - 1 rounds (at most
+ * 63), so a stream where drafts never hit costs little over plain decoding. */
+static void note_miss(struct slot *s)
+{
+    s->miss_streak++;
+    s->skip_rounds = (1 << (s->miss_streak < 6 ? s->miss_streak : 6)) - 1;
+}
+
+/* The result of an MTP row for slot s: its argmax joins the draft when the head is sure
+ * enough; otherwise the chain ends here (a chain that ends with no draft is a miss). */
+static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const float *hid)
+{
+    int32_t id;
+    float p = top_prob(logits, e->m->hp.n_vocab, &id);
+    if (p < e->p.mtp_p_min) {
+        s->draft_goal = s->n_draft;
+        if (s->n_draft == 0)
+            note_miss(s); /* an MTP pass for nothing counts as a miss */
+        return;
+    }
+    s->draft[s->n_draft++] = id;
+    memcpy(s->draft_h, hid, (size_t)e->m->hp.n_embd * sizeof(float));
+}
+
+/* MTP draft length each slot wants this round (0 = none). After two misses in a row a slot
+ * probes with a one-token draft (one MTP pass, one extra verified row) until a draft is
+ * accepted again. */
+static void plan_mtp(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        bool want = s->state == SLOT_DECODE && (s->spec & ENG_SPEC_MTP) && s->n_draft == 0 &&
+                    s->n_replay == 0 && s->draft_goal >= 0;
+        int64_t goal = want ? draft_room(e, s, s->miss_streak >= 2 ? 1 : e->p.draft_max) : 0;
+        s->draft_goal = goal > 0 ? goal : 0;
+    }
+}
+
+/* Chained MTP drafting from step 1 on (step 0 ran with the sync batch): one token per drafting
+ * slot per call, all slots in one batch, each fed its own previous MTP hidden row. */
+static void mtp_chain(eng_t *e)
+{
+    const int64_t E = e->m->hp.n_embd;
+    int64_t goal = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        goal = e->slots[i].draft_goal > goal ? e->slots[i].draft_goal : goal;
+    char err[256];
+    for (int64_t step = 1; step < goal; step++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < e->p.n_slots; i++) {
+            struct slot *s = &e->slots[i];
+            if (s->draft_goal <= step || s->n_draft != step)
+                continue;
+            e->b_tok[n] = s->draft[step - 1];
+            e->b_pos[n] = s->n_cached + step;
+            e->b_seq[n] = (int32_t)s->id;
+            e->b_want[n] = 1;
+            memcpy(e->h_prev + n * E, s->draft_h, (size_t)E * sizeof(float));
+            n++;
+        }
+        if (n == 0)
+            return;
+        struct fwd_batch b = {.n_tokens = n,
+                              .token = e->b_tok,
+                              .pos = e->b_pos,
+                              .seq = e->b_seq,
+                              .logits = e->b_want};
+        ASSERT(fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err) == 0);
+        atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
+        const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
+        for (int64_t r = 0; r < n; r++)
+            take_mtp_row(e, &e->slots[e->b_seq[r]], logits + r * e->m->hp.n_vocab, hid + r * E);
+    }
+}
+
+static void external_round(eng_t *e, struct slot *s)
+{
+    int64_t room = draft_room(e, s, e->draft_cap);
+    if (room < 1)
+        return;
+    s->tokens[s->n_cached] = s->last;
+    int64_t n = e->p.draft_fn(e->p.draft_ud, s->id, s->tokens, s->n_cached + 1, room, s->draft);
+    s->n_draft = n < 0 ? 0 : n > room ? room : n;
+}
+
+/* Back-off (see note_miss): skip this round? */
+static bool backing_off(struct slot *s)
+{
+    if (s->skip_rounds > 0) {
+        s->skip_rounds--;
+        return true;
+    }
+    return false;
+}
+
+void eng__spec_init(eng_t *e)
+{
+    if (!e->mtp)
+        return;
+    const size_t E = (size_t)e->m->hp.n_embd, B = (size_t)e->p.max_batch_tokens;
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->lag_tok = xcalloc(ENG_MAX_DRAFT, sizeof *s->lag_tok);
+        s->lag_pos = xcalloc(ENG_MAX_DRAFT, sizeof *s->lag_pos);
+        s->lag_h = xaligned_alloc(ENG_MAX_DRAFT * E * sizeof(float));
+    }
+    e->y_tok = xcalloc(B, sizeof *e->y_tok);
+    e->y_seq = xcalloc(B, sizeof *e->y_seq);
+    e->y_pos = xcalloc(B, sizeof *e->y_pos);
+    e->y_want = xcalloc(B, sizeof *e->y_want);
+    e->y_h = xaligned_alloc(B * E * sizeof(float));
+}
+
+void eng__spec_deinit(eng_t *e)
+{
+    for (int64_t i = 0; i < e->p.n_slots && e->mtp; i++) {
+        free(e->slots[i].lag_tok);
+        free(e->slots[i].lag_pos);
+        free(e->slots[i].lag_h);
+    }
+    free(e->y_tok);
+    free(e->y_seq);
+    free(e->y_pos);
+    free(e->y_want);
+    free(e->y_h);
+}
+
+/* ---- the MTP KV sync -------------------------------------------------------------------- */
+
+/* Run the sync batch through the MTP layer; its wanted rows are the drafts' step 0. */
+static void sync_flush(eng_t *e, int64_t *n)
+{
+    if (*n == 0)
+        return;
+    const int64_t E = e->m->hp.n_embd, V = e->m->hp.n_vocab;
+    struct fwd_batch b = {
+        .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
+    char err[256];
+    ASSERT(fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err) == 0);
+    atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
+    const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
+    for (int64_t r = 0, o = 0; r < *n; r++)
+        if (e->y_want[r])
+            take_mtp_row(e, &e->slots[e->y_seq[r]], logits + o++ * V, hid + r * E);
+    *n = 0;
+}
+
+static void sync_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t seq, const float *h,
+                     bool want)
+{
+    const int64_t E = e->m->hp.n_embd;
+    if (*n == e->p.max_batch_tokens)
+        sync_flush(e, n); /* rows of one sequence stay in position order across batches */
+    e->y_tok[*n] = tok;
+    e->y_pos[*n] = pos;
+    e->y_seq[*n] = (int32_t)seq;
+    e->y_want[*n] = want;
+    memcpy(e->y_h + *n * E, h, (size_t)E * sizeof(float));
+    (*n)++;
+}
+
+/* May slot s leave this step's rows out of the MTP layer for now? Only a plain decode row of a
+ * slot that runs no MTP draft this round (nothing reads its MTP KV before it drafts again). */
+static bool may_lag(const struct slot *s)
+{
+    return s->state == SLOT_DECODE && s->run == RUN_DECODE && s->draft_goal == 0 &&
+           s->n_lag + s->run_len <= ENG_MAX_DRAFT;
+}
+
+/* Feed slot s's lagging rows to the sync batch. */
+static void lag_flush(eng_t *e, int64_t *n, struct slot *s)
+{
+    for (int64_t k = 0; k < s->n_lag; k++)
+        sync_add(e, n, s->lag_tok[k], s->lag_pos[k], s->id, s->lag_h + k * e->m->hp.n_embd, false);
+    s->n_lag = 0;
+}
+
+/* The MTP layer's KV follows the target: this step's kept rows (rejected draft rows are left
+ * out: later rows overwrite their positions) go through it, each paired with the trunk hidden
+ * row of the position before (e->h_prev, filled by eng.c before pending_h moved on). A slot
+ * that drafts with MTP this round appends its first draft step to the same batch (the pending
+ * token at position n_cached with pending_h): one MTP pass instead of two. A sequence's rows
+ * stay one run in position order: its lagging rows, this step's, then the draft row. */
+static void mtp_sync(eng_t *e, int64_t n_batch)
+{
+    double t0 = dd_now();
+    const int64_t E = e->m->hp.n_embd;
+    int64_t n = 0;
+    for (int64_t k = 0; k < n_batch; k++) {
+        struct slot *s = &e->slots[e->b_seq[k]];
+        bool first = k == 0 || e->b_seq[k - 1] != e->b_seq[k];
+        bool last = k + 1 == n_batch || e->b_seq[k + 1] != e->b_seq[k];
+        if (may_lag(s)) {
+            s->lag_tok[s->n_lag] = e->b_tok[k];
+            s->lag_pos[s->n_lag] = e->b_pos[k];
+            memcpy(s->lag_h + s->n_lag * E, e->h_prev + k * E, (size_t)E * sizeof(float));
+            s->n_lag++;
+            continue;
+        }
+        if (first)
+            lag_flush(e, &n, s);
+        if (e->b_pos[k] < s->n_cached)
+            sync_add(e, &n, e->b_tok[k], e->b_pos[k], s->id, e->h_prev + k * E, false);
+        if (last && s->draft_goal > 0)
+            sync_add(e, &n, s->last, s->n_cached, s->id, s->pending_h, true);
+    }
+    for (int64_t i = 0; i < e->p.n_slots; i++) { /* slots without rows in this step */
+        struct slot *s = &e->slots[i];
+        if (s->run != RUN_NONE)
+            continue;
+        lag_flush(e, &n, s);
+        if (s->draft_goal > 0)
+            sync_add(e, &n, s->last, s->n_cached, s->id, s->pending_h, true);
+    }
+    sync_flush(e, &n);
+    add_ns(&e->st_sync_ns, t0);
+}
+
+/* ---- drafting ----------------------------------------------------------------------------- */
+
+void eng__spec_draft(eng_t *e, int64_t n_batch)
+{
+    double t0 = dd_now();
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        s->n_draft = 0;
+        s->draft_goal = 0;
+        if (s->state != SLOT_DECODE || s->n_replay != 0)
+            continue;
+        if (backing_off(s)) {
+            s->draft_goal = -1; /* no drafter this round */
+            continue;
+        }
+        if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
+            external_round(e, s);
+        if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
+            ngram_round(e, s);
+    }
+    if (!e->mtp) {
+        add_ns(&e->st_draft_ns, t0);
+        return;
+    }
+    plan_mtp(e);
+    add_ns(&e->st_draft_ns, t0);
+    mtp_sync(e, n_batch); /* timed as the sync, though it runs the drafts' first step too */
+    t0 = dd_now();
+    mtp_chain(e);
+    add_ns(&e->st_draft_ns, t0);
+}
+
+void eng__spec_ckpt_save(eng_t *e, struct slot *s)
+{
+    double t0 = dd_now();
+    fwd_seq_save(e->fwd, s->id, s->spec_ckpt.state);
+    memcpy(s->spec_ckpt.h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
+    s->spec_ckpt.pos = s->n_cached;
+    add_ns(&e->st_ckpt_ns, t0);
+}
+
+/* Restore the state saved before this verification and queue the accepted tokens for replay. */
+static void restore_and_replay(eng_t *e, struct slot *s, int64_t p0, int64_t kept)
+{
+    double t0 = dd_now();
+    fwd_seq_restore(e->fwd, s->id, s->spec_ckpt.state);
+    add_ns(&e->st_ckpt_ns, t0);
+    atomic_fetch_add(&e->st_restores, 1);
+    atomic_fetch_add(&e->st_replayed, kept);
+    memcpy(s->pending_h, s->spec_ckpt.h, (size_t)e->m->hp.n_embd * sizeof(float));
+    memcpy(s->replay, s->tokens + p0, (size_t)kept * sizeof *s->replay);
+    s->n_replay = kept;
+    s->n_cached = p0;
+}
+
+void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
+{
+    const int64_t V = e->m->hp.n_vocab, E = e->m->hp.n_embd, n = s->run_len - 1;
+    const int64_t p0 = s->n_cached;
+    int64_t kept = 0, matched = 0;
+    bool alive = true;
+    s->drafted += n; /* counted before accepting: a request may finish inside the loop */
+    for (int64_t i = 0; i <= n && alive; i++) {
+        int32_t t = eng__sample_row(e, s, logits + (s->row0 + i) * V);
+        s->tokens[s->n_cached++] = e->b_tok[s->row0 + i]; /* the fed token of this row stays */
+        kept++;
+        alive = eng__accept(e, s, t);
+        if (i == n || t != s->draft[i])
+            break;
+        matched++;
+        s->accepted++;
+        atomic_fetch_add(&e->st_accepted_at[i < ENG_MAX_DRAFT ? i : ENG_MAX_DRAFT - 1], 1);
+    }
+    for (int64_t i = 0; i < n && i < ENG_MAX_DRAFT; i++)
+        atomic_fetch_add(&e->st_drafted_at[i], 1);
+    if (matched)
+        s->miss_streak = s->skip_rounds = 0;
+    else
+        note_miss(s);
+    atomic_fetch_add(&e->st_drafted, n);
+    atomic_fetch_add(&e->st_accepted, matched);
+    atomic_fetch_add(&e->st_verify_steps, 1);
+    memcpy(s->pending_h, e->h_trunk + (s->row0 + kept - 1) * E, (size_t)E * sizeof(float));
+    int64_t reject = s->run_len - kept;
+    if (reject > 0)
+        atomic_fetch_add(&e->st_rollbacks, 1);
+    if (reject > 0 && !fwd_seq_rollback(e->fwd, s->id, reject)) {
+        ASSERT(s->spec_ckpt.pos == p0); /* planned: drafts beyond the depth carry a checkpoint */
+        restore_and_replay(e, s, p0, kept);
+    }
+    s->n_draft = 0;
+}

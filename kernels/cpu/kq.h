@@ -1,0 +1,119 @@
+/*
+ * kq — tensor types of GGUF (exact block layouts), their dequantisation, reference
+ * quantisers, and the dot-product / matmul kernels the CPU device runs.
+ *
+ * Layer: kernels. Raw pointers and sizes only; no engine struct crosses this boundary.
+ *
+ * Activations: every weight type has an activation type that its dot product consumes
+ * (kq_act_type): F32 for F32/F16/BF16 weights, Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks (f32 scale,
+ * 256 int8, 16 int16 block sums) for the K-quants. Callers quantise an activation row once with
+ * kq_quantize_act and reuse it against every weight row.
+ *
+ * Implementations: a scalar reference for everything, plus AVX2 and AVX-512 versions selected
+ * at run time from cpuid (kq_isa_active); tests force each ISA with kq_isa_force and compare
+ * against the scalar reference.
+ *
+ * Thread safety: all functions are pure except kq_isa_force (call before threads start).
+ */
+#ifndef DELTAD_QUANT_H
+#define DELTAD_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ggml type ids. */
+enum kq_type {
+    KQ_F32 = 0,
+    KQ_F16 = 1,
+    KQ_Q4_0 = 2,
+    KQ_Q8_0 = 8,
+    KQ_Q4_K = 12,
+    KQ_Q5_K = 13,
+    KQ_Q6_K = 14,
+    KQ_Q8_K = 15, /* activation-only type */
+    KQ_BF16 = 30,
+    /* Internal layouts (never in a file; kq_type_supported is false for them). */
+    KQ_Q4_KX = 1012, /* Q4_K with its levels transposed: see kq_repack_type */
+    KQ_Q8_KX = 1015, /* activation of Q4_KX: Q8_K with its levels transposed the same way */
+};
+
+enum kq_isa { KQ_ISA_SCALAR = 0, KQ_ISA_AVX2 = 1, KQ_ISA_AVX512 = 2 };
+
+/* ---- type facts --------------------------------------------------------------------------- */
+bool kq_type_supported(uint32_t type);   /* weight types the kernels compute with */
+const char *kq_type_name(uint32_t type); /* "q8_0", ...; "?" if unknown */
+int kq_block_elems(enum kq_type t);      /* 1 for F32/F16/BF16, 32 for Q4_0/Q8_0, 256 for K */
+size_t kq_block_bytes(enum kq_type t);
+size_t kq_row_bytes(enum kq_type t, int64_t n); /* n must be a multiple of kq_block_elems */
+
+/* ---- conversion --------------------------------------------------------------------------- */
+float kq_f16_to_f32(uint16_t h);
+uint16_t kq_f32_to_f16(float f);
+float kq_bf16_to_f32(uint16_t h);
+uint16_t kq_f32_to_bf16(float f); /* round to nearest even */
+
+/* dst[0..n) = dequantised src row. */
+void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n);
+/* Reference quantiser (deterministic) for every weight type and for Q8_K. */
+void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
+
+/* ---- repacked layouts -------------------------------------------------------------------- */
+/*
+ * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q4_KX for Q4_K
+ * on AVX2, t itself otherwise. Q4_KX is Q4_K with the same bytes per block and the same d, dmin
+ * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
+ * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
+ * so one vector of sub-block scales serves all 8 steps. Its activation (Q8_KX) is reordered the
+ * same way. Every function here accepts both types; the results equal Q4_K's on the same data.
+ */
+enum kq_type kq_repack_type(enum kq_type t);
+/* Rows of src (type `from`) rewritten as type `to` in dst (same size): from == to copies, and
+ * (Q4_K, Q4_KX) either way converts; false (nothing written) for any other pair. n elements per
+ * row, rows kq_row_bytes apart. */
+bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
+                    int64_t rows);
+
+/* ---- activations -------------------------------------------------------------------------- */
+enum kq_type kq_act_type(enum kq_type w);
+size_t kq_act_row_bytes(enum kq_type w, int64_t n);
+/* Quantise one activation row x[0..n) into the activation type of weight type w. */
+void kq_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
+
+/* ---- compute ------------------------------------------------------------------------------ */
+/* Dot product of one weight row (type w, n elements) with one activation row of kq_act_type(w). */
+float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
+
+/*
+ * Blocked matmul: for rows r in [r0, r1) and tokens t in [0, nt):
+ *   y[t * y_stride + r] = dot(W row r, activation row t)
+ * W rows are w_stride bytes apart (normally kq_row_bytes(w, n)); activation rows act_stride
+ * bytes apart (normally kq_act_row_bytes(w, n)). nt == 1 is the decode (matrix-vector) path.
+ * The caller (the CPU device) splits [0, rows) across threads.
+ *
+ * Which kernel runs (and so the float summation order of an output) depends on the type, nt
+ * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
+ * its block of 4: decode (nt == 1) has its own kernels; nt >= 8 of Q8_0 / Q4_0 / Q4_K (and on
+ * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token. The
+ * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
+ */
+void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
+               const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
+
+/* ---- peak throughput --------------------------------------------------------------------- */
+/*
+ * In-cache peak of the inner-product instruction that the matmul of weight type w runs on, on
+ * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512) for the Q8_0 / Q8_K activations,
+ * f32 FMAs for the F32 ones. Runs about `seconds` in short rounds and keeps the best round, so a
+ * busy machine reads low less often. Returns operations per second (a multiply-add counts 2).
+ */
+double kq_peak_ops(enum kq_type w, double seconds);
+
+/* ---- ISA selection ------------------------------------------------------------------------ */
+enum kq_isa kq_isa_best(void);   /* what this CPU supports */
+enum kq_isa kq_isa_active(void); /* what is in use */
+/* Force an ISA (clamped to kq_isa_best). Returns the ISA now active. */
+enum kq_isa kq_isa_force(enum kq_isa isa);
+const char *kq_isa_name(enum kq_isa isa);
+
+#endif

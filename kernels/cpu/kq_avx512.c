@@ -1,0 +1,997 @@
+/*
+ * kq_avx512 — AVX-512 (F, BW, VL, DQ, VNNI) matmul and activation quantisers; kq.c calls
+ * these only when kq_isa_active() is KQ_ISA_AVX512. Built with the Makefile's AVX512_FLAGS.
+ *
+ * Every kernel is a register tile of R weight rows x T tokens (kq__tile_drive walks the matrix):
+ * the rows' blocks are loaded and unpacked once per step and met with T activation rows, so a
+ * weight byte comes from memory once per token chunk. A step covers 64 elements (two Q8_0/Q4_0
+ * blocks, one 64-element group of a K-quant super-block) or 16 floats. Decode (one token) runs
+ * the 1 x 1 tile row after row, one sequential DRAM stream; it keeps 2 (Q8_0/Q4_0) or 4 (floats)
+ * accumulator chains so it is not bound by FMA latency. K-quant super-blocks are independent
+ * integer chains already. Q8_0/Q4_0 decode first prepares the activation once per call (see
+ * "decode with a prepared activation"), which removes most per-row work on the activation side.
+ *
+ * Integer products are exact and summed per block / super-block as in the scalar reference:
+ *   Q8_0 x Q8_0  |w| (u8) . sign(a, w) (s8) with vpdpbusd (activations are within +-127)
+ *   Q4_0 x Q8_0  q (u8 0..15) . a with vpdpbusd, minus 8 * sum(a)
+ *   Q4_K/Q5_K    q . a with vpmaddubsw, times the sub-block scale with vpdpwssd; the min term
+ *                from the activation's 16-element sums: sum_j m_j * (bsum_2j + bsum_2j+1)
+ *   Q6_K         q (u8 0..63) . a likewise, minus 32 * sum_j scale_j * bsum_j
+ * Only the float accumulation order differs from the reference.
+ *
+ * Threads: any number may call concurrently; the only state is the thread-local scratch of the
+ * Q8_0/Q4_0 decode, filled and used within one call.
+ */
+#include "kq_impl.h" // defines: block structs, kq__tileset, kq__avx512_*
+#include "simd.h"       // defines: INLINE, UNROLL
+
+#include <immintrin.h>
+#define RMAX 4
+#define TMAX 4
+
+/* ================================ helpers =================================================== */
+
+/* f16 to f32 with the F16C instruction (exact, like kq_f16_to_f32). */
+INLINE float h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* [f16 *p0 as f32 x8 | *p1 x8]; p1 NULL gives zeros. Broadcasts from memory, one conversion. */
+INLINE __m512 f16_bcast2(const uint16_t *p0, const uint16_t *p1)
+{
+    const __m128i lo = _mm_set1_epi16((short)*p0);
+    const __m128i hi = p1 ? _mm_set1_epi16((short)*p1) : _mm_setzero_si128();
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+/* 32 bytes at lo then 32 at hi; with hi NULL the upper half is zero (a lone tail block). */
+INLINE __m512i load_2x32(const void *lo, const void *hi)
+{
+    const __m512i v = _mm512_zextsi256_si512(_mm256_loadu_si256(lo));
+    return hi ? _mm512_inserti64x4(v, _mm256_loadu_si256(hi), 1) : v;
+}
+
+/* int32 lanes: lo in the first 256 bits, hi in the rest. */
+INLINE __m512i split32(int lo, int hi)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi32(lo), _mm256_set1_epi32(hi), 1);
+}
+
+/* int16 lanes: lo in the first 256 bits, hi in the rest. */
+INLINE __m512i split16(short lo, short hi)
+{
+    return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
+}
+
+/* All RMAX x TMAX accumulators, so a 1 x 1 tile may use [0][1..3] as extra chains. */
+INLINE void zero_tile(__m512 acc[RMAX][TMAX])
+{
+    UNROLL for (int r = 0; r < RMAX; r++)
+        UNROLL for (int t = 0; t < TMAX; t++)
+            acc[r][t] = _mm512_setzero_ps();
+}
+
+/* y[t * ys + r] = sum of the lanes of acc[r][t]. */
+INLINE void store_tile(int R, int T, __m512 acc[RMAX][TMAX], float *y, int64_t ys)
+{
+    UNROLL for (int t = 0; t < T; t++)
+        UNROLL for (int r = 0; r < R; r++)
+            y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/*
+ * The four tile shapes of a kernel family NAME##_tile(R, T, ...), packaged as a kq__tileset. The
+ * rm x 1 kernel doubles as the short-row decode kernel (rm = 4 rows already).
+ */
+#define TILESET(NAME, RM, TM)                                                                     \
+    static void NAME##_full(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, TM, n, W, ws, A, as, y, ys);                                              \
+    }                                                                                             \
+    static void NAME##_rows(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(RM, 1, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_toks(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as, \
+                            float *y, int64_t ys)                                                 \
+    {                                                                                             \
+        NAME##_tile(1, TM, n, W, ws, A, as, y, ys);                                               \
+    }                                                                                             \
+    static void NAME##_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,          \
+                              size_t as, float *y, int64_t ys)                                    \
+    {                                                                                             \
+        NAME##_tile(1, 1, n, W, ws, A, as, y, ys);                                                \
+    }                                                                                             \
+    static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
+                                                    NAME##_toks, NAME##_single, RM, NAME##_rows}
+
+/* ================================ F32 / F16 / BF16 weights ================================== */
+
+/* 16 weights from element i of a float-type row as f32 (lanes outside m read as zero). */
+INLINE __m512 load_wf(enum kq_type wt, const uint8_t *row, int64_t i, __mmask16 m)
+{
+    if (wt == KQ_F32)
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (wt == KQ_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* 16 elements from i (lanes in m) of R rows x T tokens into acc[r][t + k]. */
+INLINE void float_step(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws,
+                       const uint8_t *A, size_t as, int64_t i, __mmask16 m,
+                       __m512 acc[RMAX][TMAX], int k)
+{
+    __m512 w[RMAX];
+    UNROLL for (int r = 0; r < R; r++)
+        w[r] = load_wf(wt, W + r * ws, i, m);
+    UNROLL for (int t = 0; t < T; t++) {
+        const __m512 a = _mm512_maskz_loadu_ps(m, (const float *)(A + t * as) + i);
+        UNROLL for (int r = 0; r < R; r++)
+            acc[r][t + k] = _mm512_fmadd_ps(w[r], a, acc[r][t + k]);
+    }
+}
+
+INLINE void float_tile(enum kq_type wt, int R, int T, int64_t n, const uint8_t *W, size_t ws,
+                       const uint8_t *A, size_t as, float *y, int64_t ys)
+{
+    __m512 acc[RMAX][TMAX];
+    zero_tile(acc);
+    int64_t i = 0;
+    for (; R * T == 1 && i + 64 <= n; i += 64) /* 1 x 1: four chains, as in BLOCK32_TILE */
+        UNROLL for (int k = 0; k < 4; k++)
+            float_step(wt, 1, 1, W, ws, A, as, i + 16 * k, 0xffff, acc, k);
+    for (; i + 16 <= n; i += 16)
+        float_step(wt, R, T, W, ws, A, as, i, 0xffff, acc, 0);
+    if (i < n)
+        float_step(wt, R, T, W, ws, A, as, i, (__mmask16)((1u << (n - i)) - 1), acc, 0);
+    if (R * T == 1)
+        acc[0][0] = _mm512_add_ps(_mm512_add_ps(acc[0][0], acc[0][1]),
+                                  _mm512_add_ps(acc[0][2], acc[0][3]));
+    store_tile(R, T, acc, y, ys);
+}
+
+#define f32_tile(R, T, ...) float_tile(KQ_F32, R, T, __VA_ARGS__)
+#define f16_tile(R, T, ...) float_tile(KQ_F16, R, T, __VA_ARGS__)
+#define bf16_tile(R, T, ...) float_tile(KQ_BF16, R, T, __VA_ARGS__)
+TILESET(f32, 4, 4);
+TILESET(f16, 4, 4);
+TILESET(bf16, 4, 4);
+
+/* ================================ Q8_0 / Q4_0 weights ======================================= */
+
+/* Blocks ib, ib + 1 (two == false: block ib only) of R Q8_0 rows x T tokens into
+ * acc[r][t + k]; lanes 0-7 carry the first block, 8-15 the second, each with its own scale. */
+INLINE void q8_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX], int k)
+{
+    __m512i wabs[RMAX];
+    __mmask64 wneg[RMAX];
+    __m512 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q8_0 *b = (const struct kq__q8_0 *)(W + r * ws) + ib;
+        const __m512i v = load_2x32(b[0].qs, two ? b[1].qs : NULL);
+        wabs[r] = _mm512_abs_epi8(v);
+        wneg[r] = _mm512_movepi8_mask(v);
+        wd[r] = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
+        const __m512 ad = f16_bcast2(&c[0].d, two ? &c[1].d : NULL);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i sa = _mm512_mask_sub_epi8(a, wneg[r], _mm512_setzero_si512(), a);
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs[r], sa);
+            acc[r][t + k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(wd[r], ad),
+                                            acc[r][t + k]);
+        }
+    }
+}
+
+/* Blocks ib, ib + 1 of Q4_0 weights as bytes 0..15 in activation order: [lo0 hi0 lo1 hi1]. */
+INLINE __m512i q4_0_unpack(const struct kq__q4_0 *b, bool two)
+{
+    __m256i v = _mm256_zextsi128_si256(_mm_loadu_si128((const void *)b[0].qs));
+    if (two)
+        v = _mm256_inserti128_si256(v, _mm_loadu_si128((const void *)b[1].qs), 1);
+    const __m512i dup = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                 _mm512_zextsi256_si512(v));
+    const __m512i sh = _mm512_srlv_epi64(dup, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    return _mm512_and_si512(sh, _mm512_set1_epi8(15));
+}
+
+/* As q8_0_step for Q4_0 rows; the level offset -8 is taken off as 8 * sum(a) per lane. */
+INLINE void q4_0_step(int R, int T, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
+                      int64_t ib, bool two, __m512 acc[RMAX][TMAX], int k)
+{
+    __m512i wq[RMAX];
+    __m512 wd[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        const struct kq__q4_0 *b = (const struct kq__q4_0 *)(W + r * ws) + ib;
+        wq[r] = q4_0_unpack(b, two);
+        wd[r] = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_0 *c = (const struct kq__q8_0 *)(A + t * as) + ib;
+        const __m512i a = load_2x32(c[0].qs, two ? c[1].qs : NULL);
+        const __m512 ad = f16_bcast2(&c[0].d, two ? &c[1].d : NULL);
+        /* 8 * sum(a) per lane: the "- 8" of every weight level. */
+        const __m512i a8 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), a);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], a);
+            const __m512 pf = _mm512_cvtepi32_ps(_mm512_sub_epi32(p, a8));
+            acc[r][t + k] = _mm512_fmadd_ps(pf, _mm512_mul_ps(wd[r], ad), acc[r][t + k]);
+        }
+    }
+}
+
+/*
+ * A 1 x 1 tile (the decode kernel) alternates two accumulators so that consecutive steps do not
+ * wait on each other's FMA; larger tiles have independent chains already.
+ */
+#define BLOCK32_TILE(NAME)                                                                        \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m512 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        const int64_t nb = n / KQ__QK;                                                            \
+        int64_t ib = 0;                                                                           \
+        for (; R * T == 1 && ib + 4 <= nb; ib += 4) {                                             \
+            NAME##_step(1, 1, W, ws, A, as, ib, true, acc, 0);                                    \
+            NAME##_step(1, 1, W, ws, A, as, ib + 2, true, acc, 1);                                \
+        }                                                                                         \
+        for (; ib + 2 <= nb; ib += 2)                                                             \
+            NAME##_step(R, T, W, ws, A, as, ib, true, acc, 0);                                    \
+        if (ib < nb)                                                                              \
+            NAME##_step(R, T, W, ws, A, as, ib, false, acc, 0);                                   \
+        if (R * T == 1)                                                                           \
+            acc[0][0] = _mm512_add_ps(acc[0][0], acc[0][1]);                                      \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+BLOCK32_TILE(q8_0)
+BLOCK32_TILE(q4_0)
+TILESET(q8_0, 4, 4);
+TILESET(q4_0, 4, 4);
+
+/* ================================ K-quant weights =========================================== */
+
+/*
+ * A K-quant super-block meets the activations in 4 steps of 64 elements. Per step and row the
+ * levels q (64 bytes, activation order) and the per-lane int16 scales; the super-block's integer
+ * sum builds up in iacc[r][t] and becomes float once, with the row's d and the token's d.
+ */
+struct krow {
+    const uint8_t *qs, *qh; /* qh: Q5_K high bits or Q6_K qh; NULL for Q4_K */
+    const uint8_t *ql;      /* Q6_K low bits */
+    __m512i sc;             /* i16 words (low 256 bits): Q4/5_K sc0..7 m0..7; Q6_K s0..15 */
+    __m256i mins;           /* i16 partners of the bsums: Q4/5_K m0 m0 m1 m1 ..; Q6_K s0..15 */
+    float d, dmin;
+};
+
+/*
+ * The 12 packed scale bytes of Q4_K/Q5_K as words [sc0..sc7, m0..m7] (the vector form of
+ * kq__unpack_scales). Gathers [s0-3 s8-11 s4-7 s8-11] and [0 s0-3 0 s4-7], then per byte keeps
+ * the low 6 bits, the low / high nibble, and moves the top 2 bits of bytes 0-7 to bits 4-5.
+ * Reads 16 bytes: the 4 past the scales are still inside the block.
+ */
+INLINE __m256i kscale_words(const uint8_t *scales)
+{
+    const __m128i v = _mm_loadu_si128((const void *)scales);
+    const __m128i a = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8,
+                                                        9, 10, 11));
+    const __m128i b = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1,
+                                                        -1, 4, 5, 6, 7));
+    const __m128i keep = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0);
+    const __m128i lo = _mm_or_si128(_mm_and_si128(a, keep),
+                                    _mm_and_si128(_mm_srli_epi16(a, 4), _mm_setr_epi32(0, 0, 0, 0x0f0f0f0f)));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm256_cvtepu8_epi16(_mm_or_si128(lo, hi));
+}
+
+/* Super-block ib of a K-quant row: scale words, the min / offset partners, f32 d and dmin. */
+INLINE struct krow krow_load(enum kq_type wt, const uint8_t *row, int64_t ib)
+{
+    struct krow k = {0};
+    if (wt == KQ_Q6_K) {
+        const struct kq__q6_k *b = (const struct kq__q6_k *)row + ib;
+        k.mins = _mm256_cvtepi8_epi16(_mm_loadu_si128((const void *)b->scales));
+        k.sc = _mm512_zextsi256_si512(k.mins);
+        k.ql = b->ql, k.qh = b->qh, k.d = h2f(b->d);
+        return k;
+    }
+    const uint8_t *p = row + ib * (wt == KQ_Q4_K ? sizeof(struct kq__q4_k) : sizeof(struct kq__q5_k));
+    uint32_t ddmin; /* d and dmin, adjacent f16 at the block start, converted together */
+    memcpy(&ddmin, p, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin));
+    k.d = _mm_cvtss_f32(dd), k.dmin = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    if (wt == KQ_Q4_K) {
+        const struct kq__q4_k *b = (const void *)p;
+        k.sc = _mm512_zextsi256_si512(kscale_words(b->scales));
+        k.qs = b->qs;
+    } else {
+        const struct kq__q5_k *b = (const void *)p;
+        k.sc = _mm512_zextsi256_si512(kscale_words(b->scales));
+        k.qs = b->qs, k.qh = b->qh;
+    }
+    k.mins = _mm256_permutexvar_epi16(_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13,
+                                                        14, 14, 15, 15),
+                                      _mm512_castsi512_si256(k.sc));
+    return k;
+}
+
+/* Levels of step s (elements 64s .. 64s+63) as unsigned bytes. */
+INLINE __m512i krow_levels(enum kq_type wt, const struct krow *k, int s)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    if (wt == KQ_Q6_K) { /* half s / 2; low nibbles for even s, high for odd */
+        const __m512i ql = _mm512_loadu_si512(k->ql + 64 * (s / 2));
+        const __m512i qh = load_2x32(k->qh + 32 * (s / 2), k->qh + 32 * (s / 2));
+        const __m512i lo = s % 2 ? _mm512_srli_epi16(ql, 4) : ql;
+        /* high 2 bits of the first 32 bytes: qh bits 0-1 (even s) / 4-5 (odd s); then 2-3 / 6-7 */
+        const __m512i hi = s % 2 ? _mm512_srlv_epi16(qh, split16(0, 2))
+                                 : _mm512_sllv_epi16(qh, split16(4, 2));
+        return _mm512_or_si512(_mm512_and_si512(lo, m4),
+                               _mm512_and_si512(hi, _mm512_set1_epi8(0x30)));
+    }
+    const __m256i v = _mm256_loadu_si256((const void *)(k->qs + 32 * s));
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    q = _mm512_and_si512(q, m4);
+    if (wt == KQ_Q5_K) { /* bit 2s of qh[l] for the first 32, bit 2s + 1 for the next */
+        const __m512i qh = load_2x32(k->qh, k->qh);
+        const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * s))),
+                                               _mm256_set1_epi8((char)(2 << (2 * s))), 1);
+        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, _mm512_set1_epi8(16));
+    }
+    return q;
+}
+
+/* Per-lane i16 scales of step s for the vpmaddubsw output (32 lanes: 16 per 32 levels). */
+INLINE __m512i krow_scales(enum kq_type wt, const struct krow *k, int s)
+{
+    if (wt == KQ_Q6_K) { /* 4 sub-blocks of 16 per step: 8 lanes each */
+        const __m256i lo = _mm256_setr_m128i(_mm_set1_epi16((short)(4 * s)),
+                                             _mm_set1_epi16((short)(4 * s + 1)));
+        const __m256i hi = _mm256_setr_m128i(_mm_set1_epi16((short)(4 * s + 2)),
+                                             _mm_set1_epi16((short)(4 * s + 3)));
+        return _mm512_permutexvar_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), k->sc);
+    }
+    return _mm512_permutexvar_epi16(split16((short)(2 * s), (short)(2 * s + 1)), k->sc);
+}
+
+/* Super-block ib of R rows x T tokens (kept whole: the steps share iacc, see the comment above). */
+INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, const uint8_t *A,
+                size_t as, int64_t ib, __m512 acc[RMAX][TMAX])
+{
+    struct krow k[RMAX];
+    __m512i iacc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        k[r] = krow_load(wt, W + r * ws, ib);
+        UNROLL for (int t = 0; t < T; t++)
+            iacc[r][t] = _mm512_setzero_si512();
+    }
+    UNROLL for (int s = 0; s < 4; s++) {
+        __m512i q[RMAX], sc[RMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            q[r] = krow_levels(wt, &k[r], s);
+            sc[r] = krow_scales(wt, &k[r], s);
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+            const __m512i a = _mm512_loadu_si512(c->qs + 64 * s);
+            UNROLL for (int r = 0; r < R; r++)
+                iacc[r][t] = _mm512_dpwssd_epi32(iacc[r][t], _mm512_maddubs_epi16(q[r], a), sc[r]);
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
+        const __m256i bs = _mm256_loadu_si256((const void *)c->bsums);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m256i mt = _mm256_madd_epi16(bs, k[r].mins);
+            if (wt == KQ_Q6_K) { /* same scale as the main sum: fold in as integers */
+                const __m512i m32 = _mm512_slli_epi32(_mm512_zextsi256_si512(mt), 5);
+                iacc[r][t] = _mm512_sub_epi32(iacc[r][t], m32);
+            } else {
+                const __m512 mf = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(mt));
+                acc[r][t] = _mm512_fnmadd_ps(mf, _mm512_set1_ps(k[r].dmin * c->d), acc[r][t]);
+            }
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][t]),
+                                        _mm512_set1_ps(k[r].d * c->d), acc[r][t]);
+        }
+    }
+}
+
+#define KQUANT_TILE(NAME, WT)                                                                     \
+    INLINE void NAME##_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws,                \
+                            const uint8_t *A, size_t as, float *y, int64_t ys)                    \
+    {                                                                                             \
+        __m512 acc[RMAX][TMAX];                                                                   \
+        zero_tile(acc);                                                                           \
+        for (int64_t ib = 0; ib < n / KQ__QK_K; ib++)                                             \
+            ksb(WT, R, T, W, ws, A, as, ib, acc);                                                 \
+        store_tile(R, T, acc, y, ys);                                                             \
+    }
+
+KQUANT_TILE(q4_k, KQ_Q4_K)
+KQUANT_TILE(q5_k, KQ_Q5_K)
+KQUANT_TILE(q6_k, KQ_Q6_K)
+TILESET(q4_k, 4, 4);
+TILESET(q5_k, 4, 4);
+TILESET(q6_k, 4, 4);
+
+/* ================================ decode with a prepared activation ========================= */
+
+/*
+ * Decode (one token) of Q8_0 / Q4_0 weights would spend most of its instructions on the
+ * activation side, which is the same for every row, so the matmul prepares it once per call:
+ *   qs         the levels, contiguous, the last step zero-padded
+ *   step[i]    for blocks 2i, 2i + 1: their scales as f32 and their offsets -k * sum(levels),
+ *              k = 128 for Q8_0, 8 for Q4_0
+ * The weight levels are then taken as unsigned bytes (Q8_0: w + 128 by flipping the top bit;
+ * Q4_0: the nibble, whose offset is 8), so one vpdpbusd started from the offsets yields the
+ * exact signed block sums. The scratch stays compact (1.25 bytes per element) because it is
+ * re-read for every row and must share L1 with the weight stream: an expanded lane-layout
+ * version measured faster in cache but slower from DRAM. Thread-local; longer rows use the
+ * tile kernels.
+ */
+#define PREP_MAX_N 32768
+
+struct prep {
+    _Alignas(64) int8_t qs[PREP_MAX_N];
+    struct {
+        float d[2];
+        int32_t off[2];
+    } step[PREP_MAX_N / 64];
+};
+
+static _Thread_local struct prep prep_tls;
+
+/* Prepare nb Q8_0 activation blocks with level offset k (see above). */
+static void prep_act(const struct kq__q8_0 *a, int64_t nb, int k, struct prep *p)
+{
+    for (int64_t i = 0; 2 * i < nb; i++) {
+        const bool two = 2 * i + 1 < nb;
+        const __m512i v = load_2x32(a[2 * i].qs, two ? a[2 * i + 1].qs : NULL);
+        const __m512i ksum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)k), v);
+        _mm512_store_si512(p->qs + 64 * i, v);
+        p->step[i].d[0] = h2f(a[2 * i].d);
+        p->step[i].d[1] = two ? h2f(a[2 * i + 1].d) : 0.0f;
+        p->step[i].off[0] = -_mm512_mask_reduce_add_epi32(0x00ff, ksum);
+        p->step[i].off[1] = -_mm512_mask_reduce_add_epi32(0xff00, ksum);
+    }
+}
+
+/* Step i (blocks 2i, 2i + 1; the second absent when !two) of a row against the prepared act. */
+INLINE __m512 prep_step(enum kq_type wt, const uint8_t *row, const struct prep *p, int64_t i,
+                        bool two, __m512 acc)
+{
+    __m512i wu;
+    __m512 wd;
+    if (wt == KQ_Q8_0) {
+        const struct kq__q8_0 *b = (const struct kq__q8_0 *)row + 2 * i;
+        wu = _mm512_xor_si512(load_2x32(b[0].qs, two ? b[1].qs : NULL), _mm512_set1_epi8((char)0x80));
+        wd = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    } else {
+        const struct kq__q4_0 *b = (const struct kq__q4_0 *)row + 2 * i;
+        wu = q4_0_unpack(b, two);
+        wd = f16_bcast2(&b[0].d, two ? &b[1].d : NULL);
+    }
+    /* rec = [d0, d1, off0, off1]: d to lanes 0-7 / 8-15, the offsets to lanes 0 and 8 only */
+    const __m512 rec = _mm512_castps128_ps512(_mm_loadu_ps(p->step[i].d));
+    const __m512 ad = _mm512_permutexvar_ps(split32(0, 1), rec);
+    const __m512i off = _mm512_maskz_permutexvar_epi32(0x0101, split32(2, 3), _mm512_castps_si512(rec));
+    const __m512i sum = _mm512_dpbusd_epi32(off, wu, _mm512_load_si512(p->qs + 64 * i));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, ad), acc);
+}
+
+/* One row of nb blocks against the prepared activation; two accumulator chains. */
+INLINE float prep_dot(enum kq_type wt, int64_t nb, const uint8_t *row, const struct prep *p)
+{
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; 2 * i + 4 <= nb; i += 2) {
+        acc0 = prep_step(wt, row, p, i, true, acc0);
+        acc1 = prep_step(wt, row, p, i + 1, true, acc1);
+    }
+    for (; 2 * i < nb; i++)
+        acc0 = prep_step(wt, row, p, i, 2 * i + 1 < nb, acc0);
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+/* Rows [r0, r1) of Q8_0 / Q4_0 weights against one token: prepare, then stream the rows. */
+static void decode_prepared(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                            int64_t r1, const void *act, float *y)
+{
+    struct prep *p = &prep_tls;
+    prep_act(act, n / KQ__QK, wt == KQ_Q8_0 ? 128 : 8, p);
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = wt == KQ_Q8_0 ? prep_dot(KQ_Q8_0, n / KQ__QK, W + r * ws, p)
+                             : prep_dot(KQ_Q4_0, n / KQ__QK, W + r * ws, p);
+}
+
+/*
+ * Q4_K decode with a prepared activation. The tile kernel spends most of a super-block's
+ * instructions on unpacking (32-byte halves, per-step scale permutes, the scale bytes' bit
+ * fields in vector registers). Here, per super-block: two 64-byte loads give all 256 levels as
+ * four vectors of low / high nibbles, i.e. sub-blocks (0|2), (1|3), (4|6), (5|7); the
+ * activation is rearranged once per call into the same order; the 6-bit scales and mins are
+ * unpacked in general-purpose registers (kq__unpack_scales) and spread to the int16 lanes with
+ * one vpermw per vector. Sums as in ksb: q . a with vpmaddubsw, times the scale with
+ * vpdpwssd, the min term from the activation's 32-element sums.
+ */
+struct prep_k {
+    _Alignas(64) int8_t qs[PREP_MAX_N]; /* per super-block: a[0..31] a[64..95] a[32..63] ... */
+    int16_t b32[PREP_MAX_N / KQ__QK_K][8]; /* sums of each 32 levels */
+    float d[PREP_MAX_N / KQ__QK_K];
+};
+
+static _Thread_local struct prep_k prep_k_tls;
+
+static void prep_act_q8_k(const struct kq__q8_k *a, int64_t nsb, struct prep_k *p)
+{
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const int8_t *q = a[ib].qs;
+        int8_t *o = p->qs + KQ__QK_K * ib;
+        for (int h = 0; h < 2; h++) { /* vector 2h: sub-blocks 4h, 4h + 2; 2h + 1: 4h + 1, 4h + 3 */
+            _mm512_store_si512(o + 128 * h, load_2x32(q + 128 * h, q + 128 * h + 64));
+            _mm512_store_si512(o + 128 * h + 64, load_2x32(q + 128 * h + 32, q + 128 * h + 96));
+        }
+        for (int j = 0; j < 8; j++)
+            p->b32[ib][j] = (int16_t)(a[ib].bsums[2 * j] + a[ib].bsums[2 * j + 1]);
+        p->d[ib] = a[ib].d;
+    }
+}
+
+/* int16 lanes: scale word lo of sc in the first 16, word hi in the rest. */
+INLINE __m512i spread_scales(__m512i sc, short lo, short hi)
+{
+    return _mm512_permutexvar_epi16(split16(lo, hi), sc);
+}
+
+/* iacc + scales . (levels . a) for the 64 levels of v's low (hi == false) or high nibbles:
+ * sub-blocks lo (first 32 bytes of v) and hi_sb (the rest). */
+INLINE __m512i q4_k_part(__m512i iacc, __m512i v, bool high, const int8_t *a, __m512i scw,
+                         short lo, short hi_sb)
+{
+    const __m512i q = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
+    const __m512i p = _mm512_maddubs_epi16(q, _mm512_load_si512(a));
+    return _mm512_dpwssd_epi32(iacc, p, spread_scales(scw, lo, hi_sb));
+}
+
+static float q4_k_dot_prepared(const struct kq__q4_k *w, int64_t nsb, const struct prep_k *p)
+{
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        const struct kq__q4_k *b = &w[ib];
+        uint64_t sc, mn;
+        kq__unpack_scales(b->scales, &sc, &mn);
+        const __m128i scb = _mm_cvtsi64_si128((long long)sc);
+        const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(scb));
+        const __m512i v0 = _mm512_loadu_si512(b->qs), v1 = _mm512_loadu_si512(b->qs + 64);
+        const int8_t *a = p->qs + KQ__QK_K * ib;
+        __m512i i0 = q4_k_part(_mm512_setzero_si512(), v0, false, a, scw, 0, 2);
+        __m512i i1 = q4_k_part(_mm512_setzero_si512(), v0, true, a + 64, scw, 1, 3);
+        i0 = q4_k_part(i0, v1, false, a + 128, scw, 4, 6);
+        i1 = q4_k_part(i1, v1, true, a + 192, scw, 5, 7);
+        const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+        const __m128i mt = _mm_madd_epi16(mw, _mm_loadu_si128((const void *)p->b32[ib]));
+        uint32_t ddmin; /* d and dmin, adjacent f16, converted together */
+        memcpy(&ddmin, &b->d, 4);
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin)),
+                                     _mm_set1_ps(p->d[ib]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                              _mm512_broadcastss_ps(dd), acc);
+        accm = _mm512_fmadd_ps(_mm512_castps128_ps512(_mm_cvtepi32_ps(mt)),
+                               _mm512_broadcastss_ps(_mm_movehdup_ps(dd)), accm);
+    }
+    return _mm512_reduce_add_ps(acc) - _mm512_mask_reduce_add_ps(0x000f, accm);
+}
+
+/* Rows [r0, r1) of Q4_K weights against one token: prepare, then stream the rows. */
+static void decode_q4_k(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
+                        const void *act, float *y)
+{
+    struct prep_k *p = &prep_k_tls;
+    prep_act_q8_k(act, n / KQ__QK_K, p);
+    for (int64_t r = r0; r < r1; r++)
+        y[r] = q4_k_dot_prepared((const struct kq__q4_k *)(W + r * ws), n / KQ__QK_K, p);
+}
+
+/* ================================ prefill with packed groups ================================ */
+
+/*
+ * Prefill (many tokens) of Q8_0 / Q4_0 weights. The tile kernels above spend three multiply-
+ * class instructions per vpdpbusd, because each vector of products mixes two blocks that need
+ * their own scales. Here a group of 16 blocks is packed lane-wise: dword k (elements 4k..4k+3)
+ * of block b goes to lane b of vector k, so 8 vpdpbusd give the group's 16 exact integer block
+ * dots, and one conversion, one scale product and one FMA finish all 16.
+ *   activations: u8 = a + 128 (in registers, reused by every row), f32 block scales
+ *   weights:     s8 (Q4_0: q - 8) as vpdpbusd's memory operand, f32 block scales, and the
+ *                correction -128 * sum(w) per block that takes the +128 back out exactly
+ * Q4_K runs the same way with its 32-element sub-blocks as the blocks (two super-blocks per
+ * group): levels 0..15, scale d * sc_j, and the min term dmin * m_j * sum(a) per sub-block
+ * from the Q8_K activation's block sums; one more FMA per group.
+ * Each thread packs a chunk of tokens' activations once, then each block of R rows once per
+ * chunk, and runs R rows against one token at a time. A row's arithmetic (its chain of groups)
+ * depends on nothing but its own data: not on R, the token count or the thread split.
+ * Lanes of a last, partial group read as zero blocks.
+ */
+#define PK_MIN_T 8          /* fewer tokens: the tile kernels (packing would not pay) */
+#define PK_MAX_GROUPS 128   /* n <= 65536 */
+#define PK_R 8              /* rows per kernel call at most */
+#define PK_ACT_BYTES (256u << 10)
+#define PK_W_BYTES (40u << 10) /* a block of packed rows should stay in L1 */
+
+struct pk_act {
+    __m512i q[8]; /* u8 levels + 128 */
+    __m512 d;     /* block scales */
+    __m512 s;     /* Q4_K: block sums times the scale */
+};
+struct pk_w {
+    __m512i q[8]; /* s8 levels */
+    __m512 d;     /* block scales (Q4_K: d * sub-block scale) */
+    __m512i corr; /* -128 * sum of the block's levels */
+    __m512 mn;    /* Q4_K: dmin * sub-block min */
+};
+
+static _Thread_local struct pk_act pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_act)];
+static _Thread_local struct pk_w pk_w_tls[PK_MAX_GROUPS > PK_W_BYTES / sizeof(struct pk_w)
+                                              ? PK_MAX_GROUPS
+                                              : PK_W_BYTES / sizeof(struct pk_w)];
+
+/* Lane b: block first + b of a row of nb blocks of `bytes` each; lanes past nb are off. */
+INLINE __mmask16 pk_lanes(int64_t first, int64_t nb)
+{
+    return nb - first >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - first)) - 1);
+}
+
+INLINE __m512i pk_gather(__mmask16 m, __m512i idx, const uint8_t *base, int off)
+{
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m,
+                                       _mm512_add_epi32(idx, _mm512_set1_epi32(off)), base, 1);
+}
+
+/* The f16 scales at offset 0 of each lane's block, as f32. */
+INLINE __m512 pk_scales(__mmask16 m, __m512i idx, const uint8_t *base)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pk_gather(m, idx, base, 0)));
+}
+
+/*
+ * The levels of a group of 16 Q8_0 blocks (first, first + 1, .. of a row of nb), packed: v[k]
+ * lane b = dword k of block b. Loaded two blocks per vector (lanes 0-7, 8-15), then three
+ * rounds of two-source permutes, each taking the even and the odd dwords of a register pair
+ * (r, r + 2^s), turn 8 x (2 blocks x 8 dwords) into 8 x (16 blocks x 1 dword).
+ */
+INLINE void pk_transpose(__m512i v[8]);
+
+INLINE void pk_levels_q8_0(const struct kq__q8_0 *row, int64_t first, int64_t nb, __m512i v[8])
+{
+    for (int i = 0; i < 8; i++) {
+        const int64_t b = first + 2 * i;
+        v[i] = b >= nb ? _mm512_setzero_si512()
+                       : load_2x32(row[b].qs, b + 1 < nb ? row[b + 1].qs : NULL);
+    }
+    pk_transpose(v);
+}
+
+/* Group g of a Q8_0 activation row of nb blocks. */
+static void pk_pack_act(const struct kq__q8_0 *row, int64_t nb, int64_t g, struct pk_act *o)
+{
+    const __mmask16 m = pk_lanes(16 * g, nb);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(struct kq__q8_0)));
+    __m512i v[8];
+    pk_levels_q8_0(row, 16 * g, nb, v);
+    for (int k = 0; k < 8; k++)
+        o->q[k] = _mm512_xor_si512(v[k], _mm512_set1_epi8((char)0x80));
+    o->d = pk_scales(m, idx, (const uint8_t *)(row + 16 * g));
+}
+
+/* Group g of a Q8_0 or Q4_0 weight row of nb blocks (Q4_0 gathers its nibbles). */
+static void pk_pack_w(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, struct pk_w *o)
+{
+    const size_t bb = wt == KQ_Q8_0 ? sizeof(struct kq__q8_0) : sizeof(struct kq__q4_0);
+    const __mmask16 m = pk_lanes(16 * g, nb);
+    const uint8_t *base = row + 16 * g * bb;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)bb));
+    if (wt == KQ_Q8_0)
+        pk_levels_q8_0((const struct kq__q8_0 *)row, 16 * g, nb, o->q);
+    for (int k = 0; k < 8 && wt == KQ_Q4_0; k++) {
+        /* elements 4k..4k+3: low nibbles of qs[4k..] for k < 4, high ones after */
+        __m512i q = pk_gather(m, idx, base, 2 + 4 * (k & 3));
+        q = _mm512_and_si512(k < 4 ? q : _mm512_srli_epi32(q, 4), _mm512_set1_epi8(15));
+        o->q[k] = _mm512_maskz_mov_epi32(m, _mm512_sub_epi8(q, _mm512_set1_epi8(8))); /* pads: 0 */
+    }
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++)
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
+    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+    o->d = pk_scales(m, idx, base);
+}
+
+/* The three rounds of pk_levels_q8_0 on v[0..7], each two blocks (lanes 0-7, 8-15). */
+INLINE void pk_transpose(__m512i v[8])
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    UNROLL for (int st = 0; st < 3; st++)
+        UNROLL for (int r = 0; r < 8; r++) {
+            if (r & (1 << st))
+                continue;
+            const __m512i a = v[r], b = v[r | 1 << st];
+            v[r] = _mm512_permutex2var_epi32(a, ev, b);
+            v[r | 1 << st] = _mm512_permutex2var_epi32(a, od, b);
+        }
+}
+
+/* Group g (super-blocks 2g, 2g + 1) of a Q8_K activation row of nsb super-blocks. */
+static void pk_pack_act_q8_k(const struct kq__q8_k *row, int64_t nsb, int64_t g, struct pk_act *o)
+{
+    const bool two = 2 * g + 1 < nsb;
+    const struct kq__q8_k *b0 = &row[2 * g], *b1 = two ? &row[2 * g + 1] : NULL;
+    for (int i = 0; i < 8; i++) { /* sub-blocks 2i, 2i + 1: 64 contiguous levels */
+        const struct kq__q8_k *b = i < 4 ? b0 : b1;
+        o->q[i] = b ? _mm512_loadu_si512(b->qs + 64 * (i & 3)) : _mm512_setzero_si512();
+    }
+    pk_transpose(o->q);
+    for (int k = 0; k < 8; k++)
+        o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
+    const __m512 d =
+        _mm512_insertf32x8(_mm512_set1_ps(b0->d), _mm256_set1_ps(two ? b1->d : 0.0f), 1);
+    const __m256i one = _mm256_set1_epi16(1);
+    const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b0->bsums), one);
+    const __m256i s1 = two ? _mm256_madd_epi16(_mm256_loadu_si256((const void *)b1->bsums), one)
+                           : _mm256_setzero_si256();
+    const __m512i s32 = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+    o->d = d;
+    o->s = _mm512_mul_ps(_mm512_cvtepi32_ps(s32), d);
+}
+
+/* Group g (super-blocks 2g, 2g + 1) of a Q4_K weight row of nsb super-blocks. */
+static void pk_pack_w_q4_k(const struct kq__q4_k *row, int64_t nsb, int64_t g, struct pk_w *o)
+{
+    float d[16], mn[16];
+    for (int h = 0; h < 2; h++) {
+        const int64_t ib = 2 * g + h;
+        for (int i = 0; i < 4; i++) { /* step i: sub-block 2i low nibbles, 2i + 1 high ones */
+            const __m256i v = ib < nsb ? _mm256_loadu_si256((const void *)(row[ib].qs + 32 * i))
+                                       : _mm256_setzero_si256();
+            const __m512i q =
+                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+            o->q[4 * h + i] = _mm512_and_si512(q, _mm512_set1_epi8(15));
+        }
+        uint64_t sc = 0, m = 0;
+        float dd = 0.0f, dmin = 0.0f;
+        if (ib < nsb) {
+            kq__unpack_scales(row[ib].scales, &sc, &m);
+            dd = h2f(row[ib].d), dmin = h2f(row[ib].dmin);
+        }
+        for (int j = 0; j < 8; j++) {
+            d[8 * h + j] = dd * (float)((sc >> (8 * j)) & 0xff);
+            mn[8 * h + j] = dmin * (float)((m >> (8 * j)) & 0xff);
+        }
+    }
+    pk_transpose(o->q);
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++)
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
+    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+    o->d = _mm512_loadu_ps(d);
+    o->mn = _mm512_loadu_ps(mn);
+}
+
+/* y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token. */
+INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
+                      float *y)
+{
+    __m512 acc[PK_R];
+    UNROLL for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const struct pk_act *a = &A[g];
+        __m512i av[8];
+        UNROLL for (int k = 0; k < 8; k++)
+            av[k] = _mm512_load_si512(&a->q[k]);
+        UNROLL for (int r = 0; r < R; r++) {
+            const struct pk_w *w = &W[r * G + g];
+            __m512i s = _mm512_load_si512(&w->corr);
+            UNROLL for (int k = 0; k < 8; k++)
+                s = _mm512_dpbusd_epi32(s, av[k], _mm512_load_si512(&w->q[k]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w->d, a->d), acc[r]);
+            if (kq)
+                acc[r] = _mm512_fnmadd_ps(w->mn, a->s, acc[r]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* The row counts pk_kernel is compiled for; any other count runs as several calls.
+ * y[0..R): the outputs of the R rows for this token. */
+static void pk_rows(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
+                    float *y)
+{
+    if (kq && R == 8)
+        pk_kernel(true, 8, G, W, A, y);
+    else if (kq && R == 4)
+        pk_kernel(true, 4, G, W, A, y);
+    else if (kq)
+        for (int r = 0; r < R; r++)
+            pk_kernel(true, 1, G, W + r * G, A, y + r);
+    else if (R == 8)
+        pk_kernel(false, 8, G, W, A, y);
+    else if (R == 4)
+        pk_kernel(false, 4, G, W, A, y);
+    else
+        for (int r = 0; r < R; r++)
+            pk_kernel(false, 1, G, W + r * G, A, y + r);
+}
+
+/* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
+static void pk_prefetch_row(const uint8_t *row, size_t ws)
+{
+    for (size_t o = 0; o < ws; o += 64)
+        _mm_prefetch((const char *)row + o, _MM_HINT_T1);
+}
+
+/* Same contract as kq_matmul for Q8_0 / Q4_0 / Q4_K weights and nt >= PK_MIN_T; false when n
+ * is 0 or too long for the packing buffers (the caller then uses the tiles). */
+static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                          int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
+                          int64_t ys)
+{
+    const bool kq = wt == KQ_Q4_K;
+    const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
+    const int64_t G = kq ? (nb + 1) / 2 : (nb + 15) / 16;
+    if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
+        return false;
+    int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_act)) / G;
+    int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_w)) / G;
+    R = R >= 8 ? 8 : R >= 4 ? 4 : R >= 2 ? 2 : 1;
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t g = 0; g < G; g++) {
+                struct pk_act *o = &pk_act_tls[(t - t0) * G + g];
+                if (kq)
+                    pk_pack_act_q8_k((const struct kq__q8_k *)(act + t * as), nb, g, o);
+                else
+                    pk_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, o);
+            }
+        for (int64_t r = r0; r < r1; r += R) {
+            const int rr = (int)(r1 - r < R ? r1 - r : R);
+            for (int i = 0; i < rr; i++) {
+                if (r + R + i < r1) /* the next block's row i */
+                    pk_prefetch_row(W + (r + R + i) * ws, ws);
+                for (int64_t g = 0; g < G; g++) {
+                    struct pk_w *o = &pk_w_tls[i * G + g];
+                    if (kq)
+                        pk_pack_w_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), nb, g, o);
+                    else
+                        pk_pack_w(wt, W + (r + i) * ws, nb, g, o);
+                }
+            }
+            for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
+                pk_rows(kq, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
+        }
+    }
+    return true;
+}
+
+/* ================================ activation quantisers ===================================== */
+
+/* nb Q8_0 blocks from x [32 nb]; the same arithmetic as the scalar reference, step by step
+ * (cvtps2dq rounds to nearest even like lrintf; vpmovdb truncation is exact for |q| <= 127). */
+static void act_q8_0(const float *x, struct kq__q8_0 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK) {
+        const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m512 vid = _mm512_set1_ps(id);
+        _mm_storeu_si128((void *)b[i].qs, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid))));
+        _mm_storeu_si128((void *)(b[i].qs + 16),
+                         _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid))));
+    }
+}
+
+/* nb Q8_K blocks from x [256 nb]; each zmm of 16 levels is exactly one bsums group. */
+static void act_q8_k(const float *x, struct kq__q8_k *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += KQ__QK_K) {
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < 16; j++)
+            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * j)));
+        const float d = _mm512_reduce_max_ps(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        for (int j = 0; j < 16; j++) {
+            const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * j),
+                                                               _mm512_set1_ps(id)));
+            _mm_storeu_si128((void *)(b[i].qs + 16 * j), _mm512_cvtepi32_epi8(q));
+            b[i].bsums[j] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+    }
+}
+
+/* ================================ entry points ============================================== */
+
+bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
+{
+    switch (kq_act_type(w)) {
+    case KQ_Q8_0: act_q8_0(x, dst, n / KQ__QK); return true;
+    case KQ_Q8_K: act_q8_k(x, dst, n / KQ__QK_K); return true;
+    default: return false; /* f32 activations are a copy */
+    }
+}
+
+/* ================================ peak loops ================================================ */
+
+/* The asm barrier keeps the compiler from hoisting the loop-invariant operands' work. */
+int64_t kq__avx512_peak(bool int8, int64_t n_iter)
+{
+    __m512i ia[24];
+    __m512 fa[24];
+    UNROLL for (int k = 0; k < 24; k++) {
+        ia[k] = _mm512_set1_epi32(k);
+        fa[k] = _mm512_set1_ps((float)k);
+    }
+    __m512i x = _mm512_set1_epi8(3), z = _mm512_set1_epi8(-5);
+    __m512 u = _mm512_set1_ps(0.999f), v = _mm512_set1_ps(1e-3f);
+    for (int64_t i = 0; i < n_iter; i++) {
+        if (int8) {
+            UNROLL for (int k = 0; k < 24; k++)
+                ia[k] = _mm512_dpbusd_epi32(ia[k], x, z);
+        } else {
+            UNROLL for (int k = 0; k < 24; k++)
+                fa[k] = _mm512_fmadd_ps(fa[k], u, v);
+        }
+        __asm__ volatile("" : "+v"(x), "+v"(z), "+v"(u), "+v"(v));
+    }
+    volatile int sink = 0;
+    UNROLL for (int k = 0; k < 24; k++)
+        sink += _mm512_reduce_add_epi32(ia[k]) + (int)_mm512_reduce_add_ps(fa[k]);
+    (void)sink;
+    return n_iter * 24 * (int8 ? 64 : 16);
+}
+
+/* 4 x 4 tiles measured best for prefill across types (32 zmm registers; 2 x 4 and 4 x 2 lose). */
+bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                       int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                       int64_t y_stride)
+{
+    const struct kq__tileset *ts;
+    if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
+        decode_prepared(w, n, W, w_stride, r0, r1, act, y);
+        return true;
+    }
+    if (nt == 1 && w == KQ_Q4_K && n <= PREP_MAX_N) {
+        decode_q4_k(n, W, w_stride, r0, r1, act, y);
+        return true;
+    }
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
+        packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
+        return true;
+    switch (w) {
+    case KQ_F32: ts = &f32_tiles; break;
+    case KQ_F16: ts = &f16_tiles; break;
+    case KQ_BF16: ts = &bf16_tiles; break;
+    case KQ_Q8_0: ts = &q8_0_tiles; break;
+    case KQ_Q4_0: ts = &q4_0_tiles; break;
+    case KQ_Q4_K: ts = &q4_k_tiles; break;
+    case KQ_Q5_K: ts = &q5_k_tiles; break;
+    case KQ_Q6_K: ts = &q6_k_tiles; break;
+    default: return false;
+    }
+    kq__tile_drive(ts, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    return true;
+}

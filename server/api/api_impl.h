@@ -1,0 +1,42 @@
+/*
+ * api_impl — what the api module's files share (api.c: common fields, completions, /tokenize;
+ * api_chat.c: the chat endpoint's own fields, rendering and tokenizing). Not for users of
+ * api.h.
+ */
+#ifndef DELTAD_API_IMPL_H
+#define DELTAD_API_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "api.h"              // defines: struct api_req, struct api_ctx, struct api_error
+#include "chat.h"             // defines: struct chat_prompt
+#include "engine/model/tok.h" // defines: tok_t
+
+/* The status and type of every validation failure. */
+#define E400 400, "invalid_request_error"
+
+/* A member that is present and not null; NULL otherwise. */
+const cJSON *api__field(const cJSON *o, const char *key);
+/* Typed getters: absent or null leaves *out unchanged (get_obj: NULL) and returns 0; a wrong
+ * type is -1 with a 400 naming the key in *e. get_str borrows from the tree. */
+int api__get_bool(const cJSON *o, const char *key, bool *out, struct api_error *e);
+int api__get_str(const cJSON *o, const char *key, const char **out, struct api_error *e);
+int api__get_obj(const cJSON *o, const char *key, const cJSON **out, struct api_error *e);
+
+/* Append the tokens of s[0..n) to p->ids (the caller reserved n + 1 more). */
+void api__encode_into(const tok_t *t, const char *s, size_t n, bool special, struct api_prompt *p);
+/* The model's BOS when its tokenizer asks for one (Qwen's does not). */
+void api__add_bos(const tok_t *t, struct api_prompt *p);
+/* Tokenize a rendered chat prompt into p: template text with special tokens, user spans
+ * without (api_chat.c). */
+void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p);
+
+/* The chat endpoint's own fields: messages, tools, template variables, output parsing; renders
+ * and tokenizes the one prompt into r. Returns 0 or -1 with *e set. */
+int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
+                    struct api_error *e);
+
+#endif

@@ -1,0 +1,455 @@
+/*
+ * cmd_bench — `deltad bench` (prefill and decode tokens/s against the memory-bandwidth
+ * roofline and the peak multiply-add rate, medians of repeated runs) and `deltad info`
+ * (topology, kernels, model, memory plan).
+ *
+ * Roofline: decode reads every weight a token touches once (for MoE only the routed experts'
+ * share), plus the KV rows up to the current depth and the GDN state (read and written). The
+ * bandwidth is a STREAM-like triad measured here on the device's own threads, before every
+ * decode repetition; the best of those measurements is the machine's bandwidth (on a shared
+ * machine the others read low), and the fraction is the median decode rate against it.
+ * Prefill is set against the in-cache peak of the multiply-add instruction its activation type
+ * runs on (kq_peak_ops), counting the matmul work only (the LM head once per prompt).
+ *
+ * The machine may also be busy with other work: with one thread the bench also reports each
+ * rate by CPU time, which leaves out the time the thread was not running (the two agree on an
+ * idle machine). With more threads CPU time says nothing useful (idle workers sleep), so only
+ * the wall clock counts there.
+ *
+ * The last line of a run, "result ...", is one key=value record for tools/bench.sh.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd.h"                  // defines: cmd_engine_open, cmd_feed
+#include "engine/compute/shard.h" // defines: shard_relayout_bytes
+#include "engine/sched/cache.h"   // defines: cache_bytes_needed
+#include "engine/util.h"          // defines: dd_now, xaligned_alloc
+#include "kernels/cpu/kq.h"       // defines: kq_isa_name, kq_peak_ops, kq_repack_type
+
+/* ============================================================================================
+ * Memory bandwidth: a = b + s*c over arrays far larger than the caches
+ * ========================================================================================== */
+
+struct triad {
+    double *a, *b, *c;
+    int64_t n;
+};
+
+static void triad_worker(void *ctx, int ith, int nth)
+{
+    struct triad *t = ctx;
+    int64_t lo, hi;
+    dev_split(t->n, ith, nth, 64, &lo, &hi);
+    double *restrict a = t->a;
+    const double *restrict b = t->b, *restrict c = t->c;
+    for (int64_t i = lo; i < hi; i++)
+        a[i] = b[i] + 3.0 * c[i];
+}
+
+static void init_worker(void *ctx, int ith, int nth)
+{
+    struct triad *t = ctx;
+    int64_t lo, hi;
+    dev_split(t->n, ith, nth, 64, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        t->a[i] = 0.0;
+        t->b[i] = 1.0;
+        t->c[i] = 2.0;
+    }
+}
+
+/* 3 x 128 MiB, first touched by the threads that will read them. */
+static void triad_init(struct triad *t, struct dev *d)
+{
+    t->n = 16 << 20;
+    t->a = xaligned_alloc((size_t)t->n * sizeof(double));
+    t->b = xaligned_alloc((size_t)t->n * sizeof(double));
+    t->c = xaligned_alloc((size_t)t->n * sizeof(double));
+    dev_parallel(d, init_worker, t);
+}
+
+static void triad_free(struct triad *t)
+{
+    free(t->a);
+    free(t->b);
+    free(t->c);
+}
+
+/* Best of `passes` passes, in GB/s, counting the three arrays (STREAM's convention). */
+static double triad_gbs(struct triad *t, struct dev *d, int passes)
+{
+    double best = 0.0;
+    for (int rep = 0; rep < passes; rep++) {
+        double t0 = dd_now();
+        dev_parallel(d, triad_worker, t);
+        double gbs = 3.0 * (double)t->n * sizeof(double) / (dd_now() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    return best;
+}
+
+/* ============================================================================================
+ * Peak multiply-add rate of the device's threads together
+ * ========================================================================================== */
+
+struct peak_job {
+    enum kq_type w;
+    double *ops; /* [n_threads] */
+};
+
+static void peak_worker(void *ctx, int ith, int nth)
+{
+    struct peak_job *j = ctx;
+    j->ops[ith] = kq_peak_ops(j->w, 0.2);
+}
+
+/* Operations per second (a multiply-add is 2) of all threads of d running at once. */
+static double peak_ops(struct dev *d, enum kq_type w)
+{
+    struct peak_job j = {.w = w, .ops = xcalloc((size_t)dev_n_threads(d), sizeof(double))};
+    dev_parallel(d, peak_worker, &j);
+    double sum = 0.0;
+    for (int i = 0; i < dev_n_threads(d); i++)
+        sum += j.ops[i];
+    free(j.ops);
+    return sum;
+}
+
+/* ============================================================================================
+ * Bytes and FLOPs per token
+ * ========================================================================================== */
+
+static double mat_bytes(const struct model_w *w)
+{
+    return w->data ? (double)w->nb2 * (double)w->ne[2] : 0.0;
+}
+
+static double mat_params(const struct model_w *w)
+{
+    return w->data ? (double)w->ne[0] * (double)w->ne[1] * (double)w->ne[2] : 0.0;
+}
+
+/* Per decode token: the weight bytes read and the multiply-adds done (params touched) by the
+ * trunk, and the same for the LM head. MoE counts the routed experts' share only. */
+struct tok_cost {
+    double trunk_bytes, trunk_params;
+    double head_bytes, head_params;
+};
+
+static struct tok_cost per_token_cost(const struct model *m)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct tok_cost c = {.head_bytes = mat_bytes(&m->output),
+                         .head_params = mat_params(&m->output)};
+    double frac = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *l = &m->layers[il];
+        const struct model_w *dense[] = {
+            &l->wq,       &l->wk,       &l->wv,         &l->wo,       &l->qkv,       &l->gate,
+            &l->beta,     &l->alpha,    &l->ba,         &l->ssm_out,  &l->ffn_gate,  &l->ffn_up,
+            &l->ffn_down, &l->gate_inp, &l->gate_shexp, &l->up_shexp, &l->down_shexp};
+        const struct model_w *experts[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
+            c.trunk_bytes += mat_bytes(dense[i]);
+            c.trunk_params += mat_params(dense[i]);
+        }
+        for (size_t i = 0; i < 3; i++) {
+            c.trunk_bytes += frac * mat_bytes(experts[i]);
+            c.trunk_params += frac * mat_params(experts[i]);
+        }
+    }
+    return c;
+}
+
+/* KV rows read at depth d plus the GDN state read and written, per decode token. */
+static double state_bytes(const struct model *m, int64_t depth)
+{
+    const struct model_hparams *hp = &m->hp;
+    double kv = (double)model_n_attn_layers(m) * depth * hp->n_head_kv * hp->head_dim * 2 * 4;
+    double ssm = 0.0;
+    if (hp->arch != ARCH_QWEN3)
+        ssm = (double)model_n_gdn_layers(m) * hp->ssm_hv * hp->ssm_s * hp->ssm_s * 4 * 2;
+    return kv + ssm;
+}
+
+/* ============================================================================================
+ * bench
+ * ========================================================================================== */
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int64_t n)
+{
+    double *s = xmalloc((size_t)n * sizeof *s);
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_dbl);
+    double r = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return r;
+}
+
+/* CPU seconds of the calling thread (the only one with a one-thread device). */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What the repetitions measured, one entry per repetition (_c: by CPU time). */
+struct bench_runs {
+    int threads;
+    double *pp, *pp_c; /* prefill tok/s */
+    double *tg, *tg_c; /* decode tok/s */
+    double *bw;        /* triad GB/s measured just before the decode repetition */
+    /* allreduces inside the timed parts, summed over the repetitions: [0] seconds, [1] of
+     * those waiting for the other devices, [2] calls; and the timed seconds themselves */
+    double ar_pp[3], ar_tg[3];
+    double pp_s, tg_s;
+};
+
+/* The group's allreduce totals so far: seconds, waiting seconds, calls. */
+static void ar_snap(const struct cmd_engine *e, double v[3])
+{
+    int64_t calls;
+    fwd_comm_stats(e->fwd, &v[0], &calls);
+    v[1] = fwd_comm_wait_seconds(e->fwd);
+    v[2] = (double)calls;
+}
+
+/* Add the allreduce totals since the snapshot `before` to acc. */
+static void ar_add(const struct cmd_engine *e, const double before[3], double acc[3])
+{
+    double now[3];
+    ar_snap(e, now);
+    for (int i = 0; i < 3; i++)
+        acc[i] += now[i] - before[i];
+}
+
+/* Prefill: n_prompt tokens from an empty sequence, `reps` times. */
+static int bench_prefill(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks,
+                         struct bench_runs *b)
+{
+    for (int64_t r = 0; r < o->reps; r++) {
+        fwd_seq_clear(e->fwd, 0);
+        double ar0[3];
+        ar_snap(e, ar0);
+        double t0 = dd_now(), c0 = cpu_now();
+        if (cmd_feed(e, toks, o->n_prompt, 0, o->batch, NULL, NULL))
+            return 1;
+        b->pp_s += dd_now() - t0;
+        ar_add(e, ar0, b->ar_pp);
+        b->pp[r] = o->n_prompt / (dd_now() - t0);
+        b->pp_c[r] = o->n_prompt / (cpu_now() - c0);
+    }
+    return 0;
+}
+
+/*
+ * Decode: fill `depth` tokens once and checkpoint the recurrent state (the KV rows past the
+ * depth are overwritten by each repetition), then per repetition measure the bandwidth, restore
+ * and decode n_gen tokens one by one. One untimed token first warms the decode path.
+ */
+static int bench_decode(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks,
+                        struct triad *tr, struct dev *td, struct bench_runs *b)
+{
+    fwd_seq_clear(e->fwd, 0);
+    if (o->depth && cmd_feed(e, toks, o->depth, 0, o->batch, NULL, NULL))
+        return 1;
+    float *ckpt = xmalloc((fwd_ckpt_floats(e->fwd) + 1) * sizeof(float));
+    fwd_seq_save(e->fwd, 0, ckpt);
+    int rc = cmd_feed(e, toks + o->depth, 1, o->depth, 1, NULL, NULL);
+    for (int64_t r = 0; r < o->reps && !rc; r++) {
+        b->bw[r] = triad_gbs(tr, td, 3);
+        fwd_seq_restore(e->fwd, 0, ckpt);
+        double ar0[3];
+        ar_snap(e, ar0);
+        double t0 = dd_now(), c0 = cpu_now();
+        for (int64_t i = 0; i < o->n_gen && !rc; i++)
+            rc = cmd_feed(e, toks + o->depth + i, 1, o->depth + i, 1, NULL, NULL);
+        b->tg_s += dd_now() - t0;
+        ar_add(e, ar0, b->ar_tg);
+        b->tg[r] = o->n_gen / (dd_now() - t0);
+        b->tg_c[r] = o->n_gen / (cpu_now() - c0);
+    }
+    free(ckpt);
+    return rc;
+}
+
+static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
+                        const struct bench_runs *b, double peak)
+{
+    const struct model *m = e->model;
+    const struct model_hparams *hp = &m->hp;
+    struct tok_cost c = per_token_cost(m);
+    double tok_bytes = c.trunk_bytes + c.head_bytes + state_bytes(m, o->depth + o->n_gen / 2);
+    const int64_t n = o->reps;
+    double pp = median(b->pp, n), pp_c = median(b->pp_c, n), tg = median(b->tg, n);
+    double tg_c = median(b->tg_c, n), bw = 0.0;
+    for (int64_t r = 0; r < n; r++)
+        bw = b->bw[r] > bw ? b->bw[r] : bw;
+    const double roof = bw * 1e9 / tok_bytes, frac = tg / roof;
+    double frac_c = tg_c / roof;
+    /* prefill matmul work: the trunk for every token, the LM head for the last one */
+    double op_tok = 2.0 * (c.trunk_params + c.head_params / o->n_prompt);
+    printf("model        %s (%s, %.1f MiB weights)\n", m->path, model_arch_name(hp->arch),
+           m->weight_bytes / 1048576.0);
+    if (hp->n_expert)
+        printf("experts      %lld of %lld per layer routed: decode reads only their share\n",
+               (long long)hp->n_expert_used, (long long)hp->n_expert);
+    printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e->n_dev,
+           dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
+    /* per decode token / per prefill token: allreduce us, of which waiting, and calls */
+    const double n_tg = (double)(n * o->n_gen), n_pp = (double)(n * o->n_prompt);
+    const double ar_tg_us = b->ar_tg[0] / n_tg * 1e6, ar_tg_wait = b->ar_tg[1] / n_tg * 1e6;
+    const double ar_pp_us = b->ar_pp[0] / n_pp * 1e6, ar_pp_wait = b->ar_pp[1] / n_pp * 1e6;
+    if (e->n_dev > 1) {
+        printf("allreduce    decode: %.0f calls per token, %.1f us per token = %.1f%% of its time "
+               "(%.1f us of it waiting for the other devices to arrive)\n",
+               b->ar_tg[2] / n_tg, ar_tg_us, 100.0 * b->ar_tg[0] / b->tg_s, ar_tg_wait);
+        printf("allreduce    prefill: %.0f calls per prompt, %.1f us per prompt token = %.1f%% of "
+               "its time (%.1f us waiting)\n",
+               b->ar_pp[2] / n, ar_pp_us, 100.0 * b->ar_pp[0] / b->pp_s, ar_pp_wait);
+    }
+    printf("peak         %.1f G%s/s (in-cache %s multiply-add, all threads)\n", peak / 1e9,
+           kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
+           kq_act_type(m->output.type) == KQ_F32 ? "f32" : "int8");
+    char cpu_pp[64] = "", cpu_tg[64] = "", cpu_frac[64] = "";
+    if (b->threads == 1) {
+        snprintf(cpu_pp, sizeof cpu_pp, " (by CPU time: %.1f tok/s, %.1f%%)", pp_c,
+                 100.0 * op_tok * pp_c / peak);
+        snprintf(cpu_tg, sizeof cpu_tg, " (by CPU time: %.2f)", tg_c);
+        snprintf(cpu_frac, sizeof cpu_frac, " (by CPU time: %.1f%%)", 100.0 * frac_c);
+    } else {
+        pp_c = tg_c = frac_c = 0.0; /* reported as 0: not measurable, see the top comment */
+    }
+    printf("prefill      %lld tokens: %.1f tok/s, matmul %.1f G/s = %.1f%% of peak%s\n",
+           (long long)o->n_prompt, pp, op_tok * pp / 1e9, 100.0 * op_tok * pp / peak, cpu_pp);
+    printf("bandwidth    %.1f GB/s (triad, best of the measurements before each repetition)\n", bw);
+    printf("decode       %lld tokens at depth %lld: %.2f tok/s%s, %.1f MiB read per token\n",
+           (long long)o->n_gen, (long long)o->depth, tg, cpu_tg, tok_bytes / 1048576.0);
+    printf("roofline     %.2f tok/s; reached %.1f%%%s, %.1f GB/s effective\n", roof, 100.0 * frac,
+           cpu_frac, tg * tok_bytes / 1e9);
+    printf("result arch=%s threads=%d tp=%d pp_tok=%.2f pp_tok_cpu=%.2f pp_pct=%.1f "
+           "pp_pct_cpu=%.1f peak_gops=%.1f depth=%lld tg_tok=%.3f tg_tok_cpu=%.3f mib_tok=%.1f "
+           "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f ar_tg_us=%.1f "
+           "ar_tg_wait_us=%.1f ar_tg_pct=%.1f ar_pp_us=%.1f ar_pp_pct=%.1f\n",
+           model_arch_name(hp->arch), b->threads, e->n_dev, pp, pp_c, 100.0 * op_tok * pp / peak,
+           100.0 * op_tok * pp_c / peak, peak / 1e9, (long long)o->depth, tg, tg_c,
+           tok_bytes / 1048576.0, bw, roof, 100.0 * frac, 100.0 * frac_c, ar_tg_us, ar_tg_wait,
+           b->tg_s > 0 ? 100.0 * b->ar_tg[0] / b->tg_s : 0.0, ar_pp_us,
+           b->pp_s > 0 ? 100.0 * b->ar_pp[0] / b->pp_s : 0.0);
+}
+
+int cmd_bench(const struct cmd_opts *o)
+{
+    if (o->spec)
+        return cmd_bench_spec(o);
+    struct cmd_engine e;
+    int64_t n_ctx = (o->n_prompt > o->depth + o->n_gen ? o->n_prompt : o->depth + o->n_gen) + 1;
+    if (cmd_engine_open(&e, o) || cmd_engine_ready(&e, 1, n_ctx, o->batch)) {
+        cmd_engine_close(&e);
+        return 1;
+    }
+    const struct model *m = e.model;
+    int32_t *toks = xmalloc((size_t)n_ctx * sizeof *toks);
+    for (int64_t i = 0; i < n_ctx; i++) /* deterministic, ordinary (non-special) tokens */
+        toks[i] = (int32_t)((i * 7919 + 13) % (m->hp.n_vocab < 256 ? m->hp.n_vocab : 256));
+    /* bandwidth and peak of all the group's threads together, on a pool of the same size */
+    int total = 0;
+    for (int d = 0; d < e.n_dev; d++)
+        total += dev_n_threads(e.devs[d]);
+    struct dev *td = e.dev;
+    char err[256];
+    if (e.n_dev > 1 && dev_cpu_create(total, NULL, &td, err, sizeof err))
+        td = e.dev;
+    struct triad tr;
+    triad_init(&tr, td);
+    double peak = peak_ops(td, m->output.type);
+    double *runs = xcalloc((size_t)(5 * o->reps), sizeof(double));
+    struct bench_runs b = {.threads = total,
+                           .pp = runs,
+                           .pp_c = runs + o->reps,
+                           .tg = runs + 2 * o->reps,
+                           .tg_c = runs + 3 * o->reps,
+                           .bw = runs + 4 * o->reps};
+    /* warm-up, not counted: page tables of the mapping, caches, thread wake-up */
+    int64_t n_warm = o->n_prompt < 32 ? o->n_prompt : 32;
+    int rc = cmd_feed(&e, toks, n_warm, 0, o->batch, NULL, NULL);
+    if (!rc)
+        rc = bench_prefill(&e, o, toks, &b);
+    if (!rc)
+        rc = bench_decode(&e, o, toks, &tr, td, &b);
+    if (!rc)
+        bench_print(&e, o, &b, peak);
+    triad_free(&tr);
+    if (td != e.dev)
+        dev_destroy(td);
+    free(runs);
+    free(toks);
+    cmd_engine_close(&e);
+    return rc;
+}
+
+/* ============================================================================================
+ * info
+ * ========================================================================================== */
+
+/* The layout a CPU device stores weights of type t in (dev_cpu's weight_layout). */
+static enum kq_type cpu_layout(void *ctx, enum kq_type t)
+{
+    (void)ctx;
+    return kq_repack_type(t);
+}
+
+int cmd_info(const struct cmd_opts *o)
+{
+    char err[512];
+    topo_t *topo = topo_create(err, sizeof err);
+    if (!topo) {
+        fprintf(stderr, "error: hwloc topology: %s\n", err);
+        return 1;
+    }
+    topo_plan *plan = NULL;
+    if (topo_split(topo, (int)(o->tp ? o->tp : 1), 0, &plan, err, sizeof err))
+        fprintf(stderr, "warning: placement: %s\n", err);
+    topo_print(topo, plan, stdout);
+    printf("kernels: %s (best on this CPU: %s)\n", kq_isa_name(kq_isa_active()),
+           kq_isa_name(kq_isa_best()));
+    topo_plan_destroy(plan);
+    topo_destroy(topo);
+    if (!o->model)
+        return 0;
+    struct model *m;
+    if (model_load(o->model, &m, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    model_print(m, stdout);
+    int64_t ctx = o->ctx ? o->ctx : 4096;
+    struct tok_cost c = per_token_cost(m);
+    double bytes = c.trunk_bytes + c.head_bytes, params = c.trunk_params + c.head_params;
+    printf("memory plan (1 sequence, ctx %lld):\n", (long long)ctx);
+    int n_re;
+    const size_t re = shard_relayout_bytes(m, cpu_layout, NULL, &n_re);
+    printf("  weights   %10.1f MiB  mmap, read in place\n", m->weight_bytes / 1048576.0);
+    if (n_re)
+        printf("            %10.1f MiB  of them (%d tensors) copied at start-up into the %s "
+               "kernels' layout\n",
+               re / 1048576.0, n_re, kq_isa_name(kq_isa_active()));
+    printf("  cache     %10.1f MiB  KV f32 + GDN state, 1 snapshot group\n",
+           cache_bytes_needed(m, 1, ctx, 0) / 1048576.0);
+    printf("  per extra snapshot group: %.2f MiB\n",
+           (cache_bytes_needed(m, 1, ctx, 1) - cache_bytes_needed(m, 1, ctx, 0)) / 1048576.0);
+    printf("  decode reads %.1f MiB of weights per token (%.0f M parameters touched)\n",
+           bytes / 1048576.0, params / 1e6);
+    model_free(m);
+    return 0;
+}

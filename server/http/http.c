@@ -1,0 +1,802 @@
+/*
+ * http — libmicrohttpd daemon, routing, limits, authentication, CORS and the access log (see
+ * http.h). The OpenAI semantics live in api (requests), resp (responses) and job (generation).
+ *
+ * A request's life in the access handler (MHD calls it several times per request):
+ *   1st call   headers only: route, OPTIONS preflight, 404 / 405, API key, state, 413 from
+ *              Content-Length; these errors are answered at once.
+ *   n calls    body bytes: copied into a buffer bounded by max_body (over it: 413, or the
+ *              connection is dropped if the client keeps sending).
+ *   last call  (no data) every route answers; generation starts a job and either queues the
+ *              SSE response or suspends until the job is done (job_poll), after which MHD
+ *              calls once more and the answer is queued.
+ * The request-completed callback writes the access-log line, counts the request and ends the
+ * job (cancelling it when the client went away).
+ *
+ * Invariants: exactly one response per request; every response carries X-Request-Id and the
+ * CORS headers; the state only moves LOADING -> READY -> DRAINING -> STOPPED, and eng / model
+ * are written before READY is published (release / acquire).
+ *
+ * Threads: MHD's worker threads run the callbacks; http_* from the main thread.
+ */
+#include "http.h" // defines: http_start, struct http_opts
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "engine/util.h"     // defines: LOG_I, xcalloc, dd_now
+#include "job.h"             // defines: job_start, job_poll, job_end
+#include "metrics.h"         // defines: metrics_request, metrics_render
+#include "server/api/api.h"  // defines: api_parse, api_tokenize, struct api_error
+#include "server/api/json.h" // defines: json_hooks_install
+#include "server/api/resp.h" // defines: resp_error, resp_models, resp_slots
+
+/* The server's life; only ever moves forward. Handlers read it with acquire ordering so that
+ * eng / model, written before READY is stored with release, are visible once READY is seen. */
+enum state { ST_LOADING = 0, ST_READY, ST_DRAINING, ST_STOPPED };
+
+/* One per process. Written by the main thread (start, attach); read by every MHD thread. */
+struct http {
+    struct http_opts o; /* host, api_key, cors_origin, model_name: owned copies */
+    struct MHD_Daemon *d;
+    _Atomic int state;         /* enum state */
+    eng_t *eng;                /* borrowed; written before READY */
+    const struct model *model; /* borrowed; written before READY */
+    const chat_tmpl_t *chat;   /* borrowed; written before READY */
+    char model_name[256];      /* the served id: configured, or the file name at attach */
+    int64_t n_ctx;             /* positions per slot, for validation and /v1/models */
+    int64_t created;           /* Unix seconds of start-up, for /v1/models */
+    int port;                  /* the bound port (o.port may be 0) */
+    job_pool_t *pool;          /* generation jobs and their wakers */
+    metrics_t *metrics;
+};
+
+/* ---- routes ---------------------------------------------------------------------------- */
+
+/* The route table is the single place that decides method, authentication and the metrics
+ * label of every path; the unprefixed aliases share everything with their /v1 twin so that
+ * an alias can never bypass the key. */
+enum route_id { R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_SLOTS, R_TOK, R_DETOK };
+enum { AUTH_API = 1, AUTH_OPT = 2 }; /* always / only with auth_metrics */
+
+struct route {
+    const char *path;
+    bool prefix; /* path is a prefix; the rest is a parameter */
+    enum route_id id;
+    bool post; /* POST, else GET (and HEAD) */
+    int auth;
+    enum metrics_ep ep;
+};
+
+static const struct route routes[] = {
+    {"/v1/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT},
+    {"/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT},
+    {"/v1/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS},
+    {"/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS},
+    {"/v1/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS},
+    {"/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS},
+    {"/v1/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS},
+    {"/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS},
+    {"/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH},
+    {"/v1/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH},
+    {"/metrics", false, R_METRICS, false, AUTH_OPT, METRICS_EP_METRICS},
+    {"/slots", false, R_SLOTS, false, AUTH_OPT, METRICS_EP_SLOTS},
+    {"/tokenize", false, R_TOK, true, AUTH_API, METRICS_EP_TOKENIZE},
+    {"/detokenize", false, R_DETOK, true, AUTH_API, METRICS_EP_DETOKENIZE},
+};
+
+/* The route for a path (MHD passes it without the query string), or NULL. */
+static const struct route *route_find(const char *url)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const struct route *r = &routes[i];
+        size_t n = strlen(r->path);
+        if (r->prefix ? strncmp(url, r->path, n) == 0 && url[n] : strcmp(url, r->path) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* ---- per-request state ----------------------------------------------------------------- */
+
+/* One HTTP request (MHD's per-request context). Owned by the MHD thread of its connection;
+ * created on the first access-handler call, freed in the completion callback. */
+struct hreq {
+    http_t *h;
+    const struct route *rt; /* NULL for unknown routes */
+    double t0;              /* dd_now() at the first call, for the access log */
+    char id[64];            /* X-Request-Id; the completion id for generation requests */
+    char method[16];
+    char path[256]; /* for the log, truncated */
+    char *body;     /* [len] received bytes (cap allocated), at most max_body */
+    size_t len, cap;
+    bool too_large;   /* the body went over max_body */
+    bool oom;         /* the body buffer could not grow (dd_try_realloc): 503 */
+    bool responded;   /* a response is queued: later calls only drain MHD */
+    bool stream;      /* the job answers with SSE */
+    size_t discarded; /* bytes dropped after the cap */
+    int status;       /* the status sent, 0 until one is queued */
+    size_t bytes;     /* body bytes sent (streams: taken from the job at the end) */
+    job_t *job;       /* generation in flight, or NULL */
+};
+
+/* prefix + 24 random hex digits: request and completion ids (unguessable, unique enough). */
+static void hex_id(char *out, size_t cap, const char *prefix)
+{
+    unsigned char rnd[12];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        memset(rnd, 0, sizeof rnd);
+    int n = snprintf(out, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof rnd && (size_t)n + 2 < cap; i++)
+        n += snprintf(out + n, cap - (size_t)n, "%02x", rnd[i]);
+}
+
+static struct hreq *hreq_new(http_t *h, const char *url, const char *method)
+{
+    struct hreq *q = xcalloc(1, sizeof *q);
+    q->h = h;
+    q->t0 = dd_now();
+    q->rt = route_find(url);
+    snprintf(q->method, sizeof q->method, "%s", method);
+    snprintf(q->path, sizeof q->path, "%s", url);
+    hex_id(q->id, sizeof q->id, "req-");
+    return q;
+}
+
+/* ---- responses ------------------------------------------------------------------------- */
+
+/* Headers every response carries: the request id, and CORS when an origin is configured
+ * (a concrete origin also needs Vary so caches keep per-origin copies apart). */
+static void add_common_headers(const http_t *h, const struct hreq *q, struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "X-Request-Id", q->id);
+    const char *origin = h->o.cors_origin;
+    if (!origin || !origin[0])
+        return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+    if (strcmp(origin, "*") != 0)
+        MHD_add_response_header(r, "Vary", "Origin");
+}
+
+/* Queue r (the caller's reference is dropped) and record the status. */
+static enum MHD_Result queue(struct hreq *q, struct MHD_Connection *c, int status,
+                             struct MHD_Response *r)
+{
+    add_common_headers(q->h, q, r);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    if (ok == MHD_YES) {
+        q->responded = true;
+        q->status = status;
+    }
+    return ok;
+}
+
+/* A buffered response; body is malloc'd and transferred (MHD frees it). */
+static enum MHD_Result reply(struct hreq *q, struct MHD_Connection *c, int status,
+                             const char *ctype, char *body, size_t len, const char *hdr,
+                             const char *val)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (hdr)
+        MHD_add_response_header(r, hdr, val);
+    q->bytes = len;
+    return queue(q, c, status, r);
+}
+
+static enum MHD_Result reply_json(struct hreq *q, struct MHD_Connection *c, int status, char *body,
+                                  size_t len)
+{
+    return reply(q, c, status, "application/json", body, len, NULL, NULL);
+}
+
+/* An OpenAI error object; 429 / 503 carry Retry-After, 401 WWW-Authenticate. */
+static enum MHD_Result reply_error(struct hreq *q, struct MHD_Connection *c,
+                                   const struct api_error *e)
+{
+    size_t len;
+    char *body = resp_error(e, &len);
+    char retry[16];
+    snprintf(retry, sizeof retry, "%d", q->h->o.retry_after_s > 0 ? q->h->o.retry_after_s : 1);
+    bool busy = e->status == 429 || e->status == 503;
+    const char *hdr = busy ? "Retry-After" : e->status == 401 ? "WWW-Authenticate" : NULL;
+    return reply(q, c, e->status, "application/json", body, len, hdr, busy ? retry : "Bearer");
+}
+
+/* An error without a param (routing, auth, limits, state). */
+static enum MHD_Result fail(struct hreq *q, struct MHD_Connection *c, int status, const char *type,
+                            const char *code, const char *msg)
+{
+    struct api_error e;
+    api_error_set(&e, status, type, code, NULL, "%s", msg);
+    return reply_error(q, c, &e);
+}
+
+/* 503 while loading, draining or stopping. */
+static enum MHD_Result unavailable(struct hreq *q, struct MHD_Connection *c, int st)
+{
+    metrics_rejected(q->h->metrics, st == ST_LOADING ? "loading" : "draining");
+    return fail(q, c, 503, "unavailable_error", NULL,
+                st == ST_LOADING ? "Loading model" : "the server is shutting down");
+}
+
+/* ---- authentication and CORS ----------------------------------------------------------- */
+
+/* Constant-time in the key's length: every key byte is compared whatever the input, so the
+ * time taken reveals neither where a guess first differs nor the key's length. */
+static bool key_equal(const char *given, const char *key)
+{
+    size_t lg = strlen(given), lk = strlen(key);
+    unsigned char diff = lg != lk;
+    for (size_t i = 0; i < lk; i++)
+        diff |= (unsigned char)(key[i] ^ (lg ? given[i % lg] : 0));
+    return diff == 0;
+}
+
+/* Authorization: Bearer <key>, or X-Api-Key: <key> (llama.cpp clients send either). Public
+ * routes, and /metrics and /slots unless auth_metrics, pass without a key. */
+static bool auth_ok(const http_t *h, struct MHD_Connection *c, const struct route *rt)
+{
+    const char *key = h->o.api_key;
+    if (!key || !key[0] || rt->auth == 0 || (rt->auth == AUTH_OPT && !h->o.auth_metrics))
+        return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (v && strncasecmp(v, "Bearer ", 7) == 0) {
+        v += 7;
+        while (*v == ' ')
+            v++;
+    } else {
+        v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    }
+    return v && key_equal(v, key);
+}
+
+/* OPTIONS: the CORS preflight (answered before authentication, for browsers). */
+static enum MHD_Result preflight(struct hreq *q, struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    const char *allow = q->rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+    MHD_add_response_header(r, "Allow", allow);
+    if (q->h->o.cors_origin && q->h->o.cors_origin[0]) {
+        const char *want =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                want ? want : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    }
+    return queue(q, c, 204, r);
+}
+
+/* ---- simple endpoints ------------------------------------------------------------------ */
+
+/* GET /health: 200 only when READY, so a balancer stops routing here while loading or
+ * draining (llama.cpp's body and error shape). */
+static enum MHD_Result do_health(struct hreq *q, struct MHD_Connection *c)
+{
+    int st = atomic_load_explicit(&q->h->state, memory_order_acquire);
+    if (st != ST_READY)
+        return fail(q, c, 503, "unavailable_error", NULL,
+                    st == ST_LOADING ? "Loading model" : "the server is shutting down");
+    static const char ok[] = "{\"status\":\"ok\"}";
+    return reply_json(q, c, 200, xstrdup(ok), sizeof ok - 1);
+}
+
+/* GET /v1/models and /v1/models/{id}: the one served model (any other id is a 404). The meta
+ * block appears once the model is loaded. */
+static enum MHD_Result do_models(struct hreq *q, struct MHD_Connection *c, const char *url)
+{
+    http_t *h = q->h;
+    bool ready = atomic_load_explicit(&h->state, memory_order_acquire) != ST_LOADING && h->model;
+    if (!ready && !(h->o.model_name && h->o.model_name[0]))
+        return unavailable(q, c, ST_LOADING); /* the name comes from the model file */
+    if (q->rt->id == R_MODEL) {
+        const char *want = url + strlen(q->rt->path);
+        if (strcmp(want, h->model_name) != 0) {
+            struct api_error e;
+            api_error_set(&e, 404, "not_found_error", "model_not_found", "model",
+                          "The model '%.200s' does not exist", want);
+            return reply_error(q, c, &e);
+        }
+    }
+    size_t len;
+    char *body =
+        resp_models(h->model_name, h->created, ready ? h->model->hp.n_vocab : 0,
+                    ready ? h->model->hp.n_ctx_train : 0, h->n_ctx, q->rt->id == R_MODEL, &len);
+    return reply_json(q, c, 200, body, len);
+}
+
+/* GET /metrics: HTTP-layer counters plus the engine's statistics (zeros while loading). */
+static enum MHD_Result do_metrics(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    if (!h->o.metrics_enabled)
+        return fail(q, c, 501, "not_supported_error", NULL, "metrics are disabled");
+    struct eng_stats es;
+    bool have = atomic_load_explicit(&h->state, memory_order_acquire) != ST_LOADING && h->eng;
+    if (have)
+        eng_get_stats(h->eng, &es);
+    size_t len;
+    char *body = metrics_render(h->metrics, have ? &es : NULL, &len);
+    return reply(q, c, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, NULL, NULL);
+}
+
+/* GET /slots: one object per engine slot (state, positions, tokens). */
+static enum MHD_Result do_slots(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    if (!h->o.slots_enabled)
+        return fail(q, c, 501, "not_supported_error", NULL, "the slots endpoint is disabled");
+    int st = atomic_load_explicit(&h->state, memory_order_acquire);
+    if (st == ST_LOADING || !h->eng)
+        return unavailable(q, c, ST_LOADING);
+    int64_t n = h->o.n_slots > 0 ? h->o.n_slots : 1;
+    struct eng_slot_stats *s = xcalloc((size_t)n, sizeof *s);
+    int64_t got = eng_get_slots(h->eng, s, n);
+    size_t len;
+    char *body = resp_slots(s, got < n ? got : n, &len);
+    free(s);
+    return reply_json(q, c, 200, body, len);
+}
+
+/* What the api module validates against (valid only once READY). */
+static struct api_ctx api_ctx_of(const http_t *h)
+{
+    return (struct api_ctx){.model = h->model,
+                            .n_ctx = h->n_ctx,
+                            .n_slots = h->o.n_slots,
+                            .max_tokens_default = h->o.max_tokens_default,
+                            .max_json_depth = h->o.max_json_depth,
+                            .tmpl = h->chat,
+                            .reasoning = (enum api_reasoning)h->o.reasoning_format,
+                            .allow_forced_output = h->o.allow_forced_output};
+}
+
+/* POST /tokenize and /detokenize. */
+static enum MHD_Result do_tokenize(struct hreq *q, struct MHD_Connection *c)
+{
+    struct api_ctx ctx = api_ctx_of(q->h);
+    struct api_error e;
+    size_t len;
+    char *body = q->rt->id == R_TOK ? api_tokenize(&ctx, q->body, q->len, &len, &e)
+                                    : api_detokenize(&ctx, q->body, q->len, &len, &e);
+    return body ? reply_json(q, c, 200, body, len) : reply_error(q, c, &e);
+}
+
+/* ---- generation ------------------------------------------------------------------------ */
+
+/* Non-streaming: answer once the job is done, else stay suspended. */
+static enum MHD_Result poll_job(struct hreq *q, struct MHD_Connection *c)
+{
+    int status;
+    char *body;
+    size_t len;
+    int rc = job_poll(q->job, &status, &body, &len);
+    if (rc <= 0)
+        return rc == 0 ? MHD_YES : MHD_NO; /* parked, or the client is gone: drop it */
+    return reply_json(q, c, status, body, len);
+}
+
+/* Streaming: the 200 and the SSE headers go out now; the job's reader produces the events.
+ * X-Accel-Buffering: no stops nginx from buffering the stream (docs section 3). */
+static enum MHD_Result start_stream(struct hreq *q, struct MHD_Connection *c)
+{
+    struct MHD_Response *r = job_sse_response(q->job);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return queue(q, c, 200, r);
+}
+
+/* The engine queue is full: 429 or 503 as configured, with Retry-After, so the official
+ * clients back off and retry on their own (docs 6.1). */
+static enum MHD_Result queue_full(struct hreq *q, struct MHD_Connection *c)
+{
+    bool is503 = q->h->o.queue_full_status == 503;
+    metrics_rejected(q->h->metrics, "queue_full");
+    return fail(q, c, is503 ? 503 : 429, is503 ? "unavailable_error" : "rate_limit_error",
+                "queue_full", "the server is busy: every slot and the queue are full; retry later");
+}
+
+/* POST chat / completions: validate, tokenize, submit, then answer by stream or by parking
+ * the connection until the job is done. Every client error is decided before the 200. */
+static enum MHD_Result do_generate(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    enum api_kind kind = q->rt->id == R_CHAT ? API_CHAT : API_COMPLETION;
+    struct api_ctx ctx = api_ctx_of(h);
+    struct api_req req;
+    struct api_error e;
+    if (api_parse(kind, q->body, q->len, &ctx, &req, &e))
+        return reply_error(q, c, &e);
+    free(q->body); /* everything needed is in req now; do not hold megabytes while generating */
+    q->body = NULL;
+    hex_id(q->id, sizeof q->id, kind == API_CHAT ? "chatcmpl-" : "cmpl-");
+    struct job_env env = {h->eng, h->model->tok, h->model_name, h->metrics};
+    double deadline = h->o.request_timeout_s > 0 ? dd_now() + h->o.request_timeout_s : 0;
+    q->stream = req.stream;
+    int rc = job_start(h->pool, &env, c, &req, q->id, deadline, &q->job, &e);
+    api_req_free(&req);
+    if (rc == DD_EFULL)
+        return queue_full(q, c);
+    if (rc)
+        return reply_error(q, c, &e);
+    return q->stream ? start_stream(q, c) : poll_job(q, c);
+}
+
+/* ---- the access handler ---------------------------------------------------------------- */
+
+/* First call: everything decidable from the request line and headers. Errors found here are
+ * answered at once (MHD then skips the body and closes the connection); everything else is
+ * answered on the last call. */
+static enum MHD_Result on_headers(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    const struct route *rt = q->rt;
+    if (!rt)
+        return fail(q, c, 404, "not_found_error", "not_found", "unknown route");
+    if (strcmp(q->method, "OPTIONS") == 0)
+        return preflight(q, c);
+    bool get = strcmp(q->method, "GET") == 0 || strcmp(q->method, "HEAD") == 0;
+    if (rt->post ? strcmp(q->method, "POST") != 0 : !get) {
+        struct api_error e;
+        api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                      "%s is not allowed on %s", q->method, rt->path);
+        size_t len;
+        char *body = resp_error(&e, &len);
+        return reply(q, c, 405, "application/json", body, len, "Allow",
+                     rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+    }
+    if (!auth_ok(h, c, rt))
+        return fail(q, c, 401, "authentication_error", "invalid_api_key",
+                    "invalid or missing API key");
+    int st = atomic_load_explicit(&h->state, memory_order_acquire);
+    if (rt->post && st != ST_READY)
+        return unavailable(q, c, st);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (rt->post && cl && strtoull(cl, NULL, 10) > h->o.max_body)
+        return fail(q, c, 413, "invalid_request_error", "request_too_large",
+                    "the request body is larger than the configured limit");
+    return MHD_YES; /* answer once the request is complete, so the connection can be reused */
+}
+
+/* The body buffer could not grow (a user-sized allocation, STYLE rule 16): drop what was
+ * received and answer 503 (the server, not the request, is short), at once if MHD lets us,
+ * else at the end; the rest of the body is swallowed like a 413's. */
+static enum MHD_Result body_oom(struct hreq *q, struct MHD_Connection *c, size_t n)
+{
+    LOG_W("id=%s: out of memory for a request body of %zu+ bytes", q->id, q->len + n);
+    free(q->body);
+    q->body = NULL;
+    q->len = q->cap = 0;
+    q->oom = true;
+    q->discarded = n;
+    fail(q, c, 503, "unavailable_error", "out_of_memory",
+         "the server is out of memory for the request body; retry later");
+    return MHD_YES;
+}
+
+/* Body bytes: copy within the cap; past it, answer 413 at once if MHD lets us, else drop the
+ * bytes (up to another max_body, then the connection) and answer at the end. */
+static enum MHD_Result on_data(struct hreq *q, struct MHD_Connection *c, const char *data,
+                               size_t *size)
+{
+    size_t n = *size, max = q->h->o.max_body;
+    *size = 0;
+    if (q->oom) {
+        q->discarded += n;
+        return q->discarded > max ? MHD_NO : MHD_YES;
+    }
+    if (q->too_large || q->len + n > max) {
+        if (!q->too_large &&
+            fail(q, c, 413, "invalid_request_error", "request_too_large",
+                 "the request body is larger than the configured limit") == MHD_YES)
+            return MHD_YES;
+        q->too_large = true;
+        q->discarded += n;
+        return q->discarded > max ? MHD_NO : MHD_YES;
+    }
+    if (q->len + n > q->cap) {
+        size_t cap = q->cap ? q->cap : 4096;
+        while (cap < q->len + n)
+            cap *= 2;
+        char *grown = dd_try_realloc(q->body, cap < max ? cap : max);
+        if (!grown)
+            return body_oom(q, c, n);
+        q->body = grown;
+        q->cap = cap < max ? cap : max;
+    }
+    memcpy(q->body + q->len, data, n);
+    q->len += n;
+    return MHD_YES;
+}
+
+/* Last call: the request (body included) is complete. */
+static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const char *url)
+{
+    if (q->too_large)
+        return fail(q, c, 413, "invalid_request_error", "request_too_large",
+                    "the request body is larger than the configured limit");
+    if (q->oom)
+        return fail(q, c, 503, "unavailable_error", "out_of_memory",
+                    "the server is out of memory for the request body; retry later");
+    switch (q->rt->id) {
+    case R_HEALTH:
+        return do_health(q, c);
+    case R_MODELS:
+    case R_MODEL:
+        return do_models(q, c, url);
+    case R_METRICS:
+        return do_metrics(q, c);
+    case R_SLOTS:
+        return do_slots(q, c);
+    default:
+        break;
+    }
+    int st = atomic_load_explicit(&q->h->state, memory_order_acquire);
+    if (st != ST_READY)
+        return unavailable(q, c, st);
+    if (q->rt->id == R_TOK || q->rt->id == R_DETOK)
+        return do_tokenize(q, c);
+    return do_generate(q, c);
+}
+
+/* MHD's access handler: dispatch by call (see the file comment). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    (void)version;
+    struct hreq *q = *req_cls;
+    if (!q) {
+        q = hreq_new(cls, url, method);
+        *req_cls = q;
+        return on_headers(q, c);
+    }
+    if (q->job && !q->stream)
+        return poll_job(q, c); /* resumed */
+    if (q->responded) {        /* answered early (413 mid-body): swallow a bounded rest, then cut */
+        q->discarded += *upload_data_size;
+        *upload_data_size = 0;
+        return q->discarded > q->h->o.max_body ? MHD_NO : MHD_YES;
+    }
+    if (*upload_data_size)
+        return on_data(q, c, upload_data, upload_data_size);
+    return on_body(q, c, url);
+}
+
+/* ---- completion: access log, metrics, job end ------------------------------------------ */
+
+/* How a request ended, for the access log. */
+static const char *toe_name(enum MHD_RequestTerminationCode toe)
+{
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK:
+        return "ok";
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED:
+        return "timeout";
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN:
+        return "shutdown";
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+        return "client-abort";
+    default:
+        return "error";
+    }
+}
+
+/* The peer address as text ("-" when unknown). */
+static void client_addr(struct MHD_Connection *c, char *out, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(out, cap, "-");
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)sa;
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)sa;
+    const void *a =
+        sa->sa_family == AF_INET6 ? (const void *)&v6->sin6_addr : (const void *)&v4->sin_addr;
+    inet_ntop(sa->sa_family, a, out, (socklen_t)cap);
+}
+
+/* MHD_OPTION_NOTIFY_COMPLETED: the request is over, answered or not (client gone, timeout,
+ * shutdown). Ends the job (cancelling an unfinished generation: this is how a disconnect
+ * reaches the engine), logs one line and counts the request. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_t *h = cls;
+    struct hreq *q = *req_cls;
+    if (!q)
+        return;
+    if (q->job) {
+        if (q->stream)
+            q->bytes = job_bytes(q->job);
+        job_end(q->job);
+    }
+    int status = q->status ? q->status : 499; /* 499: the client left before an answer */
+    char addr[64];
+    client_addr(c, addr, sizeof addr);
+    LOG_I("%s %s %s %d %zuB %.3fs id=%s %s", addr, q->method, q->path, status, q->bytes,
+          dd_now() - q->t0, q->id, toe_name(toe));
+    metrics_request(h->metrics, q->rt ? q->rt->ep : METRICS_EP_OTHER, status);
+    free(q->body);
+    free(q);
+    *req_cls = NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------- */
+
+/* libmicrohttpd's own messages, through our log (one line each, no trailing newline). */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    LOG_I("libmicrohttpd: %s", msg); /* mostly clients going away: routine, not a warning */
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+/* Resolve host:port into ss; returns the MHD address-family flag or -1. */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, socklen_t *sl)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host && host[0] ? host : "127.0.0.1", NULL, &hints, &ai) != 0 || !ai)
+        return -1;
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *sl = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    if (ss->ss_family == AF_INET6) {
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        return MHD_USE_IPv6;
+    }
+    ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    return 0;
+}
+
+/* The daemon: internal polling threads (a pool; epoll where built in, else poll) with
+ * suspend / resume, the connection limit and idle timeout, and our callbacks. The external
+ * logger must come first so that MHD's option errors go through it too. */
+static struct MHD_Daemon *start_daemon(http_t *h, const struct sockaddr *sa, int family)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | (unsigned)family;
+    flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
+    unsigned threads = h->o.threads > 0 ? (unsigned)h->o.threads : 4;
+    unsigned limit = h->o.max_conns > 0 ? (unsigned)h->o.max_conns : 1000;
+    unsigned idle = h->o.idle_timeout_s > 0 ? (unsigned)h->o.idle_timeout_s : 0;
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+}
+
+/* Free everything http_start allocated (the daemon is already stopped or never started). */
+static void http_free(http_t *h)
+{
+    job_pool_destroy(h->pool);
+    metrics_destroy(h->metrics);
+    free((char *)h->o.host);
+    free((char *)h->o.api_key);
+    free((char *)h->o.cors_origin);
+    free((char *)h->o.model_name);
+    free(h);
+}
+
+int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen)
+{
+    json_hooks_install(); /* before this function starts the first thread */
+    http_t *h = xcalloc(1, sizeof *h);
+    h->o = *o;
+    h->o.host = dup_or_null(o->host);
+    h->o.api_key = dup_or_null(o->api_key);
+    h->o.cors_origin = dup_or_null(o->cors_origin);
+    h->o.model_name = dup_or_null(o->model_name);
+    if (h->o.max_json_depth <= 0)
+        h->o.max_json_depth = 64;
+    snprintf(h->model_name, sizeof h->model_name, "%s", o->model_name ? o->model_name : "");
+    h->created = (int64_t)time(NULL);
+    h->pool = job_pool_create(o->sse_ping_s > 0 ? o->sse_ping_s : 15);
+    h->metrics = metrics_create();
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int family = resolve(o->host, o->port, &ss, &sl);
+    if (family < 0) {
+        dd_errf(err, errlen, "cannot resolve listen address '%s'", o->host ? o->host : "");
+        goto fail;
+    }
+    h->d = start_daemon(h, (const struct sockaddr *)&ss, family);
+    if (!h->d) {
+        dd_errf(err, errlen, "cannot listen on %s:%d (address in use or not permitted?)",
+                o->host ? o->host : "127.0.0.1", o->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : o->port;
+    *out = h;
+    return 0;
+fail:
+    http_free(h);
+    return DD_EIO;
+}
+
+int http_port(const http_t *h)
+{
+    return h->port;
+}
+
+/* The served name when none was configured: the model file's base name without .gguf. */
+static void default_name(http_t *h, const struct model *m)
+{
+    const char *base = m->path ? strrchr(m->path, '/') : NULL;
+    base = base ? base + 1 : (m->path ? m->path : "model");
+    snprintf(h->model_name, sizeof h->model_name, "%s", base);
+    char *dot = strstr(h->model_name, ".gguf");
+    if (dot && dot[5] == '\0')
+        *dot = '\0';
+}
+
+void http_attach(http_t *h, eng_t *e, const struct model *m, const chat_tmpl_t *chat)
+{
+    h->eng = e;
+    h->model = m;
+    h->chat = chat;
+    h->n_ctx = h->o.n_ctx > 0 ? h->o.n_ctx : m->hp.n_ctx_train;
+    if (!h->model_name[0])
+        default_name(h, m);
+    atomic_store_explicit(&h->state, ST_READY, memory_order_release);
+    LOG_I("serving '%s' on port %d (n_ctx %lld)", h->model_name, h->port, (long long)h->n_ctx);
+}
+
+void http_set_draining(http_t *h)
+{
+    atomic_store_explicit(&h->state, ST_DRAINING, memory_order_release);
+}
+
+int64_t http_active_requests(const http_t *h)
+{
+    return job_pool_live(h->pool);
+}
+
+void http_stop(http_t *h)
+{
+    if (!h)
+        return;
+    atomic_store_explicit(&h->state, ST_STOPPED, memory_order_release);
+    /* MHD must not be stopped with suspended connections: wake every job so it ends (an error
+     * event or a 503), and give the connections a moment to flush before closing them. */
+    job_pool_shutdown(h->pool);
+    for (int i = 0; i < 200 && job_pool_live(h->pool) > 0; i++)
+        usleep(10 * 1000);
+    MHD_stop_daemon(h->d);
+    http_free(h);
+}

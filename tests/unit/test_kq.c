@@ -1,0 +1,684 @@
+/*
+ * test_kq — kernels/cpu/kq.c and its SIMD implementations.
+ *
+ * 1. Layouts: one hand-assembled block per type, its bytes written field by field from the GGUF
+ *    layout (not via kq.c), dequantises to values computed here.
+ * 2. Conversions: f16 against the F16C instructions over all 65536 halves and random floats;
+ *    bf16 rounding cases.
+ * 3. Reference quantisers: round-trip relative RMS error per type.
+ * 4. Scalar dot = double dot of the dequantised weight and activation rows.
+ * 5. Every SIMD ISA this CPU has = scalar: activation quantisers byte for byte, kq_dot and
+ *    kq_matmul over token counts, row ranges, strides and row lengths.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "kernels/cpu/kq.h" // defines: kq_*
+#include "test.h"
+
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
+
+/* Little-endian field writers for the hand-assembled blocks. */
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32f(uint8_t *p, float f)
+{
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Max |got - want| over n values. */
+static double maxdiff(const float *got, const float *want, int n)
+{
+    double m = 0.0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, fabs((double)got[i] - want[i]));
+    return m;
+}
+
+/* ================================ type facts ================================================ */
+
+TEST(type_facts)
+{
+    static const struct {
+        enum kq_type t;
+        int elems;
+        size_t bytes;
+        const char *name;
+        enum kq_type act;
+    } want[] = {
+        {KQ_F32, 1, 4, "f32", KQ_F32},        {KQ_F16, 1, 2, "f16", KQ_F32},
+        {KQ_BF16, 1, 2, "bf16", KQ_F32},      {KQ_Q8_0, 32, 34, "q8_0", KQ_Q8_0},
+        {KQ_Q4_0, 32, 18, "q4_0", KQ_Q8_0},   {KQ_Q4_K, 256, 144, "q4_K", KQ_Q8_K},
+        {KQ_Q5_K, 256, 176, "q5_K", KQ_Q8_K}, {KQ_Q6_K, 256, 210, "q6_K", KQ_Q8_K},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK(kq_type_supported(want[i].t));
+        CHECK_EQ(kq_block_elems(want[i].t), want[i].elems);
+        CHECK_EQ(kq_block_bytes(want[i].t), want[i].bytes);
+        CHECK_STR_EQ(kq_type_name(want[i].t), want[i].name);
+        CHECK_EQ(kq_act_type(want[i].t), want[i].act);
+        CHECK_EQ(kq_row_bytes(want[i].t, 512), 512 / want[i].elems * want[i].bytes);
+    }
+    CHECK_EQ(kq_block_bytes(KQ_Q8_K), 292);
+    CHECK(!kq_type_supported(KQ_Q8_K));
+    CHECK(!kq_type_supported(3)); /* Q4_1 */
+    CHECK_STR_EQ(kq_type_name(99), "?");
+    CHECK_EQ(kq_act_row_bytes(KQ_Q4_K, 512), 2 * 292);
+}
+
+/* ================================ conversions =============================================== */
+
+/* The F16C instructions as an independent f16 oracle (compiled for F16C here only). */
+__attribute__((target("f16c"))) static float hw_h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+__attribute__((target("f16c"))) static uint16_t hw_f2h(float f)
+{
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* Bit-identical, or both NaN (payloads may differ). */
+static int same_float(float a, float b)
+{
+    return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b));
+}
+
+TEST(f16_known)
+{
+    CHECK_EQ(kq_f32_to_f16(1.0f), 0x3c00);
+    CHECK_EQ(kq_f32_to_f16(-2.0f), 0xc000);
+    CHECK_EQ(kq_f32_to_f16(65504.0f), 0x7bff);
+    CHECK_EQ(kq_f32_to_f16(65520.0f), 0x7c00);            /* rounds up to infinity */
+    CHECK_EQ(kq_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie to even */
+    CHECK_EQ(kq_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even, upwards */
+    CHECK_EQ(kq_f32_to_f16(0x1p-24f), 0x0001);            /* smallest subnormal */
+    CHECK_EQ(kq_f32_to_f16(0x1p-25f), 0x0000);            /* tie to even: zero */
+    CHECK_EQ(kq_f32_to_f16(0x1.8p-25f), 0x0001);
+    CHECK(kq_f16_to_f32(0x3555) > 0.333f && kq_f16_to_f32(0x3555) < 0.3334f);
+    CHECK(kq_f16_to_f32(0x0001) == 0x1p-24f);
+    CHECK(isinf(kq_f16_to_f32(0xfc00)) && kq_f16_to_f32(0xfc00) < 0);
+    CHECK(isnan(kq_f16_to_f32(0x7e00)));
+    CHECK(isnan(kq_f16_to_f32(kq_f32_to_f16(NAN))));
+}
+
+TEST(f16_vs_f16c)
+{
+    /* clang 14 cannot query "f16c"; every AVX2 CPU has it. */
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("  (no F16C on this CPU: hardware comparison skipped)\n");
+        return;
+    }
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = kq_f16_to_f32((uint16_t)h);
+        bad += !same_float(f, hw_h2f((uint16_t)h));
+        if (!isnan(f))
+            bad += kq_f32_to_f16(f) != h; /* exact round trip */
+    }
+    for (int i = 0; i < 200000; i++) {
+        uint32_t bits = (uint32_t)test_rng_next(&rng);
+        if (i % 2) /* half of the draws near the f16 range, where rounding matters */
+            bits = (bits & 0x807fffffu) | ((uint32_t)(100 + (bits >> 24) % 45) << 23);
+        float f;
+        memcpy(&f, &bits, 4);
+        if (isnan(f))
+            continue;
+        bad += kq_f32_to_f16(f) != hw_f2h(f);
+    }
+    CHECK_EQ(bad, 0);
+}
+
+TEST(bf16)
+{
+    CHECK_EQ(kq_f32_to_bf16(1.0f), 0x3f80);
+    CHECK_EQ(kq_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie to even */
+    CHECK_EQ(kq_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie to even, upwards */
+    CHECK_EQ(kq_f32_to_bf16(1.0f + 0x1.8p-8f), 0x3f81);
+    CHECK_EQ(kq_f32_to_bf16(-3.0f), 0xc040);
+    CHECK(isnan(kq_bf16_to_f32(kq_f32_to_bf16(NAN))));
+    CHECK(kq_bf16_to_f32(0x4049) == 3.140625f);
+}
+
+/* ================================ hand-assembled blocks ===================================== */
+
+TEST(block_float)
+{
+    uint8_t b[8];
+    float y[4];
+    put16(b, 0x3c00), put16(b + 2, 0xc000), put16(b + 4, 0x0001), put16(b + 6, 0x7bff);
+    kq_dequantize_row(KQ_F16, b, y, 4);
+    CHECK(y[0] == 1.0f && y[1] == -2.0f && y[2] == 0x1p-24f && y[3] == 65504.0f);
+    put16(b, 0x3f80), put16(b + 2, 0x4049), put16(b + 4, 0xc040), put16(b + 6, 0x0000);
+    kq_dequantize_row(KQ_BF16, b, y, 4);
+    CHECK(y[0] == 1.0f && y[1] == 3.140625f && y[2] == -3.0f && y[3] == 0.0f);
+    put32f(b, 1.5f), put32f(b + 4, -0.25f);
+    kq_dequantize_row(KQ_F32, b, y, 2);
+    CHECK(y[0] == 1.5f && y[1] == -0.25f);
+}
+
+TEST(block_q8_0)
+{
+    uint8_t b[34];
+    float y[32];
+    put16(b, 0x3800); /* d = 0.5 */
+    for (int i = 0; i < 32; i++)
+        b[2 + i] = (uint8_t)(int8_t)(3 * i - 50);
+    kq_dequantize_row(KQ_Q8_0, b, y, 32);
+    for (int i = 0; i < 32; i++)
+        CHECK(y[i] == 0.5f * (float)(3 * i - 50));
+}
+
+TEST(block_q4_0)
+{
+    uint8_t b[18];
+    float y[32];
+    put16(b, 0x4000); /* d = 2 */
+    for (int i = 0; i < 16; i++)
+        b[2 + i] = (uint8_t)(i | (15 - i) << 4); /* element i: nibble i; element 16 + i: 15 - i */
+    kq_dequantize_row(KQ_Q4_0, b, y, 32);
+    for (int i = 0; i < 16; i++) {
+        CHECK(y[i] == 2.0f * (float)(i - 8));
+        CHECK(y[16 + i] == 2.0f * (float)(7 - i));
+    }
+}
+
+/*
+ * Scales / mins of the K-quant test blocks and their 12 packed bytes, worked out by hand:
+ * bytes 0-3 = sc[j] | (sc[j+4] >> 4) << 6, bytes 4-7 = m[j] | (m[j+4] >> 4) << 6,
+ * bytes 8-11 = (sc[j+4] & 15) | (m[j+4] & 15) << 4.
+ */
+static const int k_sc[8] = {1, 2, 3, 4, 17, 33, 50, 63};
+static const int k_m[8] = {0, 5, 10, 15, 20, 40, 16, 63};
+static const uint8_t k_packed[12] = {0x41, 0x82, 0xc3, 0xc4, 0x40, 0x85,
+                                     0x4a, 0xcf, 0x41, 0x81, 0x02, 0xff};
+
+/* Nibble of element e of a K-quant qs[128]: group e / 64, low nibbles first, then high. */
+static int k_nibble(const uint8_t *qs, int e)
+{
+    const int g = e / 64, l = e % 64;
+    return l < 32 ? qs[32 * g + l] & 15 : qs[32 * g + l - 32] >> 4;
+}
+
+TEST(block_q4_k)
+{
+    uint8_t b[144];
+    float y[256];
+    put16(b, 0x3c00);     /* d = 1 */
+    put16(b + 2, 0x3800); /* dmin = 0.5 */
+    memcpy(b + 4, k_packed, 12);
+    for (int i = 0; i < 128; i++)
+        b[16 + i] = (uint8_t)(i * 7 + 3);
+    kq_dequantize_row(KQ_Q4_K, b, y, 256);
+    int bad = 0;
+    for (int e = 0; e < 256; e++)
+        bad += y[e] != (float)(k_sc[e / 32] * k_nibble(b + 16, e)) - 0.5f * (float)k_m[e / 32];
+    CHECK_EQ(bad, 0);
+    /* Spot values: element 0 = 1 * 1 * (3 & 15) - 0; element 255 = 63 * (b[143] >> 4) - 31.5. */
+    CHECK(y[0] == 3.0f);
+    CHECK(y[255] == 63.0f * (float)(b[143] >> 4) - 31.5f);
+}
+
+/* Q4_KX (kq.h): step k, 4-byte group j holds elements 4k..4k+3 of sub-block j, as nibbles
+ * packed like Q4_K's (step k in the low nibbles of qs[32 (k / 2) ..] for even k, else high). */
+static int kx_nibble(const uint8_t *qs, int e)
+{
+    const int j = e / 32, k = e % 32 / 4, t = e % 4;
+    return (qs[32 * (k / 2) + 4 * j + t] >> (4 * (k % 2))) & 15;
+}
+
+TEST(block_q4_kx)
+{
+    CHECK(!kq_type_supported(KQ_Q4_KX));
+    CHECK(!kq_type_supported(KQ_Q8_KX));
+    CHECK_STR_EQ(kq_type_name(KQ_Q4_KX), "q4_Kx");
+    CHECK_EQ(kq_act_type(KQ_Q4_KX), KQ_Q8_KX);
+    CHECK_EQ(kq_row_bytes(KQ_Q4_KX, 512), 288);
+    CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : KQ_Q4_K);
+    CHECK_EQ(kq_repack_type(KQ_Q8_0), KQ_Q8_0);
+    uint8_t b[2][144], x[2][144], back[2][144];
+    for (int r = 0; r < 2; r++) {
+        put16(b[r], 0x3c00);
+        put16(b[r] + 2, 0x3800);
+        memcpy(b[r] + 4, k_packed, 12);
+        for (int i = 0; i < 128; i++)
+            b[r][16 + i] = (uint8_t)(i * 7 + 3 + 50 * r);
+    }
+    CHECK(kq_repack_rows(KQ_Q4_K, KQ_Q4_KX, b, x, 256, 2));
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        bad += memcmp(x[r], b[r], 16) != 0; /* d, dmin, scales unchanged */
+        for (int e = 0; e < 256; e++)
+            bad += kx_nibble(x[r] + 16, e) != k_nibble(b[r] + 16, e);
+    }
+    CHECK_EQ(bad, 0);
+    float yb[512], yx[512];
+    kq_dequantize_row(KQ_Q4_K, b, yb, 512);
+    kq_dequantize_row(KQ_Q4_KX, x, yx, 512);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(KQ_Q4_KX, KQ_Q4_K, x, back, 256, 2));
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(!kq_repack_rows(KQ_Q8_0, KQ_Q4_KX, b, back, 256, 1));
+    /* The reference dots agree bit for bit; the activation is the Q8_K one reordered alike. */
+    float a[512];
+    uint8_t ak[2 * 292], akx[2 * 292];
+    for (int i = 0; i < 512; i++)
+        a[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    kq_quantize_act(KQ_Q4_K, a, ak, 512);
+    kq_quantize_act(KQ_Q4_KX, a, akx, 512);
+    for (int blk = 0; blk < 2; blk++) {
+        const int8_t *q = (const int8_t *)(ak + 292 * blk + 4),
+                     *qx = (const int8_t *)(akx + 292 * blk + 4);
+        for (int e = 0; e < 256; e++) /* element e of sub-block j at step k, group j */
+            bad += qx[32 * (e % 32 / 4) + 4 * (e / 32) + e % 4] != q[e];
+        bad += memcmp(ak + 292 * blk, akx + 292 * blk, 4) != 0;
+        bad += memcmp(ak + 292 * blk + 260, akx + 292 * blk + 260, 32) != 0; /* bsums */
+    }
+    CHECK_EQ(bad, 0);
+    const float dk = kq_dot(KQ_Q4_K, 512, b, ak), dx = kq_dot(KQ_Q4_KX, 512, x, akx);
+    CHECK(dk == dx);
+    kq_isa_force(isa);
+}
+
+TEST(block_q5_k)
+{
+    uint8_t b[176];
+    float y[256];
+    put16(b, 0x3400);     /* d = 0.25 */
+    put16(b + 2, 0x4000); /* dmin = 2 */
+    memcpy(b + 4, k_packed, 12);
+    for (int i = 0; i < 32; i++)
+        b[16 + i] = (uint8_t)(i * 37 + 11); /* qh */
+    for (int i = 0; i < 128; i++)
+        b[48 + i] = (uint8_t)(i * 13 + 5); /* qs */
+    kq_dequantize_row(KQ_Q5_K, b, y, 256);
+    int bad = 0;
+    for (int e = 0; e < 256; e++) {
+        const int j = e / 32, q = k_nibble(b + 48, e) + 16 * ((b[16 + e % 32] >> j) & 1);
+        bad += y[e] != 0.25f * (float)(k_sc[j] * q) - 2.0f * (float)k_m[j];
+    }
+    CHECK_EQ(bad, 0);
+}
+
+TEST(block_q6_k)
+{
+    uint8_t b[210];
+    float y[256];
+    for (int i = 0; i < 128; i++)
+        b[i] = (uint8_t)(i * 29 + 7); /* ql */
+    for (int i = 0; i < 64; i++)
+        b[128 + i] = (uint8_t)(i * 53 + 1); /* qh */
+    for (int j = 0; j < 16; j++)
+        b[192 + j] = (uint8_t)(int8_t)(j * 17 - 128); /* scales -128 .. 127 */
+    put16(b + 208, 0x3400);                           /* d = 0.25 */
+    kq_dequantize_row(KQ_Q6_K, b, y, 256);
+    int bad = 0;
+    for (int e = 0; e < 256; e++) {
+        /* Half h; chunk c of 32: low 4 bits from ql[64h + l] (c = 0, 2) or ql[64h + 32 + l]
+         * (c = 1, 3), low nibble for c < 2, high for c >= 2; high 2 bits = bits 2c of qh[32h+l]. */
+        const int h = e / 128, c = (e % 128) / 32, l = e % 32;
+        const uint8_t qlb = b[64 * h + (c == 1 || c == 3 ? 32 : 0) + l];
+        const int lo = c < 2 ? qlb & 15 : qlb >> 4;
+        const int hi = (b[128 + 32 * h + l] >> (2 * c)) & 3;
+        const int sc = (int8_t)b[192 + e / 16];
+        bad += y[e] != 0.25f * (float)(sc * ((lo | hi << 4) - 32));
+    }
+    CHECK_EQ(bad, 0);
+}
+
+TEST(block_q8_k)
+{
+    uint8_t b[292];
+    float y[256];
+    put32f(b, 0.125f);
+    for (int i = 0; i < 256; i++)
+        b[4 + i] = (uint8_t)(int8_t)(i % 255 - 127);
+    memset(b + 260, 0, 32);
+    kq_dequantize_row(KQ_Q8_K, b, y, 256);
+    for (int i = 0; i < 256; i += 17)
+        CHECK(y[i] == 0.125f * (float)(i % 255 - 127));
+}
+
+/* ================================ reference quantisers ====================================== */
+
+/* n values: uniform in [-1, 1) (kind 0) or bell-shaped, sigma 0.58 (kind 1). */
+static void fill(float *x, int n, int kind)
+{
+    for (int i = 0; i < n; i++) {
+        float v = test_rng_uniform(&rng);
+        if (kind == 1)
+            v = (v + test_rng_uniform(&rng) + test_rng_uniform(&rng) + test_rng_uniform(&rng)) *
+                0.5f;
+        x[i] = v;
+    }
+}
+
+/* ||a - b|| / ||b||: the round-trip error measure of the thresholds below. */
+static double rel_rms(const float *a, const float *b, int n)
+{
+    double e = 0.0, s = 0.0;
+    for (int i = 0; i < n; i++)
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), s += (double)b[i] * b[i];
+    return sqrt(e / s);
+}
+
+/* Limits from the task: Q8_0 1%, Q4_0 12%, Q4_K 8%, Q5_K 4%, Q6_K 2%, f16/bf16 tiny. */
+TEST(round_trip)
+{
+    static const struct {
+        enum kq_type t;
+        double max_err;
+    } cases[] = {{KQ_F16, 1e-3},  {KQ_BF16, 4e-3}, {KQ_Q8_0, 0.01}, {KQ_Q4_0, 0.12},
+                 {KQ_Q4_K, 0.08}, {KQ_Q5_K, 0.04}, {KQ_Q6_K, 0.02}, {KQ_Q8_K, 0.01}};
+    enum { N = 8192 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int kind = 0; kind < 2; kind++) {
+            fill(x, N, kind);
+            kq_quantize_row(cases[c].t, x, q, N);
+            kq_dequantize_row(cases[c].t, q, y, N);
+            const double err = rel_rms(y, x, N);
+            printf("  round trip %-5s %s: rel rms %.4f (limit %.3f)\n", kq_type_name(cases[c].t),
+                   kind ? "bell   " : "uniform", err, cases[c].max_err);
+            CHECK(err < cases[c].max_err);
+            uint8_t q2[sizeof q];
+            kq_quantize_row(cases[c].t, x, q2, N); /* deterministic */
+            CHECK(memcmp(q, q2, kq_row_bytes(cases[c].t, N)) == 0);
+        }
+    }
+    /* All-zero and constant rows stay finite and exact. */
+    memset(x, 0, sizeof x);
+    kq_quantize_row(KQ_Q4_K, x, q, 256);
+    kq_dequantize_row(KQ_Q4_K, q, y, 256);
+    CHECK(maxdiff(y, x, 256) == 0.0);
+    for (int i = 0; i < 256; i++)
+        x[i] = -0.75f;
+    kq_quantize_row(KQ_Q6_K, x, q, 256);
+    kq_dequantize_row(KQ_Q6_K, q, y, 256);
+    CHECK(maxdiff(y, x, 256) < 1e-3);
+}
+
+/* ================================ dot products ============================================== */
+
+static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0, KQ_Q4_0,
+                                      KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX};
+#define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
+
+/* Test problem: rows x n weights of type t and nt activation rows, quantised. */
+struct prob {
+    enum kq_type t;
+    int n, rows, nt;
+    size_t ws, as;  /* row strides (bytes) */
+    uint8_t *w, *a; /* [rows][ws], [nt][as] */
+    float *wd, *ad; /* dequantised [rows][n], [nt][n] */
+};
+
+/* Random weights (alternating uniform / bell rows) and activations; pad widens the strides. */
+static void prob_init(struct prob *p, enum kq_type t, int n, int rows, int nt, size_t pad)
+{
+    p->t = t, p->n = n, p->rows = rows, p->nt = nt;
+    p->ws = kq_row_bytes(t, n) + pad;
+    p->as = kq_act_row_bytes(t, n) + pad;
+    p->w = calloc((size_t)rows, p->ws);
+    p->a = calloc((size_t)nt, p->as);
+    p->wd = malloc(sizeof(float) * (size_t)n * (size_t)(rows + nt));
+    p->ad = p->wd + (size_t)n * rows;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < rows; r++) {
+        fill(x, n, r % 2);
+        kq_quantize_row(t, x, p->w + r * p->ws, n);
+        kq_dequantize_row(t, p->w + r * p->ws, p->wd + (size_t)r * n, n);
+    }
+    for (int i = 0; i < nt; i++) {
+        fill(x, n, 1);
+        kq_quantize_act(t, x, p->a + i * p->as, n);
+        kq_dequantize_row(kq_act_type(t), p->a + i * p->as, p->ad + (size_t)i * n, n);
+    }
+    free(x);
+}
+
+static void prob_free(struct prob *p)
+{
+    free(p->w), free(p->a), free(p->wd);
+}
+
+/* Exact dot of dequantised rows and the sum of |products| (the scale of rounding errors). */
+static double ref_dot(const struct prob *p, int r, int t, double *mag)
+{
+    double s = 0.0, m = 0.0;
+    for (int i = 0; i < p->n; i++) {
+        const double v = (double)p->wd[(size_t)r * p->n + i] * p->ad[(size_t)t * p->n + i];
+        s += v, m += fabs(v);
+    }
+    *mag = m;
+    return s;
+}
+
+/* The reference dot must equal the exact dot of what the blocks decode to, up to f32 sums. */
+TEST(scalar_dot_vs_dequantised)
+{
+    kq_isa_force(KQ_ISA_SCALAR);
+    static const int ns[] = {256, 4352, 8448};
+    for (size_t k = 0; k < N_WTYPES; k++) {
+        double worst = 0.0;
+        for (size_t j = 0; j < 3; j++) {
+            struct prob p;
+            prob_init(&p, wtypes[k], ns[j], 3, 2, 0);
+            for (int r = 0; r < 3; r++)
+                for (int t = 0; t < 2; t++) {
+                    double mag, want = ref_dot(&p, r, t, &mag);
+                    const float got = kq_dot(p.t, p.n, p.w + r * p.ws, p.a + t * p.as);
+                    worst = fmax(worst, fabs(got - want) / mag);
+                }
+            prob_free(&p);
+        }
+        printf("  scalar dot %-5s: max |err| / sum|w*a| = %.2e\n", kq_type_name(wtypes[k]), worst);
+        CHECK(worst < 2e-6);
+    }
+}
+
+/* Row ranges [r0, r1) of an 11-row matrix exercised for every ISA. */
+static const int ranges[][2] = {{0, 11}, {3, 10}, {1, 2}, {5, 5}};
+
+/* kq_matmul under `isa` vs the scalar reference; returns the max relative difference. */
+static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
+{
+    const int ys = p->rows + 3;
+    float *ref = malloc(sizeof(float) * (size_t)ys * p->nt);
+    float *got = malloc(sizeof(float) * (size_t)ys * p->nt);
+    double worst = 0.0;
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+        const int r0 = ranges[k][0], r1 = ranges[k][1];
+        for (int i = 0; i < ys * p->nt; i++)
+            ref[i] = got[i] = -777.0f; /* guard: untouched entries must stay */
+        kq_isa_force(KQ_ISA_SCALAR);
+        kq_matmul(p->t, p->n, p->w, p->ws, r0, r1, p->a, p->as, p->nt, ref, ys);
+        kq_isa_force(isa);
+        kq_matmul(p->t, p->n, p->w, p->ws, r0, r1, p->a, p->as, p->nt, got, ys);
+        for (int t = 0; t < p->nt; t++)
+            for (int r = 0; r < ys; r++) {
+                const float g = got[t * ys + r], e = ref[t * ys + r];
+                if (r < r0 || r >= r1) {
+                    *bad += g != -777.0f;
+                    continue;
+                }
+                double mag;
+                ref_dot(p, r, t, &mag);
+                worst = fmax(worst, fabs((double)g - e) / (mag + 1e-30));
+            }
+    }
+    free(ref), free(got);
+    return worst;
+}
+
+/*
+ * Every ISA against scalar over n (one block, several, odd block counts, long rows; 17 for the
+ * float tails), nt = 1 (decode), 3, 8, 13 (tile edges), 40, padded strides and row sub-ranges.
+ */
+TEST(simd_matmul_vs_scalar)
+{
+    const enum kq_isa best = kq_isa_best();
+    if (best == KQ_ISA_SCALAR) {
+        printf("  (no SIMD ISA on this CPU)\n");
+        return;
+    }
+    static const int ns[] = {32, 256, 4352, 8448, 96, 17};
+    static const int nts[] = {1, 3, 8, 13, 40}; /* 40: several token chunks of the packed prefill */
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+        for (size_t k = 0; k < N_WTYPES; k++) {
+            double worst = 0.0;
+            int bad = 0;
+            for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+                if (ns[j] % kq_block_elems(wtypes[k]))
+                    continue;
+                for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
+                    struct prob p;
+                    prob_init(&p, wtypes[k], ns[j], 11, nts[m], m == 2 ? 64 : 0);
+                    worst = fmax(worst, check_matmul(&p, (enum kq_isa)isa, &bad));
+                    prob_free(&p);
+                }
+            }
+            printf("  %-6s matmul %-5s: max |simd - scalar| / sum|w*a| = %.2e\n",
+                   kq_isa_name((enum kq_isa)isa), kq_type_name(wtypes[k]), worst);
+            CHECK(worst < 2e-6);
+            CHECK_EQ(bad, 0);
+        }
+    }
+    kq_isa_force(best);
+}
+
+/* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
+ * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
+ * exact path. Rows 0, 3, 6, 9 get -128 at scattered positions. */
+TEST(q8_0_lowest_level)
+{
+    const enum kq_isa best = kq_isa_best();
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++)
+        for (int nt = 1; nt <= 40; nt += 13) {
+            struct prob p;
+            prob_init(&p, KQ_Q8_0, 4352, 11, nt, 0);
+            for (int r = 0; r < 11; r += 3) {
+                uint8_t *row = p.w + r * p.ws;
+                for (int b = 0; b < 4352 / 32; b++)
+                    row[34 * b + 2 + (b * 7 + r) % 32] = 0x80;
+                kq_dequantize_row(KQ_Q8_0, row, p.wd + (size_t)r * p.n, p.n);
+            }
+            int bad = 0;
+            const double worst = check_matmul(&p, (enum kq_isa)isa, &bad);
+            CHECK(worst < 2e-6);
+            CHECK_EQ(bad, 0);
+            prob_free(&p);
+        }
+    kq_isa_force(best);
+}
+
+TEST(simd_dot_vs_scalar)
+{
+    const enum kq_isa best = kq_isa_best();
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+        for (size_t k = 0; k < N_WTYPES; k++) {
+            const int n = kq_block_elems(wtypes[k]) == 1 ? 1001 : 4352;
+            struct prob p;
+            prob_init(&p, wtypes[k], n, 1, 1, 0);
+            kq_isa_force(KQ_ISA_SCALAR);
+            const float ref = kq_dot(p.t, n, p.w, p.a);
+            kq_isa_force((enum kq_isa)isa);
+            const float got = kq_dot(p.t, n, p.w, p.a);
+            double mag;
+            ref_dot(&p, 0, 0, &mag);
+            CHECK(fabs((double)got - ref) <= 2e-6 * mag);
+            prob_free(&p);
+        }
+    }
+    kq_isa_force(best);
+}
+
+/* Activation rows must be byte-identical across ISAs (zero blocks included). */
+TEST(simd_act_quantisers)
+{
+    const enum kq_isa best = kq_isa_best();
+    static const int ns[] = {256, 512, 4352, 8448};
+    static const enum kq_type acts[] = {KQ_F32, KQ_Q8_0, KQ_Q4_K, KQ_Q4_KX};
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+        int diff_bytes = 0;
+        for (size_t j = 0; j < 4; j++)
+            for (size_t k = 0; k < 4; k++) {
+                const int n = ns[j];
+                const size_t bytes = kq_act_row_bytes(acts[k], n);
+                float *x = malloc(sizeof(float) * n);
+                uint8_t *ref = malloc(bytes), *got = malloc(bytes);
+                fill(x, n, (int)j % 2);
+                x[7] = 0.0f;
+                if (j == 1)
+                    memset(x, 0, 64 * sizeof(float)); /* all-zero blocks */
+                kq_isa_force(KQ_ISA_SCALAR);
+                kq_quantize_act(acts[k], x, ref, n);
+                kq_isa_force((enum kq_isa)isa);
+                kq_quantize_act(acts[k], x, got, n);
+                for (size_t b = 0; b < bytes; b++)
+                    diff_bytes += ref[b] != got[b];
+                free(x), free(ref), free(got);
+            }
+        printf("  %-6s act quantisers: %d differing bytes\n", kq_isa_name((enum kq_isa)isa),
+               diff_bytes);
+        CHECK_EQ(diff_bytes, 0);
+    }
+    kq_isa_force(best);
+}
+
+/* Runs first: DELTAD_ISA is read once, on the first use of the kernels. */
+TEST(isa_env)
+{
+    setenv("DELTAD_ISA", "avx2", 1);
+    const enum kq_isa want = kq_isa_best() < KQ_ISA_AVX2 ? kq_isa_best() : KQ_ISA_AVX2;
+    CHECK_EQ(kq_isa_active(), want);
+    setenv("DELTAD_ISA", "scalar", 1); /* read once: no effect now */
+    CHECK_EQ(kq_isa_active(), want);
+    unsetenv("DELTAD_ISA");
+}
+
+TEST(isa_selection)
+{
+    const enum kq_isa best = kq_isa_best();
+    CHECK_EQ(kq_isa_force(KQ_ISA_SCALAR), KQ_ISA_SCALAR);
+    CHECK_EQ(kq_isa_active(), KQ_ISA_SCALAR);
+    CHECK_EQ(kq_isa_force(KQ_ISA_AVX512), best); /* clamped to the CPU */
+    CHECK_STR_EQ(kq_isa_name(KQ_ISA_AVX2), "avx2");
+    printf("  best ISA here: %s\n", kq_isa_name(best));
+}
+
+int main(void)
+{
+    RUN(isa_env);
+    RUN(type_facts);
+    RUN(f16_known);
+    RUN(f16_vs_f16c);
+    RUN(bf16);
+    RUN(block_float);
+    RUN(block_q8_0);
+    RUN(block_q4_0);
+    RUN(block_q4_k);
+    RUN(block_q4_kx);
+    RUN(block_q5_k);
+    RUN(block_q6_k);
+    RUN(block_q8_k);
+    RUN(round_trip);
+    RUN(scalar_dot_vs_dequantised);
+    RUN(simd_act_quantisers);
+    RUN(simd_dot_vs_scalar);
+    RUN(simd_matmul_vs_scalar);
+    RUN(q8_0_lowest_level);
+    RUN(isa_selection);
+    TEST_MAIN_END("test_kq");
+}
