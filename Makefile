@@ -88,11 +88,14 @@ SERVER_SRC := $(filter-out server/cli/main.c,$(sort $(wildcard server/*/*.c)))
 SERVER_SRC := $(filter-out $(JINJA_SRC),$(SERVER_SRC))
 TOOL_SRC   := $(sort $(wildcard tools/*.c))
 TEST_SRC   := $(sort $(wildcard tests/unit/test_*.c tests/golden/test_*.c))
+# the tests' shared helpers: every tests/unit/*.c that is not a test_*.c program
+HELP_SRC   := $(filter-out tests/unit/test_%.c,$(sort $(wildcard tests/unit/*.c)))
 CU_SRC     := $(sort $(wildcard kernels/cuda/*.cu))
 
 LIB_OBJ    := $(LIB_SRC:%.c=$(B)/obj/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(B)/obj/%.o)
 JINJA_OBJ  := $(JINJA_SRC:%.c=$(B)/obj/%.o)
+HELP_OBJ   := $(HELP_SRC:%.c=$(B)/obj/%.o)
 CU_OBJ     :=
 ifeq ($(CUDA),1)
 CU_OBJ     := $(CU_SRC:%.cu=$(B)/obj/%.o)
@@ -111,6 +114,7 @@ JINJA_LIB  := $(B)/libdeltad_jinja.a
 SERVER_LIB := $(B)/libdeltad_server.a
 # what a program that uses the server modules links, in link order (server -> jinja -> engine)
 ALL_LIBS   := $(SERVER_LIB) $(JINJA_LIB) $(LIB)
+HELP_LIB   := $(B)/libdeltad_testhelp.a
 DELTAD     := $(B)/deltad
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
@@ -156,6 +160,11 @@ $(SERVER_LIB): $(SERVER_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# the test programs' helpers (tests/unit/testutil.c, rb.c), linked before the libraries they use
+$(HELP_LIB): $(HELP_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(DELTAD): $(B)/obj/server/cli/main.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
@@ -163,17 +172,17 @@ $(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/unit/%.o $(ALL_LIBS)
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(HELP_LIB) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/golden/%.o $(ALL_LIBS)
+$(B)/tests/%: $(B)/obj/tests/golden/%.o $(HELP_LIB) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(ALL_LIBS)
+$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(HELP_LIB) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) -o $@
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -244,7 +253,7 @@ $(B)/$(1): $(B)/obj/tests/fuzz/$(1).o $(patsubst %.c,$(B)/obj/%.o,$(or $(FUZZ_DE
 endef
 $(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(t))))
 fuzz-build: $(FUZZ_NAMES:%=$(B)/%) $(B)/gguf_seeds
-$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c engine/model/gguf.c engine/util.c
+$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c tests/unit/rb.c engine/model/gguf_writer.c engine/model/gguf.c engine/util.c
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $^ -lm -pthread -o $@
 else
 fuzz-build:

@@ -27,9 +27,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/model/gguf.h" // defines: gguf_writer_*
-#include "engine/util.h"       // defines: xmalloc, dd_now
-#include "kernels/cpu/kq.h"    // defines: kq_quantize_row, kq_row_bytes, kq_type_name
+#include "engine/model/gguf.h"        // defines: GGUF_MAX_DIMS
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/util.h"              // defines: xmalloc, dd_now
+#include "kernels/cpu/kq.h"           // defines: kq_quantize_row, kq_row_bytes, kq_type_name
 
 /* ---- deterministic RNG -------------------------------------------------------------------- */
 

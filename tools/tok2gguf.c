@@ -24,9 +24,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/model/gguf.h"   // defines: gguf_writer_*
-#include "engine/model/pretok.h" // defines: pretok_from_name
-#include "engine/util.h"         // defines: xmalloc, xcalloc, dd_errf
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/model/pretok.h"      // defines: pretok_from_name
+#include "engine/util.h"              // defines: xmalloc, xcalloc, dd_errf
 
 #define MAX_VOCAB (1 << 24) /* ids beyond this are refused: they would mean a huge padded table */
 #define ERRLEN 512

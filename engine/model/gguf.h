@@ -1,5 +1,6 @@
 /*
- * gguf — reader (mmap, fully validated) and writer for GGUF v2/v3 files.
+ * gguf — reader (mmap, fully validated) of GGUF v2/v3 files. The writer, which only the tools
+ * and the tests use, is gguf_writer.h.
  *
  * The reader validates every offset, size, count and string length against the file size
  * before use; a malformed file yields an error message naming the field and the byte offset,
@@ -36,6 +37,7 @@ enum gguf_vtype {
     GGUF_T_COUNT
 };
 
+#define GGUF_MAGIC "GGUF" /* the first 4 bytes of every file */
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
 
@@ -109,31 +111,8 @@ const struct gguf_tensor *gguf_find_tensor(const gguf_t *g, const char *name); /
 /* Size table of ggml types known to the container (not necessarily computable by our kernels).
  * Returns false for unknown ids. */
 bool gguf_type_info(uint32_t type, uint32_t *block_elems, uint32_t *block_bytes, const char **name);
-
-/* ---- writer ------------------------------------------------------------------------------- */
-
-typedef struct gguf_writer gguf_writer_t;
-
-gguf_writer_t *
-gguf_writer_create(uint32_t alignment); /* 0 → 32; writes general.alignment if != 32 */
-void gguf_writer_set_u32(gguf_writer_t *w, const char *key, uint32_t v);
-void gguf_writer_set_i32(gguf_writer_t *w, const char *key, int32_t v);
-void gguf_writer_set_u64(gguf_writer_t *w, const char *key, uint64_t v);
-void gguf_writer_set_f32(gguf_writer_t *w, const char *key, float v);
-void gguf_writer_set_bool(gguf_writer_t *w, const char *key, bool v);
-void gguf_writer_set_str(gguf_writer_t *w, const char *key, const char *s);
-void gguf_writer_set_arr_i32(gguf_writer_t *w, const char *key, const int32_t *v, uint64_t n);
-void gguf_writer_set_arr_u32(gguf_writer_t *w, const char *key, const uint32_t *v, uint64_t n);
-void gguf_writer_set_arr_f32(gguf_writer_t *w, const char *key, const float *v, uint64_t n);
-/* strs[i] with lens[i] bytes (lens may be NULL for NUL-terminated strings). */
-void gguf_writer_set_arr_str(gguf_writer_t *w, const char *key, const char *const *strs,
-                             const size_t *lens, uint64_t n);
-/* Add a tensor; the data (size bytes, must equal the size implied by type and ne) is copied. */
-int gguf_writer_add_tensor(gguf_writer_t *w, const char *name, uint32_t n_dims, const int64_t *ne,
-                           uint32_t type, const void *data, size_t size);
-int gguf_writer_write_file(gguf_writer_t *w, const char *path, char *err, size_t errlen);
-/* Serialise to a heap buffer (*buf transferred to the caller, free()). */
-int gguf_writer_write_mem(gguf_writer_t *w, void **buf, size_t *len);
-void gguf_writer_destroy(gguf_writer_t *w);
+/* Byte size of one element of a fixed-size value type (enum gguf_vtype); 0 for string, array and
+ * unknown types. */
+size_t gguf_vtype_size(uint32_t t);
 
 #endif

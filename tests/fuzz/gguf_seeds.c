@@ -7,9 +7,10 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
-#include "engine/model/gguf.h" // defines: gguf_writer_*
+#include "engine/model/gguf.h"        // defines: GGUF_T_*
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "tests/unit/rb.h"            // defines: struct rb, rb_*
 
 static int save(gguf_writer_t *w, const char *dir, const char *name)
 {
@@ -47,78 +48,35 @@ static int seed_kinds(const char *dir, uint32_t alignment, const char *name)
     return save(w, dir, name);
 }
 
-/* A tiny byte builder for the hand-built seed. */
-struct raw {
-    uint8_t b[512];
-    size_t n;
-};
-
-static void put(struct raw *r, const void *p, size_t n)
-{
-    memcpy(r->b + r->n, p, n);
-    r->n += n;
-}
-
-static void put_u32(struct raw *r, uint32_t v)
-{
-    put(r, &v, 4);
-}
-
-static void put_u64(struct raw *r, uint64_t v)
-{
-    put(r, &v, 8);
-}
-
-static void put_str(struct raw *r, const char *s)
-{
-    put_u64(r, strlen(s));
-    put(r, s, strlen(s));
-}
-
-/* key + value type + value bytes */
-static void put_kv(struct raw *r, const char *key, uint32_t type, const void *v, size_t n)
-{
-    put_str(r, key);
-    put_u32(r, type);
-    put(r, v, n);
-}
-
 /* Hand-built: one key per fixed-size type the writer lacks and a two-level nested array. */
 static int seed_raw(const char *dir)
 {
-    struct raw r = {.n = 0};
-    uint8_t u8 = 7, one = 1;
+    struct rb r = {.n = 0};
+    uint8_t u8 = 7;
     int8_t i8 = -7;
     uint16_t u16 = 700;
     int16_t i16 = -700;
     int64_t i64 = -70000;
     double f64 = 0.5;
-    put(&r, "GGUF", 4);
-    put_u32(&r, 2);
-    put_u64(&r, 0);
-    put_u64(&r, 7);
-    put_kv(&r, "u8", GGUF_T_U8, &u8, 1);
-    put_kv(&r, "i8", GGUF_T_I8, &i8, 1);
-    put_kv(&r, "u16", GGUF_T_U16, &u16, 2);
-    put_kv(&r, "i16", GGUF_T_I16, &i16, 2);
-    put_kv(&r, "i64", GGUF_T_I64, &i64, 8);
-    put_kv(&r, "f64", GGUF_T_F64, &f64, 8);
-    put_kv(&r, "nest", GGUF_T_ARRAY, NULL, 0); /* [[true], ["s"]] */
-    put_u32(&r, GGUF_T_ARRAY);
-    put_u64(&r, 2);
-    put_u32(&r, GGUF_T_BOOL);
-    put_u64(&r, 1);
-    put(&r, &one, 1);
-    put_u32(&r, GGUF_T_STRING);
-    put_u64(&r, 1);
-    put_str(&r, "s");
+    rb_header(&r, 2, 0, 7);
+    rb_kv(&r, "u8", GGUF_T_U8, &u8, 1);
+    rb_kv(&r, "i8", GGUF_T_I8, &i8, 1);
+    rb_kv(&r, "u16", GGUF_T_U16, &u16, 2);
+    rb_kv(&r, "i16", GGUF_T_I16, &i16, 2);
+    rb_kv(&r, "i64", GGUF_T_I64, &i64, 8);
+    rb_kv(&r, "f64", GGUF_T_F64, &f64, 8);
+    rb_kv(&r, "nest", GGUF_T_ARRAY, NULL, 0); /* [[true], ["s"]] */
+    rb_u32(&r, GGUF_T_ARRAY);
+    rb_u64(&r, 2);
+    rb_u32(&r, GGUF_T_BOOL);
+    rb_u64(&r, 1);
+    rb_u8(&r, 1);
+    rb_u32(&r, GGUF_T_STRING);
+    rb_u64(&r, 1);
+    rb_str(&r, "s");
     char path[4096];
     snprintf(path, sizeof(path), "%s/raw.gguf", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return 1;
-    size_t wrote = fwrite(r.b, 1, r.n, f);
-    return (fclose(f) != 0 || wrote != r.n) ? 1 : 0;
+    return rb_save(&r, path) ? 1 : 0;
 }
 
 int main(int argc, char **argv)

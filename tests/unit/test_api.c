@@ -5,8 +5,6 @@
  *
  * Usage: test_api [BUILD_DIR] (default build/cpu); skips without BUILD_DIR/models.
  */
-#include <unistd.h>
-
 #include "engine/model/tok.h"
 #include "engine/util.h"
 #include "server/api/api.h"
@@ -19,7 +17,8 @@
 #include "server/api/resp.h"
 #include "server/api/toolcall.h"
 #include "server/jinja/jinja.h"
-#include "test.h"
+#include "test.h"     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h" // defines: testutil_*
 
 static struct model *g_model;
 
@@ -286,16 +285,9 @@ TEST(tokenize_endpoints)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    char path[600];
-    snprintf(path, sizeof path, "%s/models/tiny-qwen35.gguf", b);
-    if (access(path, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", path);
-    char err[512];
-    if (model_load(path, &g_model, err, sizeof err) != 0) {
-        printf("cannot load %s: %s\n", path, err);
-        return 1;
-    }
+    int rc = testutil_load_tiny(argc, argv, &g_model);
+    if (rc != 0)
+        return rc;
     RUN(json_guards);
     RUN(utf8_sanitize);
     RUN(chat_validation);

@@ -29,7 +29,8 @@
 #include "server/api/resp.h"
 #include "server/api/toolcall.h"
 #include "server/jinja/jinja.h"
-#include "test.h"
+#include "test.h"     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h" // defines: testutil_*
 
 #define FIXDIR "tests/fixtures/templates"
 #define TMPLDIR "../shared/data/templates"
@@ -330,16 +331,9 @@ TEST(chat_request_switches)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    char path[600];
-    snprintf(path, sizeof path, "%s/models/tiny-qwen35.gguf", b);
-    if (access(path, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", path);
-    char err[512];
-    if (model_load(path, &g_model, err, sizeof err) != 0) {
-        printf("cannot load %s: %s\n", path, err);
-        return 1;
-    }
+    int rc = testutil_load_tiny(argc, argv, &g_model);
+    if (rc != 0)
+        return rc;
     RUN(real_templates_match_fixtures);
     RUN(think_open_per_template);
     RUN(prefill_and_raise);

@@ -11,15 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "engine/compute/device.h" // defines: dev_cpu_create
 #include "engine/compute/fwd.h"    // defines: fwd_decode
 #include "engine/model/model.h"    // defines: model_load
 #include "engine/sched/eng.h"      // defines: eng_*
 #include "engine/util.h"           // defines: DD_EINVAL, DD_EFULL
-#include "test.h"
+#include "test.h"                  // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h"              // defines: testutil_*
 
 static char models[512];
 
@@ -32,36 +31,27 @@ struct result {
     int64_t cached, completion;
 };
 
-static void sleep_ms(int ms)
+/* Appends one delta's text and token ids to the result (a testutil_req_drain callback). */
+static void take_delta(const struct eng_delta *d, void *ud)
 {
-    struct timespec ts = {0, ms * 1000000L};
-    nanosleep(&ts, NULL);
+    struct result *res = ud;
+    if (d->len && res->len + d->len < sizeof res->text) {
+        memcpy(res->text + res->len, d->text, d->len);
+        res->len += d->len;
+    }
+    for (int64_t i = 0; i < d->n_toks && res->n_ids < 512; i++)
+        res->ids[res->n_ids++] = d->toks[i].id;
+    res->finish = d->finish;
+    res->cached = d->cached_tokens;
+    res->completion = d->completion_tokens;
 }
 
 /* Drain a request until done (polling: the test has no event loop). */
 static void wait_done(eng_req_t *r, struct result *res)
 {
     memset(res, 0, sizeof *res);
-    for (int spins = 0; spins < 60000; spins++) {
-        struct eng_delta d;
-        bool any = eng_req_take(r, &d);
-        if (d.len && res->len + d.len < sizeof res->text) {
-            memcpy(res->text + res->len, d.text, d.len);
-            res->len += d.len;
-        }
-        for (int64_t i = 0; i < d.n_toks && res->n_ids < 512; i++)
-            res->ids[res->n_ids++] = d.toks[i].id;
-        bool done = d.done;
-        res->finish = d.finish;
-        res->cached = d.cached_tokens;
-        res->completion = d.completion_tokens;
-        eng_delta_free(&d);
-        if (done)
-            return;
-        if (!any)
-            sleep_ms(1);
-    }
-    CHECK(!"request did not finish in time");
+    if (!testutil_req_drain(r, 60000, take_delta, res))
+        CHECK(!"request did not finish in time");
 }
 
 static eng_req_t *make_req(const int32_t *prompt, int64_t n, int64_t max_tokens, float temp,
@@ -304,7 +294,7 @@ TEST(cancel_queue_and_limits)
     CHECK_EQ(eng_submit(s.e, a, err, sizeof err), 0);
     CHECK_EQ(eng_submit(s.e, b, err, sizeof err), DD_EFULL); /* queue_max 1, not started */
     CHECK(eng_start(s.e, err, sizeof err) == 0);
-    sleep_ms(20);
+    testutil_sleep_ms(20);
     eng_req_cancel(a);
     struct result res;
     wait_done(a, &res);
@@ -319,12 +309,8 @@ TEST(cancel_queue_and_limits)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    snprintf(models, sizeof models, "%s/models", b);
-    char probe[600];
-    snprintf(probe, sizeof probe, "%s/tiny-qwen35.gguf", models);
-    if (access(probe, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
+    if (!testutil_models_dir(argc, argv, models, sizeof models))
+        return TESTUTIL_SKIP_RC;
     RUN(greedy_matches_forward_loop);
     RUN(concurrent_equals_alone);
     RUN(prompt_cache_reuses_prefix);

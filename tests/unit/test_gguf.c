@@ -1,92 +1,22 @@
 /*
- * test_gguf — engine/model/gguf.c: writer → reader round trips (memory and file), strict getters,
- * and a catalogue of malformed files that must be rejected with a message and without a crash.
+ * test_gguf — engine/model/gguf.c and gguf_writer.c: writer → reader round trips (memory and
+ * file), strict getters, and a catalogue of malformed files that must be rejected with a message
+ * and without a crash.
  *
- * Malformed files are built byte by byte with the small `rb` builder below, so each case states
+ * Malformed files are built byte by byte with the `rb` builder (rb.h), so each case states
  * exactly which field is broken.
  */
 #include <fcntl.h>
 #include <stdint.h>
 #include <unistd.h>
 
-#include "engine/model/gguf.h" // defines: gguf_open, gguf_writer_*
-#include "engine/util.h"       // defines: DD_E*
-#include "test.h"              // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "engine/model/gguf.h"        // defines: gguf_open, gguf_get_*, GGUF_T_*
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/util.h"              // defines: DD_E*
+#include "rb.h"                       // defines: struct rb, rb_*
+#include "test.h"                     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 
-/* ---- raw byte builder --------------------------------------------------------------------- */
-
-struct rb {
-    uint8_t p[4096];
-    size_t n;
-};
-
-static void rb_put(struct rb *b, const void *src, size_t n)
-{
-    if (b->n + n > sizeof(b->p))
-        abort();
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-static void rb_u8(struct rb *b, uint8_t v)
-{
-    rb_put(b, &v, 1);
-}
-
-static void rb_u32(struct rb *b, uint32_t v)
-{
-    rb_put(b, &v, 4);
-}
-
-static void rb_u64(struct rb *b, uint64_t v)
-{
-    rb_put(b, &v, 8);
-}
-
-static void rb_str(struct rb *b, const char *s)
-{
-    rb_u64(b, strlen(s));
-    rb_put(b, s, strlen(s));
-}
-
-static void rb_header(struct rb *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv)
-{
-    rb_put(b, "GGUF", 4);
-    rb_u32(b, version);
-    rb_u64(b, n_tensors);
-    rb_u64(b, n_kv);
-}
-
-static void rb_kv_u32(struct rb *b, const char *key, uint32_t v)
-{
-    rb_str(b, key);
-    rb_u32(b, GGUF_T_U32);
-    rb_u32(b, v);
-}
-
-/* A tensor info with n_dims dims from ne. */
-static void rb_tinfo(struct rb *b, const char *name, uint32_t n_dims, const uint64_t *ne,
-                     uint32_t type, uint64_t off)
-{
-    rb_str(b, name);
-    rb_u32(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++)
-        rb_u64(b, ne[d]);
-    rb_u32(b, type);
-    rb_u64(b, off);
-}
-
-static void rb_pad(struct rb *b, size_t align)
-{
-    while (b->n % align)
-        rb_u8(b, 0);
-}
-
-static void rb_zeros(struct rb *b, size_t n)
-{
-    while (n--)
-        rb_u8(b, 0);
-}
+/* ---- rejection check ---------------------------------------------------------------------- */
 
 /* Must be rejected: negative rc, no gguf_t, a message naming a byte offset. */
 static int expect_reject(const struct rb *b, const char *needle)

@@ -9,9 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/model/gguf.h"  // defines: gguf_writer_*
-#include "engine/model/model.h" // defines: model_load
-#include "test.h"
+#include "engine/model/gguf.h"        // defines: gguf_open, gguf_get_*, gguf_arr_*
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/model/model.h"       // defines: model_load
+#include "test.h"                     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h"                 // defines: testutil_*
 
 static char models[512];
 
@@ -242,12 +244,8 @@ TEST(hparams)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    snprintf(models, sizeof models, "%s/models", b);
-    char probe[600];
-    snprintf(probe, sizeof probe, "%s/tiny-qwen35.gguf", models);
-    if (access(probe, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
+    if (!testutil_models_dir(argc, argv, models, sizeof models))
+        return TESTUTIL_SKIP_RC;
     RUN(copy_loads);
     RUN(defects_rejected);
     RUN(missing_file);

@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine/compute/device.h" // defines: dev_cpu_create
@@ -29,7 +28,8 @@
 #include "engine/sched/eng.h"      // defines: eng_*
 #include "engine/sched/spec.h"     // defines: spec_ngram_draft
 #include "engine/util.h"           // defines: DD_EFULL
-#include "test.h"
+#include "test.h"                  // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h"              // defines: testutil_*
 
 static char models[512];
 
@@ -55,30 +55,21 @@ struct run_out {
     int64_t drafted, accepted;
 };
 
-static void sleep_ms(int ms)
+/* Records one delta's tokens and the speculation counters (a testutil_req_drain callback). */
+static void take_delta(const struct eng_delta *d, void *ud)
 {
-    struct timespec ts = {0, ms * 1000000L};
-    nanosleep(&ts, NULL);
+    struct run_out *o = ud;
+    for (int64_t i = 0; i < d->n_toks && o->n < 64; i++)
+        o->ids[o->n++] = d->toks[i].id;
+    o->drafted = d->drafted_tokens;
+    o->accepted = d->accepted_tokens;
 }
 
 static void drain(eng_req_t *r, struct run_out *o)
 {
     memset(o, 0, sizeof *o);
-    for (int spins = 0; spins < 120000; spins++) {
-        struct eng_delta d;
-        bool any = eng_req_take(r, &d);
-        for (int64_t i = 0; i < d.n_toks && o->n < 64; i++)
-            o->ids[o->n++] = d.toks[i].id;
-        bool done = d.done;
-        o->drafted = d.drafted_tokens;
-        o->accepted = d.accepted_tokens;
-        eng_delta_free(&d);
-        if (done)
-            return;
-        if (!any)
-            sleep_ms(1);
-    }
-    CHECK(!"request did not finish");
+    if (!testutil_req_drain(r, 120000, take_delta, o))
+        CHECK(!"request did not finish");
 }
 
 /* Prompts with repetition so that n-gram drafts fire. */
@@ -525,12 +516,8 @@ TEST(rollback_rules)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    snprintf(models, sizeof models, "%s/models", b);
-    char probe[600];
-    snprintf(probe, sizeof probe, "%s/tiny-qwen35.gguf", models);
-    if (access(probe, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
+    if (!testutil_models_dir(argc, argv, models, sizeof models))
+        return TESTUTIL_SKIP_RC;
     RUN(ngram_lookup);
     RUN(rollback_rules);
     RUN(lossless_greedy);

@@ -11,11 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/model/gguf.h"   // defines: gguf_writer_*, gguf_open
-#include "engine/model/pretok.h" // defines: pretok_next
-#include "engine/model/tok.h"    // defines: tok_*
-#include "engine/model/uni.h"    // defines: uni_*
-#include "engine/util.h"         // defines: dd_now, DD_E*
+#include "engine/model/gguf.h"        // defines: gguf_open, gguf_open_mem
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/model/pretok.h"      // defines: pretok_next
+#include "engine/model/tok.h"         // defines: tok_*
+#include "engine/model/uni.h"         // defines: uni_*
+#include "engine/util.h"              // defines: dd_now, DD_E*
 #include "test.h"
 
 #define SHARED "../shared/data/tokenizers"

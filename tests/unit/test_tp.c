@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "engine/compute/comm.h"   // defines: comm_create
 #include "engine/compute/device.h" // defines: dev_cpu_create
@@ -21,7 +19,8 @@
 #include "engine/model/model.h"    // defines: model_load
 #include "engine/sched/eng.h"      // defines: eng_create_group
 #include "kernels/cpu/kq.h"        // defines: kq_isa_force, kq_isa_best
-#include "test.h"
+#include "test.h"                  // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "testutil.h"              // defines: testutil_*
 
 static char models[512];
 
@@ -427,10 +426,17 @@ TEST(memory_per_device)
 
 /* ---- speculation with rollback on 2 devices ------------------------------------------------ */
 
-static void sleep_ms(int ms)
+/* Token ids of a request, at most 64 (a testutil_req_drain callback). */
+struct ids_out {
+    int32_t *ids; /* [64] */
+    int64_t n;
+};
+
+static void take_ids(const struct eng_delta *d, void *ud)
 {
-    struct timespec ts = {0, ms * 1000000L};
-    nanosleep(&ts, NULL);
+    struct ids_out *o = ud;
+    for (int64_t i = 0; i < d->n_toks && o->n < 64; i++)
+        o->ids[o->n++] = d->toks[i].id;
 }
 
 static int64_t generate(struct group *g, unsigned spec, int32_t *ids)
@@ -462,22 +468,11 @@ static int64_t generate(struct group *g, unsigned spec, int32_t *ids)
         .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .logprobs = true};
     eng_req_t *r = eng_req_create(&rp, NULL, NULL);
     CHECK_EQ(eng_submit(e, r, err, sizeof err), 0);
-    int64_t n = 0;
-    for (int spins = 0; spins < 60000; spins++) {
-        struct eng_delta d;
-        bool any = eng_req_take(r, &d);
-        for (int64_t i = 0; i < d.n_toks && n < 64; i++)
-            ids[n++] = d.toks[i].id;
-        bool done = d.done;
-        eng_delta_free(&d);
-        if (done)
-            break;
-        if (!any)
-            sleep_ms(1);
-    }
+    struct ids_out o = {.ids = ids};
+    testutil_req_drain(r, 60000, take_ids, &o);
     eng_req_release(r);
     eng_destroy(e);
-    return n;
+    return o.n;
 }
 
 TEST(speculation_on_two_devices)
@@ -581,12 +576,8 @@ TEST(host_allreduce_bits)
 
 int main(int argc, char **argv)
 {
-    const char *b = argc > 1 ? argv[1] : "build/cpu";
-    snprintf(models, sizeof models, "%s/models", b);
-    char probe[600];
-    snprintf(probe, sizeof probe, "%s/tiny-qwen35.gguf", models);
-    if (access(probe, R_OK) != 0)
-        TEST_SKIP("%s missing (tests/run.sh generates it with mkmodel)", probe);
+    if (!testutil_models_dir(argc, argv, models, sizeof models))
+        return TESTUTIL_SKIP_RC;
     RUN(every_arch_on_1_to_4_devices);
     RUN(relayout_of_q4_k);
     RUN(mtp_kv_only_rows);

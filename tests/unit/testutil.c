@@ -1,0 +1,60 @@
+/*
+ * testutil — the shared set-up of the model-running test programs (testutil.h). Test-only;
+ * prints in the formats tests/run.sh reads (SKIP lines) and never aborts.
+ */
+#include "testutil.h" // defines: testutil_*
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The fixture every model test needs; mkmodel writes the others next to it. */
+#define TESTUTIL_PROBE "tiny-qwen35.gguf"
+
+bool testutil_models_dir(int argc, char **argv, char *models, size_t size)
+{
+    const char *b = argc > 1 ? argv[1] : "build/cpu";
+    snprintf(models, size, "%s/models", b);
+    char probe[600];
+    snprintf(probe, sizeof probe, "%s/" TESTUTIL_PROBE, models);
+    if (access(probe, R_OK) == 0)
+        return true;
+    printf("SKIP: %s missing (tests/run.sh generates it with mkmodel)\n", probe);
+    return false;
+}
+
+int testutil_load_tiny(int argc, char **argv, struct model **m)
+{
+    char models[512], path[600], err[512];
+    if (!testutil_models_dir(argc, argv, models, sizeof models))
+        return TESTUTIL_SKIP_RC;
+    snprintf(path, sizeof path, "%s/" TESTUTIL_PROBE, models);
+    if (model_load(path, m, err, sizeof err) != 0) {
+        printf("cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    return 0;
+}
+
+void testutil_sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+bool testutil_req_drain(eng_req_t *r, int max_polls,
+                        void (*on_delta)(const struct eng_delta *d, void *ud), void *ud)
+{
+    for (int polls = 0; polls < max_polls; polls++) {
+        struct eng_delta d;
+        bool any = eng_req_take(r, &d);
+        on_delta(&d, ud);
+        bool done = d.done;
+        eng_delta_free(&d);
+        if (done)
+            return true;
+        if (!any)
+            testutil_sleep_ms(1);
+    }
+    return false;
+}
