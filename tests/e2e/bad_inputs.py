@@ -32,14 +32,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, request  # noqa: E402
+from harness import Checks, Daemon, request, run_main, tiny_model  # noqa: E402
 
 B = sys.argv[1]
 PRINT = "--print" in sys.argv
-MODEL = os.path.join(B, "models", "tiny-qwen35.gguf")
+MODEL = tiny_model(B)
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DOC = os.path.join(ROOT, "docs", "bad-inputs.md")
 KEY = "sk-test-9f2c"
@@ -223,10 +222,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as ex:
-        import traceback
-        traceback.print_exc()
-        print("test_bad_inputs: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
-        sys.exit(1)
+    run_main(main, C)

@@ -23,10 +23,11 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, post_json, request, stream  # noqa: E402
+from harness import (  # noqa: E402
+    Checks, Daemon, eog_bias, post_json, request, run_main, stream, tiny_model)
 
 B = sys.argv[1]
-MODEL = os.path.join(B, "models", "tiny-qwen35.gguf")
+MODEL = tiny_model(B)
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 C = Checks("test_fault_injection")
 CHAT, COMPL = "/v1/chat/completions", "/v1/completions"
@@ -37,15 +38,9 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 
 def start(env, name, args=()):
     """A daemon with the fault variables in its environment (and only those)."""
-    for k in ("DELTAD_FAIL_ALLOC", "DELTAD_FAIL_STEP"):
-        os.environ.pop(k, None)
-    os.environ.update(env)
-    try:
-        return Daemon(B, MODEL, ["--slots", "2", "--spec-type", "none", "--log-level", "info"] +
-                      list(args), name=name).start()
-    finally:
-        for k in env:
-            os.environ.pop(k, None)
+    env = dict({k: None for k in ("DELTAD_FAIL_ALLOC", "DELTAD_FAIL_STEP")}, **env)
+    return Daemon(B, MODEL, ["--slots", "2", "--spec-type", "none", "--log-level", "info"] +
+                  list(args), name=name, env=env).start()
 
 
 def stop_clean(d, what):
@@ -139,11 +134,6 @@ def alloc_sweep():
 
 # ---- 2. forward-step failure --------------------------------------------------------------------
 
-def eog_bias(port):
-    """Bias the end-of-generation tokens away, so max_tokens fixes the step count."""
-    _, _, t = post_json(port, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
-    return {str(i): -100 for i in (t or {}).get("tokens", [])}
-
 
 def step_sequential():
     d = start({"DELTAD_FAIL_STEP": "4"}, "fault_step")
@@ -202,10 +192,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as ex:  # a crash is a failure with its reason, never a hang
-        import traceback
-        traceback.print_exc()
-        print("test_fault_injection: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
-        sys.exit(1)
+    run_main(main, C)

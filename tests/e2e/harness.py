@@ -3,6 +3,8 @@
 Python standard library only. A Daemon starts the real binary on 127.0.0.1 with a free port,
 waits for /health, and stops it with SIGTERM (checking the exit status); every HTTP call has a
 timeout, and every process a test starts is killed at exit, so a test never hangs or leaks.
+A test script takes BUILD_DIR as its argument, serves tiny_model(BUILD_DIR), counts its checks
+in a Checks and ends with run_main, which turns a crash into a failed, summarised run.
 """
 
 import atexit
@@ -14,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 
 _procs = []
 
@@ -36,11 +39,18 @@ def free_port():
     return port
 
 
-class Daemon:
-    """`deltad serve` with the given extra flags, logging to LOG_DIR/<name>.log."""
+def tiny_model(build):
+    """The fixture model every daemon test serves (tests/run.sh generates it with mkmodel)."""
+    return os.path.join(build, "models", "tiny-qwen35.gguf")
 
-    def __init__(self, build, model, args=(), name="deltad", log_dir=None):
+
+class Daemon:
+    """`deltad serve` with the given extra flags, logging to LOG_DIR/<name>.log. env: variables
+    to set in the daemon's environment (value None: removed), on top of this process's."""
+
+    def __init__(self, build, model, args=(), name="deltad", log_dir=None, env=None):
         self.build, self.model, self.args, self.name = build, model, list(args), name
+        self.env = env
         self.log_path = os.path.join(log_dir or build + "/test-logs", name + ".log")
         self.port = None
         self.proc = None
@@ -49,8 +59,16 @@ class Daemon:
         self.port = free_port()
         cmd = [self.build + "/deltad", "serve", "--model", self.model, "--host", "127.0.0.1",
                "--port", str(self.port)] + self.args
+        env = None
+        if self.env is not None:
+            env = dict(os.environ)
+            for k, v in self.env.items():
+                if v is None:
+                    env.pop(k, None)
+                else:
+                    env[k] = v
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         _procs.append(self.proc)
         deadline = time.time() + wait_s
         while time.time() < deadline:
@@ -111,6 +129,12 @@ def post_json(port, path, obj, headers=None, timeout=120):
         return st, hd, None
 
 
+def eog_bias(port):
+    """logit_bias banning the end-of-generation tokens, so runs last exactly max_tokens."""
+    _, _, t = post_json(port, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
+    return {str(i): -100 for i in (t or {}).get("tokens", [])}
+
+
 def sse_parse(data):
     """The data: payloads of an SSE body, in order (comment lines skipped)."""
     events = []
@@ -165,3 +189,15 @@ class Checks:
     def finish(self):
         print("%s: %d passed, %d failed" % (self.name, self.passed, self.failed))
         return 0 if self.failed == 0 else 1
+
+
+def run_main(main, checks):
+    """Exits with main()'s status. A crash is a failure with its reason, never a hang: the
+    traceback, then the summary line with one more failure."""
+    try:
+        sys.exit(main())
+    except Exception as ex:
+        traceback.print_exc()
+        print("%s: %d passed, %d failed (aborted: %s)" %
+              (checks.name, checks.passed, checks.failed + 1, ex))
+        sys.exit(1)

@@ -18,10 +18,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, post_json, request, stream  # noqa: E402
+from harness import (  # noqa: E402
+    Checks, Daemon, eog_bias, post_json, request, run_main, stream, tiny_model)
 
 B = sys.argv[1]
-MODEL = B + "/models/tiny-qwen35.gguf"
+MODEL = tiny_model(B)
 C = Checks("test_http_api")
 CHAT, COMPL = "/v1/chat/completions", "/v1/completions"
 USER = [{"role": "user", "content": "Tell me a story."}]
@@ -49,11 +50,6 @@ def expect_error(port, path, body, status, etype=None, param=None, what="", head
          "got %d %s" % (st, json.dumps(obj)[:300]))
     return st, hd, obj
 
-
-def eog_bias(port):
-    """logit_bias banning the end-of-generation tokens, so runs last exactly max_tokens."""
-    _, _, t = post_json(port, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
-    return {str(i): -100 for i in t["tokens"]}
 
 
 # ---- operational endpoints ---------------------------------------------------------------
@@ -682,10 +678,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as ex:  # a crash is a failure with its reason, never a hang
-        import traceback
-        traceback.print_exc()
-        print("test_http_api: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
-        sys.exit(1)
+    run_main(main, C)

@@ -17,7 +17,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, free_port, post_json, request, stream  # noqa: E402
+from harness import (  # noqa: E402
+    Checks, Daemon, eog_bias, free_port, post_json, request, run_main, stream, tiny_model)
 
 B = sys.argv[1]
 C = Checks("test_nginx")
@@ -122,15 +123,14 @@ def cancelled(port):
 
 
 def main():
-    d = Daemon(B, B + "/models/tiny-qwen35.gguf", ["--slots", "2", "--ctx", "2048"],
+    d = Daemon(B, tiny_model(B), ["--slots", "2", "--ctx", "2048"],
                name="nginx_deltad").start()
     tmp = tempfile.mkdtemp(prefix="deltad-nginx-")
     os.chmod(tmp, 0o755)
     nginx = None
     try:
         nginx, nport = start_nginx(tmp, d.port)
-        _, _, t = post_json(nport, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
-        bias = {str(i): -100 for i in t["tokens"]}
+        bias = eog_bias(nport)
         st, _, r = post_json(nport, CHAT, {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 4})
         C.ok(st == 200 and r["object"] == "chat.completion", "non-streaming through nginx", r)
@@ -149,10 +149,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as ex:
-        import traceback
-        traceback.print_exc()
-        print("test_nginx: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
-        sys.exit(1)
+    run_main(main, C)

@@ -11,7 +11,6 @@
    exit 23, a TSan report makes the exit status 66: both fail the exit-status checks too.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -20,10 +19,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Checks, Daemon, post_json, stream  # noqa: E402
+from harness import Checks, Daemon, eog_bias, run_main, stream, tiny_model  # noqa: E402
 
 B = sys.argv[1]
-MODEL = os.path.join(B, "models", "tiny-qwen35.gguf")
+MODEL = tiny_model(B)
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 C = Checks("test_sanitized_daemon")
 CHAT = "/v1/chat/completions"
@@ -54,8 +53,7 @@ def load_mix():
 def drain_in_flight():
     d = Daemon(B, MODEL, ["--slots", "2", "--drain-timeout", "1", "--log-level", "info"],
                name="sanitized_drain").start()
-    _, _, t = post_json(d.port, "/tokenize", {"content": "<|endoftext|><|im_end|>"})
-    bias = {str(i): -100 for i in (t or {}).get("tokens", [])}
+    bias = eog_bias(d.port)
     body = {"messages": [{"role": "user", "content": "go on forever"}], "max_tokens": 100000,
             "logit_bias": bias, "stream": True}
     results = []
@@ -88,10 +86,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as ex:  # a crash is a failure with its reason, never a hang
-        import traceback
-        traceback.print_exc()
-        print("test_sanitized_daemon: %d passed, %d failed (aborted: %s)" % (C.passed, C.failed + 1, ex))
-        sys.exit(1)
+    run_main(main, C)

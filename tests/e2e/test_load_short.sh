@@ -9,9 +9,9 @@
 set -u
 B=${1:?usage: test_load_short.sh BUILD_DIR}
 cd "$(dirname "$0")/../.." || exit 1
-[ -x "$B/deltad" ] || { echo "SKIP: $B/deltad not built"; exit 77; }
-[ -f "$B/models/tiny-qwen35.gguf" ] || { echo "SKIP: $B/models/tiny-qwen35.gguf missing"; exit 77; }
-command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not installed"; exit 77; }
+. tests/e2e/lib.sh
+e2e_need_build "$B"
+e2e_need_cmds python3
 rss=5
 case $B in *address*|*thread*|*undefined*) rss=-1 ;; esac
 mkdir -p "$B/test-logs"

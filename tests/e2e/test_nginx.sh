@@ -4,10 +4,10 @@
 # through nginx cancels the generation. Checks in nginx_proxy.py; skipped without nginx.
 set -u
 B=${1:?usage: test_nginx.sh BUILD_DIR}
-[ -x "$B/deltad" ] || { echo "SKIP: $B/deltad not built"; exit 77; }
-[ -f "$B/models/tiny-qwen35.gguf" ] || { echo "SKIP: $B/models/tiny-qwen35.gguf missing"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+e2e_need_build "$B"
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] ||
   { echo "SKIP: nginx not installed (apt-get install nginx-light)"; exit 77; }
-command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not installed"; exit 77; }
+e2e_need_cmds python3
 mkdir -p "$B/test-logs"
 PATH=$PATH:/usr/sbin exec timeout 300 python3 "$(dirname "$0")/nginx_proxy.py" "$B"

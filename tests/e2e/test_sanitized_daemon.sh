@@ -11,14 +11,14 @@
 set -u
 B=${1:?usage: test_sanitized_daemon.sh BUILD_DIR}
 cd "$(dirname "$0")/../.." || exit 1
+. tests/e2e/lib.sh
 case $B in
   *address*) export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
              export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} ;;
   *thread*)  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:exitcode=66:second_deadlock_stack=1} ;;
   *) echo "SKIP: $B is not a sanitizer build (make asan / make tsan run this test)"; exit 77 ;;
 esac
-[ -x "$B/deltad" ] || { echo "SKIP: $B/deltad not built"; exit 77; }
-[ -f "$B/models/tiny-qwen35.gguf" ] || { echo "SKIP: $B/models/tiny-qwen35.gguf missing"; exit 77; }
-command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 not installed"; exit 77; }
+e2e_need_build "$B"
+e2e_need_cmds python3
 mkdir -p "$B/test-logs"
 exec timeout 800 python3 tests/e2e/sanitized_daemon.py "$B"

@@ -12,13 +12,11 @@
 #     cancelled (an error event) and the exit status is still 0; a second SIGINT exits at once.
 set -u
 B=${1:?usage: test_serve_ops.sh BUILD_DIR}
+. "$(dirname "$0")/lib.sh"
 D=$B/deltad
 M=$B/models/tiny-qwen35.gguf
-[ -x "$D" ] || { echo "SKIP: $D not built"; exit 77; }
-[ -f "$M" ] || { echo "SKIP: $M missing"; exit 77; }
-for t in curl python3 timeout; do
-  command -v $t >/dev/null 2>&1 || { echo "SKIP: $t not installed"; exit 77; }
-done
+e2e_need_build "$B"
+e2e_need_cmds curl python3 timeout
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -29,9 +27,6 @@ trap cleanup EXIT
 pass=0 fail=0 notes=()
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "FAIL: $*"; }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 # expect CODE NEEDLE CMD...: exit status CODE and NEEDLE in stdout+stderr
 expect() {
   local code=$1 needle=$2; shift 2
@@ -74,9 +69,9 @@ expect 2 "key 'log_level': expected one of" "$D" serve --log-level loud
 expect 2 "key 'spec_rollback': expected one of snapshot|recompute" "$D" serve --spec-rollback x
 # the start-up memory budget: caches that exceed cache_mem_max are refused with the numbers
 expect 1 "the caches need 34.0 MiB but cache_mem_max is 1.0 MiB: KV 16.0 MiB (4 slots x 4096 tokens), MTP layer KV 16.0 MiB" \
-  "$D" serve --model "$M" --port "$(free_port)" --threads 1 --cache-mem-max 1M
-expect 1 "/nonexistent.gguf" "$D" serve --model /nonexistent.gguf --port "$(free_port)"
-expect 1 "HINT:" "$D" serve --model /nonexistent.gguf --port "$(free_port)"
+  "$D" serve --model "$M" --port "$(e2e_free_port)" --threads 1 --cache-mem-max 1M
+expect 1 "/nonexistent.gguf" "$D" serve --model /nonexistent.gguf --port "$(e2e_free_port)"
+expect 1 "HINT:" "$D" serve --model /nonexistent.gguf --port "$(e2e_free_port)"
 
 # ---- a datagram NOTIFY_SOCKET listener: one line per message, newlines as '|' -------------
 sock=$tmp/notify.sock
@@ -94,8 +89,8 @@ for ((i = 0; i < 100; i++)); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "FAIL: notify listener did not start"; exit 1; }
 
 # ---- daemon 1: env override, notify, watchdog, SIGHUP, SIGTERM drain ------------------------
-p_file=$(free_port)
-port=$(free_port)
+p_file=$(e2e_free_port)
+port=$(e2e_free_port)
 cat >"$tmp/d.conf" <<EOF
 model = "$M"
 port = $p_file
@@ -163,7 +158,7 @@ wait_exit "$d1" 60
 grep -q "drained in" "$tmp/d1.log" && ok || bad "no drain summary in the log"
 
 # ---- daemon 2: a second SIGINT exits at once --------------------------------------------
-port2=$(free_port)
+port2=$(e2e_free_port)
 "$D" serve --model "$M" --port "$port2" --threads 1 --slots 1 --max-batch-tokens 1 \
   --drain-timeout 60 >"$tmp/d2.log" 2>&1 &
 d2=$!
@@ -184,7 +179,7 @@ else
 fi
 
 # ---- daemon 3: past drain_timeout the rest is cancelled, still exit 0 -----------------------
-port3=$(free_port)
+port3=$(e2e_free_port)
 "$D" serve --model "$M" --port "$port3" --threads 1 --slots 1 --max-batch-tokens 1 \
   --drain-timeout 0.5 >"$tmp/d3.log" 2>&1 &
 d3=$!
