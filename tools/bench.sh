@@ -62,7 +62,8 @@ done
 tp_run() { # tp_run MODEL DEVICES THREADS DEPTH
   echo "== $(basename "$1") devices=$2 threads=$3 prefill=$prompt depth=$4"
   local out
-  out=$("$B/deltad" bench -m "$1" --tp "$2" -t "$3" -p "$prompt" -n "$ngen" -d "$4" -r "$reps")
+  # -t is threads per device (the config key's meaning): THREADS in all, split over the devices
+  out=$("$B/deltad" bench -m "$1" --devices "cpu:$2" -t "$(($3 / $2))" -p "$prompt" -n "$ngen" -d "$4" -r "$reps")
   echo "$out"
   echo "$out" | sed -n "s/^result /devices=$2 /p" >>"$tpres"
 }

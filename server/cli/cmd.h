@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/compute/device.h" // defines: struct dev
 #include "engine/compute/fwd.h"    // defines: struct fwd_ctx
@@ -22,34 +23,58 @@
 /* Which subcommand a flag belongs to (bit mask). */
 enum { CMD_GENERATE = 1, CMD_LOGITS = 2, CMD_BENCH = 4, CMD_INFO = 8 };
 
+#define CMD_MAX_STOP 16 /* --stop strings (ENG_MAX_STOP) */
+
+/* The subcommands' options. Each field is filled through a row of the option table in cmd.c:
+ * a row of the daemon's config table (server/config/cfg.c) for the flags that are config keys,
+ * or a row of the subcommands' own, so the type follows the row: INT int64_t, FLOAT double,
+ * BOOL bool, STR char * (owned, freed by cmd_opts_free), ENUM int (the choice's index). */
 struct cmd_opts {
-    const char *model;
-    const char *prompt;
-    const char *tokens; /* "1,2,3" */
-    const char *out;
-    int64_t n_predict;
-    double temp, top_p;
-    int64_t top_k;
-    int64_t seed;
-    int64_t threads; /* 0 = all allowed cores */
-    int64_t tp;      /* CPU devices (tensor parallel) */
-    int64_t batch;   /* max tokens per forward call */
-    int64_t ctx;     /* 0 = what the command needs */
+    /* ---- config keys (the daemon's rows and defaults) ---- */
+    char *model;       /* model; "" = none given (-m is required but for info) */
+    char *devices;     /* devices "cpu:N" (--tp N is an alias) */
+    int n_dev;         /* N of devices, derived by cmd_parse */
+    int64_t threads;   /* threads per CPU device, 0 = one per allowed core */
+    bool bind;         /* bind_threads; --no-bind clears it */
+    int64_t batch;     /* max_batch_tokens: max tokens per forward call */
+    int64_t ctx;       /* ctx: context positions at most (the command allocates what it needs) */
+    int spec_type;     /* spec_type: enum cfg_spec_type (generate) */
+    int64_t draft_max; /* spec_draft_max */
+    double p_min;      /* spec_p_min: MTP draft confidence floor */
+    /* ---- generate / logits ---- */
+    char *prompt; /* "" = none */
+    char *tokens; /* "1,2,3"; "" = none */
+    char *out;    /* "" = none */
     bool mtp;
-    bool no_bind;
-    int64_t n_prompt, n_gen, reps, depth; /* bench */
-    const char *isa;                      /* force scalar | avx2 | avx512 */
-    const char *spec;                     /* bench: speculation types to compare */
-    const char *text;                     /* bench --spec: prompt text */
-    int64_t draft_max;
-    const char *rollback; /* bench --spec: snapshot | recompute | both (NULL = snapshot) */
-    double p_min;         /* bench --spec: MTP draft confidence floor */
+    int64_t n_predict;
+    double temp, top_p, min_p;
+    int64_t top_k;
+    double presence_penalty, frequency_penalty, repetition_penalty;
+    int64_t seed;
+    char *stop[CMD_MAX_STOP]; /* --stop, repeatable; owned */
+    int n_stop;
+    /* ---- bench ---- */
+    int64_t n_prompt, n_gen, reps, depth;
+    int spec;     /* --spec: enum cmd_spec */
+    char *text;   /* bench --spec: prompt text; "" = a built-in one */
+    int rollback; /* --rollback: enum cmd_rollback */
+    /* ---- every subcommand ---- */
+    int isa;    /* enum cmd_isa */
+    int64_t tp; /* --tp N, an alias of --devices cpu:N */
 };
 
-/* Parse argv[first..argc) for subcommand `which`. Returns 0, or prints the error + usage and
- * returns 2. */
+/* Choices of the subcommands' enum rows, in the order of the rows' choices. */
+enum cmd_spec { CMD_SPEC_NONE = 0, CMD_SPEC_NGRAM, CMD_SPEC_MTP, CMD_SPEC_BOTH, CMD_SPEC_ALL };
+enum cmd_rollback { CMD_ROLLBACK_SNAPSHOT = 0, CMD_ROLLBACK_RECOMPUTE, CMD_ROLLBACK_BOTH };
+enum cmd_isa { CMD_ISA_AUTO = 0, CMD_ISA_SCALAR, CMD_ISA_AVX2, CMD_ISA_AVX512 };
+
+/* Parse argv[first..argc) for subcommand `which` into *o (defaults first, from the rows).
+ * Returns 0; or prints the error naming the flag and returns 2 (release *o either way with
+ * cmd_opts_free). --help prints the options to stdout and exits 0. */
 int cmd_parse(int argc, char **argv, int first, int which, struct cmd_opts *o);
-void cmd_usage(const char *prog, int which);
+void cmd_opts_free(struct cmd_opts *o);
+/* The options of subcommand `which`, generated from the option table. */
+void cmd_usage(FILE *f, const char *prog, int which);
 
 /* Model + device + forward context for one command. */
 struct cmd_engine {

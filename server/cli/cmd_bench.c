@@ -350,7 +350,7 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
 
 int cmd_bench(const struct cmd_opts *o)
 {
-    if (o->spec)
+    if (o->spec != CMD_SPEC_NONE)
         return cmd_bench_spec(o);
     struct cmd_engine e;
     int64_t n_ctx = (o->n_prompt > o->depth + o->n_gen ? o->n_prompt : o->depth + o->n_gen) + 1;
@@ -418,14 +418,14 @@ int cmd_info(const struct cmd_opts *o)
         return 1;
     }
     topo_plan *plan = NULL;
-    if (topo_split(topo, (int)(o->tp ? o->tp : 1), 0, &plan, err, sizeof err))
+    if (topo_split(topo, o->n_dev, 0, &plan, err, sizeof err))
         fprintf(stderr, "warning: placement: %s\n", err);
     topo_print(topo, plan, stdout);
     printf("kernels: %s (best on this CPU: %s)\n", kq_isa_name(kq_isa_active()),
            kq_isa_name(kq_isa_best()));
     topo_plan_destroy(plan);
     topo_destroy(topo);
-    if (!o->model)
+    if (!*o->model)
         return 0;
     struct model *m;
     if (model_load(o->model, &m, err, sizeof err)) {
@@ -433,7 +433,7 @@ int cmd_info(const struct cmd_opts *o)
         return 1;
     }
     model_print(m, stdout);
-    int64_t ctx = o->ctx ? o->ctx : 4096;
+    int64_t ctx = o->ctx;
     struct tok_cost c = per_token_cost(m);
     double bytes = c.trunk_bytes + c.head_bytes, params = c.trunk_params + c.head_params;
     printf("memory plan (1 sequence, ctx %lld):\n", (long long)ctx);

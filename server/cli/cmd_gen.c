@@ -1,44 +1,139 @@
 /*
  * cmd_gen — `deltad generate` (one completion to stdout, streamed, UTF-8 safe) and
  * `deltad logits` (all-position logits as float32 rows, optionally with the MTP head's).
+ *
+ * generate runs the daemon's engine (engine/sched/eng.h) with one slot and submits one request,
+ * as the daemon's job path does, so it has the daemon's sampler, penalties, stop strings and
+ * speculation; the engine parameters come from the same function as the daemon's
+ * (serve_eng_params). Threads: the main thread waits on the request's notify callback, which
+ * the engine thread calls.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd.h"              // defines: cmd_engine_open, cmd_feed
-#include "engine/model/tok.h" // defines: tok_stream_push
-#include "engine/sched/smp.h" // defines: smp_sample
-#include "engine/util.h"      // defines: dd_now
+#include "cmd.h"               // defines: cmd_engine_open, cmd_feed
+#include "engine/sched/eng.h"  // defines: eng_create_group, eng_submit, eng_req_take
+#include "engine/util.h"       // defines: xstrdup, xmalloc
+#include "serve.h"             // defines: serve_eng_params
+#include "server/config/cfg.h" // defines: cfg_init, struct cfg
 
-static int decode_loop(struct cmd_engine *e, const struct cmd_opts *o, int64_t pos, int64_t *n_out)
+_Static_assert(CMD_MAX_STOP == ENG_MAX_STOP, "--stop holds as many strings as a request");
+
+/* ============================================================================================
+ * generate: one request through the engine, exactly like a request of the daemon
+ * ========================================================================================== */
+
+/* The engine thread's notify callback wakes the main thread, which drains the outbox. */
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ready; /* new output since the last look */
+};
+
+static void on_notify(void *ud)
 {
-    const tok_t *tok = e->model->tok;
-    struct smp_params sp = {.temperature = (float)o->temp,
-                            .top_k = (int32_t)o->top_k,
-                            .top_p = (float)o->top_p,
-                            .seed = (uint64_t)o->seed};
-    struct smp s;
-    smp_init(&s, e->model->hp.n_vocab, &sp);
-    struct tok_stream ts;
-    tok_stream_init(&ts);
-    char buf[1024];
-    int rc = 0;
-    *n_out = 0;
-    int32_t cur = smp_sample(&s, fwd_logits(e->fwd));
-    while (*n_out < o->n_predict && !tok_is_eog(tok, cur)) {
-        fwrite(buf, 1, tok_stream_push(tok, &ts, cur, buf, sizeof buf), stdout);
-        fflush(stdout);
-        ++*n_out;
-        if (*n_out == o->n_predict)
-            break;
-        if ((rc = cmd_feed(e, &cur, 1, pos++, 1, NULL, NULL)))
-            break;
-        cur = smp_sample(&s, fwd_logits(e->fwd));
+    struct waiter *w = ud;
+    pthread_mutex_lock(&w->mu);
+    w->ready = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void wait_ready(struct waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->ready)
+        pthread_cond_wait(&w->cv, &w->mu);
+    w->ready = false;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The request: the prompt (transferred), max tokens, stop strings and the sampler's fields,
+ * set by name. */
+static eng_req_t *make_request(const struct cmd_opts *o, int32_t *toks, int64_t n, struct waiter *w)
+{
+    struct eng_req_params p = {.prompt = toks, .n_prompt = n, .max_tokens = o->n_predict};
+    p.s.temperature = (float)o->temp;
+    p.s.top_k = (int32_t)o->top_k;
+    p.s.top_p = (float)o->top_p;
+    p.s.min_p = (float)o->min_p;
+    p.s.presence_penalty = (float)o->presence_penalty;
+    p.s.frequency_penalty = (float)o->frequency_penalty;
+    p.s.repetition_penalty = (float)o->repetition_penalty;
+    p.s.seed = (uint64_t)o->seed;
+    for (int i = 0; i < o->n_stop; i++)
+        p.stop[i] = xstrdup(o->stop[i]);
+    p.n_stop = o->n_stop;
+    return eng_req_create(&p, on_notify, w);
+}
+
+/* Print the text as it arrives until the request is done; *last gets the final delta's
+ * counters. Returns 0, or 1 when the engine reported an error. */
+static int stream_out(eng_req_t *r, struct waiter *w, struct eng_delta *last)
+{
+    for (;;) {
+        struct eng_delta d;
+        bool any = eng_req_take(r, &d);
+        if (d.len) {
+            fwrite(d.text, 1, d.len, stdout);
+            fflush(stdout);
+        }
+        if (d.done) {
+            *last = d;
+            last->text = NULL, last->toks = NULL; /* freed below */
+            eng_delta_free(&d);
+            if (last->finish == ENG_FINISH_ERROR)
+                fprintf(stderr, "error: %s\n", last->error);
+            return last->finish == ENG_FINISH_ERROR;
+        }
+        eng_delta_free(&d);
+        if (!any)
+            wait_ready(w);
     }
-    fwrite(buf, 1, tok_stream_flush(&ts, buf, sizeof buf), stdout);
+}
+
+/* One slot holding the prompt and the completion, the daemon's other engine parameters. */
+static int run_engine(struct cmd_engine *e, const struct cmd_opts *o, int32_t *toks, int64_t n)
+{
+    struct cfg c;
+    cfg_init(&c); /* the daemon's defaults for the keys generate has no flag for */
+    c.ctx = n + o->n_predict + 1 < 16 ? 16 : n + o->n_predict + 1; /* the engine's least */
+    c.max_batch_tokens = o->batch;
+    c.spec_type = o->spec_type;
+    c.spec_draft_max = o->draft_max;
+    c.spec_p_min = o->p_min;
+    struct eng_params p;
+    serve_eng_params(&c, &p);
+    cfg_free(&c);
+    p.n_slots = 1;
+    p.queue_max = 1;
+    char err[512];
+    eng_t *eng = NULL;
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    eng_req_t *r = make_request(o, toks, n, &w);
+    if (eng_create_group(e->model, e->devs, e->n_dev, &p, &eng, err, sizeof err) ||
+        eng_start(eng, err, sizeof err) || eng_submit(eng, r, err, sizeof err)) {
+        fprintf(stderr, "error: %s\n", err);
+        eng_req_release(r);
+        eng_destroy(eng);
+        return 1;
+    }
+    struct eng_delta d;
+    int rc = stream_out(r, &w, &d);
     fputc('\n', stdout);
-    smp_deinit(&s);
+    eng_req_release(r);
+    eng_stop(eng, 0);
+    eng_destroy(eng);
+    double pp = d.t_first_token - d.t_queued, tg = d.t_done - d.t_first_token;
+    int64_t gen = d.completion_tokens;
+    fprintf(stderr, "prompt: %lld tokens, %.1f tok/s; generated: %lld tokens, %.1f tok/s",
+            (long long)n, pp > 0 ? n / pp : 0.0, (long long)gen, gen > 1 ? (gen - 1) / tg : 0.0);
+    if (d.drafted_tokens)
+        fprintf(stderr, "; drafted %lld, accepted %lld", (long long)d.drafted_tokens,
+                (long long)d.accepted_tokens);
+    fputc('\n', stderr);
     return rc;
 }
 
@@ -50,27 +145,19 @@ int cmd_generate(const struct cmd_opts *o)
     int64_t n = rc ? -1 : cmd_prompt_tokens(&e, o, &toks);
     if (n == 0)
         fprintf(stderr, "error: the prompt is empty\n");
-    /* the context must hold the prompt and the completion */
-    int64_t n_ctx = o->ctx ? o->ctx : n + o->n_predict + 1;
-    if (n > 0 && n + o->n_predict > n_ctx) {
+    if (n > 0 && n + o->n_predict > o->ctx) { /* --ctx bounds the prompt and the completion */
         fprintf(stderr, "error: prompt (%lld tokens) + n-predict (%lld) exceed --ctx %lld\n",
-                (long long)n, (long long)o->n_predict, (long long)n_ctx);
+                (long long)n, (long long)o->n_predict, (long long)o->ctx);
         n = 0;
     }
-    if (n <= 0 || cmd_engine_ready(&e, 1, n_ctx, o->batch)) {
-        free(toks);
-        cmd_engine_close(&e);
-        return rc ? rc : 2;
+    if (n <= 0) {
+        rc = rc ? rc : 2;
+    } else if (o->n_predict == 0) { /* nothing to generate (max_tokens 0 means no limit) */
+        fputc('\n', stdout);
+    } else {
+        rc = run_engine(&e, o, toks, n); /* toks transferred */
+        toks = NULL;
     }
-    double t0 = dd_now();
-    rc = cmd_feed(&e, toks, n, 0, o->batch, NULL, NULL);
-    double t1 = dd_now();
-    int64_t gen = 0;
-    if (!rc)
-        rc = decode_loop(&e, o, n, &gen);
-    double t2 = dd_now();
-    fprintf(stderr, "prompt: %lld tokens, %.1f tok/s; generated: %lld tokens, %.1f tok/s\n",
-            (long long)n, n / (t1 - t0), (long long)gen, gen > 1 ? (gen - 1) / (t2 - t1) : 0.0);
     free(toks);
     cmd_engine_close(&e);
     return rc;
@@ -115,11 +202,11 @@ static int mtp_rows(struct cmd_engine *e, const int32_t *toks, int64_t n, int64_
 
 int cmd_logits(const struct cmd_opts *o)
 {
-    if (!o->out) {
+    if (!*o->out) {
         fprintf(stderr, "error: logits needs -o OUT.f32\n");
         return 2;
     }
-    if (!o->tokens == !o->prompt) {
+    if (!*o->tokens == !*o->prompt) {
         fprintf(stderr, "error: logits needs exactly one of --tokens and -p\n");
         return 2;
     }
@@ -133,11 +220,11 @@ int cmd_logits(const struct cmd_opts *o)
     int rc = n <= 0 ? 2 : 0;
     if (n == 0)
         fprintf(stderr, "error: no tokens\n");
-    if (!rc && o->ctx && n > o->ctx) {
+    if (!rc && n > o->ctx) {
         fprintf(stderr, "error: %lld tokens exceed --ctx %lld\n", (long long)n, (long long)o->ctx);
         rc = 2;
     }
-    if (!rc && cmd_engine_ready(&e, 1, o->ctx ? o->ctx : n, o->batch))
+    if (!rc && cmd_engine_ready(&e, 1, n, o->batch))
         rc = 1;
     const int64_t V = e.model->hp.n_vocab, E = e.model->hp.n_embd;
     int rows = o->mtp ? 2 : 1;

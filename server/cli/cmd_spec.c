@@ -203,7 +203,7 @@ static int64_t make_prompt(const struct cmd_engine *e, const struct cmd_opts *o,
 {
     int64_t n;
     int32_t *p;
-    if (o->text) {
+    if (*o->text) {
         n = tok_encode(e->model->tok, o->text, strlen(o->text), true, NULL, 0);
         p = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *p);
         tok_encode(e->model->tok, o->text, strlen(o->text), true, p, n);
@@ -290,51 +290,32 @@ static void report(const struct cmd_opts *o, const struct spec_cfg *cfgs, int n_
     }
 }
 
-/* Add the configurations of draft sources `types` (ngram, mtp or ngram,mtp). */
-static int add_cfgs(struct spec_cfg *cfgs, int *n, const char *types, bool snap, bool rec)
+/* Add the configurations of draft sources `types` (CMD_SPEC_NGRAM, _MTP or _BOTH). */
+static void add_cfgs(struct spec_cfg *cfgs, int *n, int types, bool snap, bool rec)
 {
     static const char *const names[] = {"ngram", "mtp", "ngram,mtp"};
     static const unsigned masks[] = {ENG_SPEC_NGRAM, ENG_SPEC_MTP, ENG_SPEC_NGRAM | ENG_SPEC_MTP};
-    for (int i = 0; i < 3; i++) {
-        if (strcmp(types, names[i]) != 0)
+    int i = types - CMD_SPEC_NGRAM;
+    for (int r = 0; r < 2; r++) {
+        if (!(r ? rec : snap))
             continue;
-        for (int r = 0; r < 2; r++) {
-            if (!(r ? rec : snap))
-                continue;
-            struct spec_cfg *c = &cfgs[(*n)++];
-            *c = (struct spec_cfg){.types = names[i],
-                                   .spec = masks[i],
-                                   .rollback = r ? ENG_ROLLBACK_RECOMPUTE : ENG_ROLLBACK_SNAPSHOT};
-            snprintf(c->name, sizeof c->name, "%s/%s", names[i], r ? "recompute" : "snapshot");
-        }
-        return 0;
+        struct spec_cfg *c = &cfgs[(*n)++];
+        *c = (struct spec_cfg){.types = names[i],
+                               .spec = masks[i],
+                               .rollback = r ? ENG_ROLLBACK_RECOMPUTE : ENG_ROLLBACK_SNAPSHOT};
+        snprintf(c->name, sizeof c->name, "%s/%s", names[i], r ? "recompute" : "snapshot");
     }
-    fprintf(stderr, "error: --spec expects ngram, mtp, ngram,mtp or all, got '%s'\n", types);
-    return 2;
 }
 
 int cmd_bench_spec(const struct cmd_opts *o)
 {
-    const char *rb = o->rollback ? o->rollback : "snapshot";
-    bool snap = strcmp(rb, "snapshot") == 0 || strcmp(rb, "both") == 0;
-    bool rec = strcmp(rb, "recompute") == 0 || strcmp(rb, "both") == 0;
-    if (!snap && !rec) {
-        fprintf(stderr, "error: --rollback expects snapshot, recompute or both, got '%s'\n", rb);
-        return 2;
-    }
+    bool snap = o->rollback != CMD_ROLLBACK_RECOMPUTE, rec = o->rollback != CMD_ROLLBACK_SNAPSHOT;
     static struct spec_cfg cfgs[MAX_CFG]; /* large: kept off the stack */
-    int n_cfg = 1;
+    int n_cfg = 1, rc = 0;
     cfgs[0] = (struct spec_cfg){.name = "no spec"};
-    int rc = 0;
-    if (strcmp(o->spec, "all") == 0) {
-        rc = rc ? rc : add_cfgs(cfgs, &n_cfg, "ngram", snap, rec);
-        rc = rc ? rc : add_cfgs(cfgs, &n_cfg, "mtp", snap, rec);
-        rc = rc ? rc : add_cfgs(cfgs, &n_cfg, "ngram,mtp", snap, rec);
-    } else {
-        rc = add_cfgs(cfgs, &n_cfg, o->spec, snap, rec);
-    }
-    if (rc)
-        return rc;
+    for (int t = CMD_SPEC_NGRAM; t <= CMD_SPEC_BOTH; t++)
+        if (o->spec == t || o->spec == CMD_SPEC_ALL)
+            add_cfgs(cfgs, &n_cfg, t, snap, rec);
     struct cmd_engine e;
     if (cmd_engine_open(&e, o)) {
         cmd_engine_close(&e);

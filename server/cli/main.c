@@ -1,8 +1,8 @@
 /*
  * main — the deltad binary: dispatch to a subcommand (DESIGN.md section 5).
  *
- * `serve` parses its own options from the config table (serve.c, cfg.c); generate, logits,
- * bench and info share the option table of cmd.c.
+ * `serve` parses its options from the config table (serve.c, cfg.c); generate, logits, bench
+ * and info share the option table of cmd.c, made of the same rows.
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,9 +16,9 @@ static void usage(const char *prog)
             "usage: %s COMMAND [options]\n"
             "commands:\n"
             "  serve    [--config FILE] [--key value ...]               the HTTP daemon\n"
-            "  generate -m MODEL -p TEXT [-n N] [--temp T] [--seed S]   one completion to stdout\n"
+            "  generate -m MODEL -p TEXT [-n N] [--temp T] [--stop S]   one completion to stdout\n"
             "  logits   -m MODEL --tokens 1,2,3 -o OUT.f32 [--mtp]       all-position logits\n"
-            "  bench    -m MODEL [-p 512] [-n 64] [-d DEPTH] [-t N]      tokens/s vs roofline\n"
+            "  bench    -m MODEL [-p N] [-n N] [--devices cpu:N]       tokens/s vs roofline\n"
             "  info     [-m MODEL]                                       topology, model, memory\n"
             "run '%s COMMAND --help' for its options\n",
             prog, prog);
@@ -46,9 +46,11 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], cmds[i].name) != 0)
             continue;
         struct cmd_opts o;
-        if (cmd_parse(argc, argv, 2, cmds[i].which, &o))
-            return 2;
-        return cmds[i].fn(&o);
+        int rc = cmd_parse(argc, argv, 2, cmds[i].which, &o);
+        if (rc == 0)
+            rc = cmds[i].fn(&o);
+        cmd_opts_free(&o);
+        return rc;
     }
     fprintf(stderr, "error: unknown command '%s'\n", argv[1]);
     usage(argv[0]);

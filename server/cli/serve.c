@@ -371,17 +371,12 @@ static int check_memory(struct serve *s, const struct eng_params *p, char *err, 
     return rc;
 }
 
-/* The engine with its caches sized from the config (allocated here, once), and its thread. */
-static int build_engine(struct serve *s, char *err, size_t errlen)
+void serve_eng_params(const struct cfg *c, struct eng_params *p)
 {
-    const struct cfg *c = s->cfg;
     int64_t draft = c->spec_type ? c->spec_draft_max : 0;
-    if (draft > c->max_batch_tokens - 1) {
-        LOG_W("spec_draft_max %lld does not fit max_batch_tokens %lld: drafts of %lld at most",
-              (long long)draft, (long long)c->max_batch_tokens, (long long)c->max_batch_tokens - 1);
-        draft = c->max_batch_tokens - 1;
-    }
-    struct eng_params p = {
+    if (draft > c->max_batch_tokens - 1)
+        draft = c->max_batch_tokens - 1; /* the verification batch holds the draft + 1 */
+    *p = (struct eng_params){
         .n_slots = c->slots,
         .n_ctx = c->ctx,
         .max_batch_tokens = c->max_batch_tokens,
@@ -397,6 +392,17 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
         .spec_rollback = c->spec_rollback == CFG_ROLLBACK_RECOMPUTE ? ENG_ROLLBACK_RECOMPUTE
                                                                     : ENG_ROLLBACK_SNAPSHOT,
     };
+}
+
+/* The engine with its caches sized from the config (allocated here, once), and its thread. */
+static int build_engine(struct serve *s, char *err, size_t errlen)
+{
+    const struct cfg *c = s->cfg;
+    struct eng_params p;
+    serve_eng_params(c, &p);
+    if (c->spec_type && p.draft_max < c->spec_draft_max)
+        LOG_W("spec_draft_max %lld does not fit max_batch_tokens %lld: drafts of %lld at most",
+              (long long)c->spec_draft_max, (long long)c->max_batch_tokens, (long long)p.draft_max);
     int rc = check_memory(s, &p, err, errlen);
     if (rc)
         return rc;

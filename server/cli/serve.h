@@ -17,8 +17,15 @@
 #ifndef DELTAD_SERVE_H
 #define DELTAD_SERVE_H
 
+#include "engine/sched/eng.h"  // defines: struct eng_params
+#include "server/config/cfg.h" // defines: struct cfg
+
 /* Run the daemon with the arguments after "serve" (args[0..n)). Returns the process exit
  * status: 0 after a clean stop (or --help), 1 for a start-up failure, 2 for a config error. */
 int serve_main(int n, char **args);
+
+/* The engine parameters of config c: slots, ctx, batch, checkpoints and speculation, the draft
+ * clamped to max_batch_tokens - 1. Shared with `deltad generate`, which runs the same engine. */
+void serve_eng_params(const struct cfg *c, struct eng_params *p);
 
 #endif

@@ -148,6 +148,12 @@ int cfg__row_find(const char *key)
     return -1;
 }
 
+const struct cfg_row *cfg_row_find(const char *key)
+{
+    int i = cfg__row_find(key);
+    return i < 0 ? NULL : &cfg__rows[i];
+}
+
 int cfg__parse_i64(const char *s, int64_t *out)
 {
     char *end;
@@ -208,30 +214,28 @@ static const char *choice_name(const char *choices, int idx, char *buf, size_t c
 
 /* Store a copy of val. Control characters are refused: every string ends up in log lines or
  * HTTP headers, where a newline would forge a line or a header. */
-static int set_string(struct cfg *c, const struct cfg_row *r, const char *val, char *msg,
-                      size_t cap)
+static int set_string(void *base, const struct cfg_row *r, const char *val, char *msg, size_t cap)
 {
     if (strlen(val) > (size_t)r->max) {
         dd_errf(msg, cap, "longer than %.0f bytes", r->max);
         return -1;
     }
-    for (const unsigned char *p = (const unsigned char *)val; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)val; *p && !(r->flags & CFG_TEXT); p++) {
         if (*p < 0x20 || *p == 0x7f) {
             dd_errf(msg, cap, "contains a control character");
             return -1;
         }
     }
-    char **dst = (char **)((char *)c + r->off);
+    char **dst = (char **)((char *)base + r->off);
     free(*dst);
-    *dst = xstrdup(val); /* owned by c */
+    *dst = xstrdup(val); /* owned by the struct at base */
     return 0;
 }
 
-/* Parse and range-check val into the field of row r. Returns 0, or -1 with msg written. The
- * message quotes the value unless the row is secret. */
-static int set_value(struct cfg *c, const struct cfg_row *r, const char *val, char *msg, size_t cap)
+/* The message quotes the value unless the row is secret. */
+int cfg_row_set(const struct cfg_row *r, void *base, const char *val, char *msg, size_t cap)
 {
-    void *dst = (char *)c + r->off;
+    void *dst = (char *)base + r->off;
     const char *shown = (r->flags & CFG_SECRET) ? "(hidden)" : val;
     int64_t i;
     double d;
@@ -263,7 +267,7 @@ static int set_value(struct cfg *c, const struct cfg_row *r, const char *val, ch
         dd_errf(msg, cap, "expected one of %s, got '%s'", r->choices, shown);
         return -1;
     case CFG_STR:
-        return set_string(c, r, val, msg, cap);
+        return set_string(base, r, val, msg, cap);
     }
     return -1;
 bad_int:
@@ -381,14 +385,14 @@ void cfg__add_warning(struct cfg *c, const char *fmt, ...)
  * Life cycle and setting one key
  * ========================================================================================== */
 
-/* The defaults go through set_value like any other text; a default that does not parse is a
+/* The defaults go through cfg_row_set like any other text; a default that does not parse is a
  * bug in the table, caught by the first start (and by test_cfg). */
 void cfg_init(struct cfg *c)
 {
     char msg[256];
     memset(c, 0, sizeof *c);
     for (int i = 0; i < N_ROWS; i++)
-        ASSERT(set_value(c, &cfg__rows[i], cfg__rows[i].def, msg, sizeof msg) == 0);
+        ASSERT(cfg_row_set(&cfg__rows[i], c, cfg__rows[i].def, msg, sizeof msg) == 0);
 }
 
 /* Free every string field (found through the table, so a new string key needs no code here). */
@@ -410,7 +414,7 @@ int cfg_set(struct cfg *c, const char *key, const char *val, enum cfg_src src, c
     if (i < 0)
         return fail_unknown(where, key, err, errlen);
     char msg[512];
-    if (set_value(c, &cfg__rows[i], val, msg, sizeof msg))
+    if (cfg_row_set(&cfg__rows[i], c, val, msg, sizeof msg))
         return fail_row(where, &cfg__rows[i], msg, err, errlen);
     c->src[i] = (unsigned char)src;
     return 0;

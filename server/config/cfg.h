@@ -98,6 +98,45 @@ struct cfg {
     char warnings[1024];             /* non-fatal notes for the start-up log, '\n'-separated */
 };
 
+/* ---- the row type: one option of a table (STYLE rule 27) ----
+ * The daemon's table is in cfg.c; the offline subcommands build theirs from the same rows
+ * (server/cli/cmd.c), so parsing, range checks, defaults and --help come from one place. */
+enum cfg_type { CFG_INT, CFG_FLOAT, CFG_BOOL, CFG_STR, CFG_ENUM };
+
+/* Row flags. */
+enum {
+    CFG_RESTART = 1u << 0, /* read at start-up only: a change needs a restart */
+    CFG_RUNTIME = 1u << 1, /* re-read and applied on SIGHUP */
+    CFG_SECRET = 1u << 2,  /* masked in the dump and in messages */
+    CFG_TEXT = 1u << 3,    /* STR: free text, control characters allowed (a prompt) */
+};
+
+/* One option. The default is text in the config-file syntax, parsed like any user value. */
+struct cfg_row {
+    const char *name;    /* lower case with '_'; DELTAD_<NAME> in the environment */
+    enum cfg_type type;  /* INT: int64_t, FLOAT: double, BOOL: bool, STR: char *, ENUM: int */
+    const char *def;     /* default in file syntax */
+    double min, max;     /* INT/FLOAT: inclusive range; STR: max = longest value in bytes */
+    unsigned flags;      /* CFG_RESTART | CFG_RUNTIME | CFG_SECRET | CFG_TEXT */
+    size_t off;          /* offsetof into the struct the table fills (struct cfg here) */
+    const char *choices; /* ENUM: "a|b|c", stored as the index */
+    const char *help;    /* one line for --help and HINT lines */
+};
+
+/* The daemon's row for key (dashes count as underscores), or NULL. */
+const struct cfg_row *cfg_row_find(const char *key);
+/* Parse and range-check val into the field at base + r->off (a STR field owns a malloc'd copy
+ * and frees the one it replaces). Returns 0, or -1 with the reason in msg; a failed parse
+ * changes nothing. */
+int cfg_row_set(const struct cfg_row *r, void *base, const char *val, char *msg, size_t cap);
+/* The --help entry of row r, shown as flag ("--spec-type", or "-b, --batch") in a column of
+ * width characters: the flag, the type and range, the default from r->def, then the help line. */
+void cfg_row_help(FILE *f, const struct cfg_row *r, const char *flag, int width);
+/* "--" + r->name with dashes for underscores, into buf. Returns buf. */
+const char *cfg_row_flag(const struct cfg_row *r, char *buf, size_t cap);
+/* devices = "cpu:N": N in [1, 64]. Returns 0 and *n, or -1 with the reason in msg. */
+int cfg_parse_devices(const char *devices, int *n, char *msg, size_t cap);
+
 /* Fill c with the built-in defaults. Release with cfg_free. */
 void cfg_init(struct cfg *c);
 void cfg_free(struct cfg *c);

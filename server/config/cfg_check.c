@@ -104,14 +104,25 @@ static const char *read_key_file(const char *path, char **key, bool *world_reada
 static int check_devices(struct cfg *c, char *err, size_t errlen)
 {
     const char *hint = "devices = cpu:N with N from 1 to 64 (this build has no CUDA)";
-    int64_t n;
-    if (strncmp(c->devices, "cuda", 4) == 0)
-        return fail_check(c, "devices", hint, err, errlen,
-                          "CUDA devices are not supported by this build, got '%s'", c->devices);
-    bool cpu_n = strncmp(c->devices, "cpu:", 4) == 0 && cfg__parse_i64(c->devices + 4, &n) == 0;
-    if (!cpu_n || n < 1 || n > 64)
-        return fail_check(c, "devices", hint, err, errlen, "expected cpu:N, got '%s'", c->devices);
-    c->n_cpu_devices = (int)n;
+    char msg[256];
+    if (cfg_parse_devices(c->devices, &c->n_cpu_devices, msg, sizeof msg))
+        return fail_check(c, "devices", hint, err, errlen, "%s", msg);
+    return 0;
+}
+
+int cfg_parse_devices(const char *devices, int *n, char *msg, size_t cap)
+{
+    int64_t v;
+    if (strncmp(devices, "cuda", 4) == 0) {
+        dd_errf(msg, cap, "CUDA devices are not supported by this build, got '%s'", devices);
+        return -1;
+    }
+    bool cpu_n = strncmp(devices, "cpu:", 4) == 0 && cfg__parse_i64(devices + 4, &v) == 0;
+    if (!cpu_n || v < 1 || v > 64) {
+        dd_errf(msg, cap, "expected cpu:N with N from 1 to 64, got '%s'", devices);
+        return -1;
+    }
+    *n = (int)v;
     return 0;
 }
 
@@ -228,7 +239,7 @@ static const char *type_text(const struct cfg_row *r, char *buf, size_t cap)
         snprintf(buf, cap, "int %.0f..%.0f", r->min, r->max);
         break;
     case CFG_FLOAT:
-        snprintf(buf, cap, "seconds %g..%g", r->min, r->max);
+        snprintf(buf, cap, "number %g..%g", r->min, r->max);
         break;
     case CFG_BOOL:
         snprintf(buf, cap, "bool");
@@ -243,7 +254,25 @@ static const char *type_text(const struct cfg_row *r, char *buf, size_t cap)
     return buf;
 }
 
-/* Two lines per key: name, type and default; then the help text. */
+const char *cfg_row_flag(const struct cfg_row *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "--%s", r->name);
+    for (char *p = buf; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+    return buf;
+}
+
+/* Two lines per key: flag, type and default; then the help text. */
+void cfg_row_help(FILE *f, const struct cfg_row *r, const char *flag, int width)
+{
+    char type[96];
+    const char *q = r->type == CFG_STR ? "\"" : "";
+    fprintf(f, "  %-*s %-24s default %s%s%s%s\n      %s\n", width, flag,
+            type_text(r, type, sizeof type), q, r->def, q,
+            (r->flags & CFG_RUNTIME) ? "  [runtime]" : "", r->help);
+}
+
+/* Keys are shown with dashes, the command-line spelling; underscores are accepted too. */
 void cfg_print_help(FILE *f)
 {
     fprintf(f, "usage: deltad serve [--config FILE] [--KEY VALUE | --KEY=VALUE]...\n\n"
@@ -253,12 +282,8 @@ void cfg_print_help(FILE *f)
                "Precedence: default < file < environment\n< command line. Keys marked "
                "[runtime] are re-read on SIGHUP; the others need a restart.\n\n");
     for (int i = 0; i < cfg__n_rows; i++) {
-        const struct cfg_row *r = &cfg__rows[i];
-        char type[96];
-        fprintf(f, "  --%-20s %-24s default %s%s%s%s\n      %s\n", r->name,
-                type_text(r, type, sizeof type), r->type == CFG_STR ? "\"" : "", r->def,
-                r->type == CFG_STR ? "\"" : "", (r->flags & CFG_RUNTIME) ? "  [runtime]" : "",
-                r->help);
+        char flag[80];
+        cfg_row_help(f, &cfg__rows[i], cfg_row_flag(&cfg__rows[i], flag, sizeof flag), 22);
     }
 }
 

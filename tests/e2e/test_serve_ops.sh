@@ -54,7 +54,7 @@ wait_exit() {
 }
 
 # ---- start-up errors ----------------------------------------------------------------------
-expect 0 "--drain_timeout" "$D" serve --help
+expect 0 "--drain-timeout" "$D" serve --help
 expect 2 "command line --port: key 'port': expected an integer in [0, 65535]" "$D" serve --port 99999
 expect 2 "HINT:" "$D" serve --port 99999
 printf 'port = 8080\nbogus_key = 1\n' >"$tmp/bad.conf"

@@ -371,8 +371,10 @@ TEST(help_lists_every_key)
     fclose(f);
     CHECK(strstr(buf, "usage: deltad serve") == buf);
     for (int i = 0; i < cfg__n_rows; i++) {
-        char needle[96];
-        snprintf(needle, sizeof needle, "  --%s ", cfg__rows[i].name);
+        char needle[96], flag[80];
+        /* shown with dashes, the command-line spelling */
+        snprintf(needle, sizeof needle, "  %s ", cfg_row_flag(&cfg__rows[i], flag, sizeof flag));
+        CHECK(strchr(needle, '_') == NULL);
         CHECK(strstr(buf, needle) != NULL);
         CHECK(strstr(buf, cfg__rows[i].help) != NULL);
     }
