@@ -25,7 +25,7 @@ static int decode_loop(struct cmd_engine *e, const struct cmd_opts *o, int64_t p
     char buf[1024];
     int rc = 0;
     *n_out = 0;
-    int32_t cur = smp_sample(&s, fwd_logits(e->fwd));
+    int32_t cur = smp_sample(&s, fwd_logits(e->fwd), NULL, 0);
     while (*n_out < o->n_predict && !tok_is_eog(tok, cur)) {
         fwrite(buf, 1, tok_stream_push(tok, &ts, cur, buf, sizeof buf), stdout);
         fflush(stdout);
@@ -34,7 +34,7 @@ static int decode_loop(struct cmd_engine *e, const struct cmd_opts *o, int64_t p
             break;
         if ((rc = cmd_feed(e, &cur, 1, pos++, 1, NULL, NULL)))
             break;
-        cur = smp_sample(&s, fwd_logits(e->fwd));
+        cur = smp_sample(&s, fwd_logits(e->fwd), NULL, 0);
     }
     fwrite(buf, 1, tok_stream_flush(&ts, buf, sizeof buf), stdout);
     fputc('\n', stdout);
