@@ -24,7 +24,7 @@
 #include "engine/compute/fwd.h" // defines: fwd_decode
 #include "engine/model/tok.h"   // defines: tok_stream_push
 #include "engine/util.h"        // defines: xcalloc, LOG_*, dd_now
-#include "smp.h"                // defines: smp_sample
+#include "smp.h"                // defines: smp_init, smp_set
 
 /* ============================================================================================
  * Inbox (any thread)
@@ -222,14 +222,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->miss_streak = s->skip_rounds = 0;
     s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
-    memset(s->counts, 0, (size_t)e->m->hp.n_vocab * sizeof *s->counts);
-    struct smp_params sp = {.temperature = r->p.s.temperature,
-                            .top_k = r->p.s.top_k,
-                            .top_p = r->p.s.top_p,
-                            .min_p = r->p.s.min_p,
-                            .seed = r->p.s.seed};
-    s->smp.p = sp;
-    smp_reseed(&s->smp, sp.seed);
+    smp_set(&s->smp, &r->p.s); /* logit_bias borrowed from r, which outlives the slot's use */
     tok_stream_init(&s->ts);
     s->n_reused = reuse;
     eng__req_usage(r, reuse, 0);
@@ -382,7 +375,7 @@ static void phase_sample_emit(eng_t *e)
             eng__slot_set_state(s, SLOT_DECODE);
         }
         s->n_replay = 0;
-        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
+        eng__accept(e, s, eng__sample_row(s, logits + e->b_outrow[last_row] * V));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
@@ -522,9 +515,8 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     const int64_t V = e->m->hp.n_vocab;
     s->id = id;
     s->tokens = xcalloc((size_t)e->p.n_ctx, sizeof *s->tokens);
-    s->logits = xaligned_alloc((size_t)V * sizeof(float));
-    s->counts = xcalloc((size_t)V, sizeof *s->counts);
-    struct smp_params sp = {.temperature = 0.0f, .top_p = 1.0f};
+    s->gen = xcalloc((size_t)e->p.n_ctx + 1, sizeof *s->gen);
+    struct smp_params sp = {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     smp_init(&s->smp, V, &sp);
     s->pend_cap = 1024;
     s->pend = xmalloc(s->pend_cap);
@@ -548,8 +540,7 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
 static void slot_deinit(eng_t *e, struct slot *s)
 {
     free(s->tokens);
-    free(s->logits);
-    free(s->counts);
+    free(s->gen);
     smp_deinit(&s->smp);
     free(s->pend);
     for (int64_t i = 0; i < e->n_ckpt; i++) {

@@ -22,6 +22,7 @@
 
 #include "engine/compute/device.h" // defines: struct dev
 #include "engine/model/model.h"    // defines: struct model
+#include "smp.h"                   // defines: struct smp_params
 
 /* Engine parameters, passed by value (the engine never reads the server config). */
 struct eng_params {
@@ -71,35 +72,19 @@ enum eng_finish {
 #define ENG_MAX_STOP 16
 #define ENG_MAX_TOP_LOGPROBS 20
 
-struct eng_logit_bias {
-    int32_t id;
-    float bias;
-};
-
-struct eng_sampling {
-    float temperature;                         /* 0 = greedy */
-    float top_p;                               /* 1 = off */
-    float min_p;                               /* 0 = off */
-    int32_t top_k;                             /* 0 = off */
-    float presence_penalty, frequency_penalty; /* OpenAI semantics, over generated tokens */
-    float repetition_penalty;                  /* multiplicative (llama.cpp), 1 = off */
-    uint64_t seed;
-    int32_t n_logit_bias;
-    struct eng_logit_bias *logit_bias; /* [n_logit_bias], owned by the request */
-    bool logprobs;
-    int32_t top_logprobs; /* 0 .. ENG_MAX_TOP_LOGPROBS */
-};
-
 struct eng_req_params {
     int32_t *prompt; /* [n_prompt] token ids; transferred to the request */
     int64_t n_prompt;
     int64_t max_tokens;       /* 0 = until end-of-generation or the context is full */
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, transferred; never emitted */
     int n_stop;
-    struct eng_sampling s;
-    double deadline;    /* absolute dd_now() seconds, 0 = none */
-    bool cache_prompt;  /* reuse a slot's cached prefix (default true) */
-    bool spec_override; /* false: the engine's spec_types; true: spec_types below (a subset) */
+    struct smp_params s;  /* handed to the slot's sampler as is; s.logit_bias transferred; the
+                           * penalties' history is the request's generated tokens */
+    bool logprobs;        /* report each token's log-probability (struct eng_tok_info) */
+    int32_t top_logprobs; /* alternatives per token, 0 .. ENG_MAX_TOP_LOGPROBS */
+    double deadline;      /* absolute dd_now() seconds, 0 = none */
+    bool cache_prompt;    /* reuse a slot's cached prefix (default true) */
+    bool spec_override;   /* false: the engine's spec_types; true: spec_types below (a subset) */
     unsigned spec_types;
 };
 

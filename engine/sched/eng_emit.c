@@ -1,8 +1,8 @@
 /*
- * eng_emit — the per-token end of an engine step (DESIGN.md phases 5 and 7): logit bias and
- * penalties, sampling, logprobs, incremental detokenisation with stop strings held back until
- * decided, and the end-of-request decisions (end-of-generation token, stop string, max_tokens,
- * context full).
+ * eng_emit — the per-token end of an engine step (DESIGN.md phases 5 and 7): sampling (the
+ * slot's sampler, given the request's generated tokens for its penalties), logprobs,
+ * incremental detokenisation with stop strings held back until decided, and the end-of-request
+ * decisions (end-of-generation token, stop string, max_tokens, context full).
  *
  * Invariant: text reaches the outbox only once it cannot be part of a stop string, and always
  * as whole UTF-8 characters (tok_stream). Thread: the engine thread.
@@ -12,35 +12,15 @@
 
 #include "eng_impl.h"         // defines: struct slot, eng__finish
 #include "engine/model/tok.h" // defines: tok_stream_push, tok_is_eog
-#include "engine/util.h"      // defines: xrealloc
-#include "smp.h"              // defines: smp_sample, smp_argmax
+#include "engine/util.h"      // defines: xrealloc, ASSERT
+#include "smp.h"              // defines: smp_sample, smp_argmax, struct smp
 
-/* Logit bias, then OpenAI presence / frequency penalties and the multiplicative repetition
- * penalty over the generated tokens, into s->logits. */
-static void apply_penalties(const eng_t *e, struct slot *s, const float *logits)
-{
-    const struct eng_sampling *sp = &s->req->p.s;
-    const int64_t V = e->m->hp.n_vocab;
-    memcpy(s->logits, logits, (size_t)V * sizeof(float));
-    for (int32_t i = 0; i < sp->n_logit_bias; i++)
-        s->logits[sp->logit_bias[i].id] += sp->logit_bias[i].bias;
-    if (sp->presence_penalty == 0 && sp->frequency_penalty == 0 && sp->repetition_penalty == 1)
-        return;
-    for (int64_t v = 0; v < V; v++) {
-        if (!s->counts[v])
-            continue;
-        float *l = &s->logits[v];
-        if (sp->repetition_penalty != 1)
-            *l = *l > 0 ? *l / sp->repetition_penalty : *l * sp->repetition_penalty;
-        *l -= sp->presence_penalty + sp->frequency_penalty * (float)s->counts[v];
-    }
-}
-
-/* Log-probability of the sampled token and the top alternatives (over s->logits). */
+/* Log-probability of the sampled token and the top alternatives, over the row the sampler
+ * just used (after logit bias and penalties, before temperature and the filters). */
 static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct eng_tok_info *ti)
 {
     const int64_t V = e->m->hp.n_vocab;
-    const float *l = s->logits;
+    const float *l = s->smp.logits;
     float mx = l[smp_argmax(l, V)];
     double sum = 0.0;
     for (int64_t v = 0; v < V; v++)
@@ -49,7 +29,7 @@ static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct 
     memset(ti, 0, sizeof *ti);
     ti->id = id;
     ti->logprob = l[id] - lse;
-    ti->n_top = s->req->p.s.top_logprobs;
+    ti->n_top = s->req->p.top_logprobs;
     for (int32_t k = 0; k < ti->n_top; k++) {
         int64_t best = -1;
         for (int64_t v = 0; v < V; v++) {
@@ -119,12 +99,12 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
     const tok_t *tok = e->m->tok;
     eng_req_t *r = s->req;
     struct eng_tok_info ti, *tip = NULL;
-    if (r->p.s.logprobs) {
+    if (r->p.logprobs) {
         token_info(e, s, id, &ti);
         tip = &ti;
     }
-    s->n_gen++;
-    s->counts[id]++;
+    ASSERT(s->n_gen <= e->p.n_ctx); /* s->gen holds n_ctx + 1 */
+    s->gen[s->n_gen++] = id;
     atomic_fetch_add(&e->st_gen, 1);
     if (tok_is_eog(tok, id)) {
         if (tip)
@@ -150,10 +130,9 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
     eng__req_notify(r);
 }
 
-int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
+int32_t eng__sample_row(struct slot *s, const float *logits)
 {
-    apply_penalties(e, s, logits);
-    return smp_sample(&s->smp, s->logits);
+    return smp_sample(&s->smp, logits, s->gen, s->n_gen);
 }
 
 bool eng__accept(eng_t *e, struct slot *s, int32_t id)

@@ -58,9 +58,10 @@ struct slot {
     int64_t n_gen;
     int32_t last;     /* sampled, not yet fed */
     double last_used; /* for LRU choice among free slots */
-    struct smp smp;
-    float *logits;   /* [n_vocab] scratch: biased / penalised logits */
-    int32_t *counts; /* [n_vocab] occurrences among generated tokens */
+    struct smp smp;   /* parameters of the current request; its logits: the last sampled row
+                       * after bias and penalties */
+    int32_t *gen;     /* [n_ctx + 1] the current request's generated tokens [n_gen], in order:
+                       * the sampler's penalty history */
     struct tok_stream ts;
     char *pend; /* [pend_cap] text held back while it may start a stop string */
     size_t pend_len, pend_cap;
@@ -152,8 +153,9 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
 void eng__slot_set_state(struct slot *s, enum slot_state st);
 void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);
-/* The engine's sampling of one row (penalties, bias, sampler) and token acceptance. */
-int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits);
+/* Sample one target row [n_vocab] with the slot's sampler, the request's generated tokens as
+ * the penalties' history (plain decoding and verification alike), and accept a token. */
+int32_t eng__sample_row(struct slot *s, const float *logits);
 bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
 
 /* Engine-thread side of the outbox. */

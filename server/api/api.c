@@ -183,7 +183,7 @@ static int parse_seed(const cJSON *o, struct api_req *r, struct api_error *e)
  * repetition_penalty (vLLM) are aliases, the later key in this list winning. */
 static int parse_sampling(const cJSON *o, struct api_req *r, struct api_error *e)
 {
-    struct eng_sampling *s = &r->s;
+    struct smp_params *s = &r->s;
     s->temperature = 1.0f;
     s->top_p = 1.0f;
     s->repetition_penalty = 1.0f;
@@ -228,7 +228,7 @@ static int parse_logit_bias(const cJSON *o, int64_t n_vocab, struct api_req *r, 
                           v->string, (long long)n_vocab);
             return -1;
         }
-        r->s.logit_bias[r->s.n_logit_bias++] = (struct eng_logit_bias){(int32_t)id, (float)b};
+        r->s.logit_bias[r->s.n_logit_bias++] = (struct smp_logit_bias){(int32_t)id, (float)b};
     }
     return 0;
 }
@@ -569,8 +569,8 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
     /* choice k of the request samples with seed + k: n choices differ, and each is
      * reproducible on its own */
     out->s.seed = r->s.seed + (uint64_t)(prompt * r->n + choice);
-    out->s.logprobs = r->logprobs;
-    out->s.top_logprobs = r->top_logprobs;
+    out->logprobs = r->logprobs;
+    out->top_logprobs = r->top_logprobs;
     if (r->s.n_logit_bias) {
         size_t bytes = (size_t)r->s.n_logit_bias * sizeof *r->s.logit_bias;
         out->s.logit_bias = xmalloc(bytes);

@@ -22,7 +22,8 @@
 
 #include "chat.h"               // defines: chat_tmpl_t
 #include "engine/model/model.h" // defines: struct model
-#include "engine/sched/eng.h"   // defines: struct eng_sampling, struct eng_req_params, ENG_MAX_STOP
+#include "engine/sched/eng.h"   // defines: struct eng_req_params, ENG_MAX_STOP
+#include "engine/sched/smp.h"   // defines: struct smp_params
 
 #define API_MAX_STOP_LEN 256 /* bytes per stop string */
 #define API_MAX_LOGIT_BIAS 1024
@@ -75,7 +76,7 @@ struct api_req {
     int32_t top_logprobs;     /* alternatives per position, 0 .. ENG_MAX_TOP_LOGPROBS */
     int64_t n;                /* choices per prompt */
     int64_t max_tokens;       /* requested cap, 0 = none; clamped per prompt by api_req_params */
-    struct eng_sampling s;    /* s.logit_bias owned here; s.seed is the base seed of choice 0 */
+    struct smp_params s;      /* s.logit_bias owned here; s.seed is the base seed of choice 0 */
     char *stop[ENG_MAX_STOP]; /* owned */
     int n_stop;
     struct api_prompt *prompts; /* [n_prompts] */

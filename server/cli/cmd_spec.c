@@ -138,7 +138,7 @@ static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct
     struct eng_req_params rp = {.n_prompt = n_prompt, .max_tokens = o->n_gen};
     rp.prompt = xmalloc((size_t)n_prompt * sizeof *rp.prompt);
     memcpy(rp.prompt, prompt, (size_t)n_prompt * sizeof *rp.prompt);
-    rp.s = (struct eng_sampling){.top_p = 1.0f, .repetition_penalty = 1.0f};
+    rp.s = (struct smp_params){.top_p = 1.0f, .repetition_penalty = 1.0f};
     wake.ready = false;
     eng_req_t *r = eng_req_create(&rp, on_notify, NULL);
     int rc = eng_submit(eng, r, err, sizeof err);

@@ -60,11 +60,9 @@ static eng_req_t *make_req(const int32_t *prompt, int64_t n, int64_t max_tokens,
     struct eng_req_params p = {.n_prompt = n, .max_tokens = max_tokens, .cache_prompt = true};
     p.prompt = malloc((size_t)n * sizeof *p.prompt);
     memcpy(p.prompt, prompt, (size_t)n * sizeof *p.prompt);
-    p.s = (struct eng_sampling){.temperature = temp,
-                                .top_p = 1.0f,
-                                .repetition_penalty = 1.0f,
-                                .seed = seed,
-                                .logprobs = true};
+    p.s = (struct smp_params){
+        .temperature = temp, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = seed};
+    p.logprobs = true;
     if (stop) {
         p.stop[0] = strdup(stop);
         p.n_stop = 1;

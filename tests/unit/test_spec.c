@@ -117,6 +117,7 @@ static int64_t oracle_draft(void *ud, int64_t slot, const int32_t *hist, int64_t
 
 /* Rollback mode of the next run_all, and the engine statistics of the last one. */
 static int rollback_mode = ENG_ROLLBACK_SNAPSHOT;
+static bool penalised; /* run_all's requests add penalties and a logit bias */
 static struct eng_stats last_stats;
 
 /* Run n_req requests concurrently on a fresh engine with the given speculation settings. */
@@ -153,11 +154,19 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
         struct eng_req_params rp = {.max_tokens = 24, .cache_prompt = true};
         rp.prompt = malloc(64 * sizeof(int32_t));
         rp.n_prompt = make_prompt(rp.prompt, i);
-        rp.s = (struct eng_sampling){.temperature = temp,
-                                     .top_p = 0.95f,
-                                     .repetition_penalty = 1.0f,
-                                     .seed = 1000 + (uint64_t)i,
-                                     .logprobs = true};
+        rp.s = (struct smp_params){.temperature = temp,
+                                   .top_p = 0.95f,
+                                   .repetition_penalty = 1.0f,
+                                   .seed = 1000 + (uint64_t)i};
+        if (penalised) {
+            rp.s.presence_penalty = 0.4f;
+            rp.s.frequency_penalty = 0.3f;
+            rp.s.repetition_penalty = 1.2f;
+            rp.s.n_logit_bias = 1;
+            rp.s.logit_bias = malloc(sizeof *rp.s.logit_bias); /* transferred */
+            rp.s.logit_bias[0] = (struct smp_logit_bias){.id = 7, .bias = 1.5f};
+        }
+        rp.logprobs = true;
         r[i] = eng_req_create(&rp, NULL, NULL);
         CHECK_EQ(eng_submit(e, r[i], err, sizeof err), 0);
     }
@@ -255,6 +264,18 @@ TEST(oracle_drafts)
     oracle_case("tiny-qwen3next.gguf", 4, 0.8f, 3);
     oracle_case("tiny-qwen35moe.gguf", 4, 0.8f, 8);
     oracle_case("tiny-qwen3.gguf", 2, 0.0f, 8);
+}
+
+/* Penalties and logit bias: verification samples each row with the history of the tokens
+ * accepted before it, exactly as plain decoding does. The oracle's long accepted runs put
+ * penalised tokens inside one verification. */
+TEST(lossless_penalties)
+{
+    penalised = true;
+    lossless_case("tiny-qwen35.gguf", 4, 0.9f);
+    oracle_case("tiny-qwen35.gguf", 4, 0.8f, 3);
+    oracle_case("tiny-qwen35.gguf", 2, 0.0f, 10);
+    penalised = false;
 }
 
 /* Rollback by recomputation under the oracle's mixed acceptance: every rejection restores the
@@ -356,11 +377,11 @@ static void sample_runs(unsigned spec, uint64_t seed0, int n, int32_t (*out)[3])
             rp.prompt = malloc(12 * sizeof(int32_t));
             for (int t = 0; t < 12; t++)
                 rp.prompt[t] = (int32_t)(t * 5 + 7);
-            rp.s = (struct eng_sampling){.temperature = 0.2f,
-                                         .top_p = 1.0f,
-                                         .repetition_penalty = 1.0f,
-                                         .seed = seed0 + (uint64_t)(i + j),
-                                         .logprobs = true};
+            rp.s = (struct smp_params){.temperature = 0.2f,
+                                       .top_p = 1.0f,
+                                       .repetition_penalty = 1.0f,
+                                       .seed = seed0 + (uint64_t)(i + j)};
+            rp.logprobs = true;
             r[j] = eng_req_create(&rp, NULL, NULL);
             CHECK_EQ(eng_submit(e, r[j], err, sizeof err), 0);
         }
@@ -524,6 +545,7 @@ int main(int argc, char **argv)
     RUN(lossless_sampling);
     RUN(ngram_on_pure_kv_model);
     RUN(oracle_drafts);
+    RUN(lossless_penalties);
     RUN(recompute_rollback);
     RUN(mem_budget);
     RUN(distribution_with_drafts);

@@ -464,8 +464,8 @@ static int64_t generate(struct group *g, unsigned spec, int32_t *ids)
     rp.prompt = malloc(30 * sizeof(int32_t));
     for (int i = 0; i < 30; i++)
         rp.prompt[i] = (int32_t)((i % 10) * 7 + 3); /* repetitive: n-gram drafts fire */
-    rp.s = (struct eng_sampling){
-        .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f, .logprobs = true};
+    rp.s = (struct smp_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    rp.logprobs = true;
     eng_req_t *r = eng_req_create(&rp, NULL, NULL);
     CHECK_EQ(eng_submit(e, r, err, sizeof err), 0);
     struct ids_out o = {.ids = ids};
