@@ -25,15 +25,15 @@
  * the pre-tokenizer splits anyway. Capacity: every piece gets its length + 1 ids. */
 void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p)
 {
-    p->ids = xmalloc((cp->len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
+    p->ids = xmalloc((cp->text.len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
     api__add_bos(t, p);
     size_t at = 0;
     for (int64_t i = 0; i < cp->n_spans; i++) {
-        api__encode_into(t, cp->text + at, cp->spans[i].off - at, true, p);
-        api__encode_into(t, cp->text + cp->spans[i].off, cp->spans[i].len, false, p);
+        api__encode_into(t, cp->text.p + at, cp->spans[i].off - at, true, p);
+        api__encode_into(t, cp->text.p + cp->spans[i].off, cp->spans[i].len, false, p);
         at = cp->spans[i].off + cp->spans[i].len;
     }
-    api__encode_into(t, cp->text + at, cp->len - at, true, p);
+    api__encode_into(t, cp->text.p + at, cp->text.len - at, true, p);
 }
 
 /* The text of chat_render without its spans (the buffer changes hands). */
@@ -45,8 +45,7 @@ int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *to
     int rc = chat_render(t, messages, tools, kwargs, add_generation_prompt, &cp, err, errlen);
     if (rc)
         return rc;
-    *out = cp.text;
-    cp.text = NULL;
+    *out = dd_buf_take(&cp.text, NULL);
     chat_prompt_free(&cp);
     return 0;
 }

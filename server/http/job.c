@@ -35,9 +35,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "engine/util.h"      // defines: xcalloc, DD_EFULL
+#include "engine/util.h"      // defines: xcalloc, DD_EFULL, struct dd_buf
 #include "server/api/reply.h" // defines: reply_feed, reply_sse, reply_choice
-#include "server/api/resp.h"  // defines: resp_sse_*, resp_completion, struct resp_buf
+#include "server/api/resp.h"  // defines: resp_sse_*, resp_completion
 
 #define SSE_BLOCK 16384 /* MHD's buffer hint for the streaming reader */
 #define FORCED_PIECE 3  /* bytes per delta of a forced output (test-only), cut at characters */
@@ -72,7 +72,7 @@ struct choice {
     bool done;    /* the final delta was taken */
     enum eng_finish finish;
     char error[256];
-    struct resp_buf text;      /* non-streaming: the whole text (echo prefix included) */
+    struct dd_buf text;        /* non-streaming: the whole text (echo prefix included) */
     struct eng_tok_info *toks; /* non-streaming: all; streaming: not yet sent */
     int64_t n_toks, cap_toks;
     size_t tok_off;   /* output offset of toks[0]'s text (legacy logprobs) */
@@ -101,11 +101,11 @@ struct job {
     double parked_at;                             /* guarded by w->mu: when it was suspended */
     /* connection thread only: */
     int64_t n_choices, n_per_prompt;
-    struct choice *ch;   /* [n_choices] */
-    char **echo_texts;   /* [n_choices / n_per_prompt] prompt copies, or NULL */
-    cJSON *tools;        /* the request's tools, for the tool-call parsers, or NULL */
-    char *forced;        /* test-only forced output, or NULL */
-    struct resp_buf out; /* streaming: produced, not yet handed to MHD */
+    struct choice *ch; /* [n_choices] */
+    char **echo_texts; /* [n_choices / n_per_prompt] prompt copies, or NULL */
+    cJSON *tools;      /* the request's tools, for the tool-call parsers, or NULL */
+    char *forced;      /* test-only forced output, or NULL */
+    struct dd_buf out; /* streaming: produced, not yet handed to MHD */
     size_t out_off;
     bool started;    /* streaming: the opening events were written */
     bool ended;      /* the terminal event is in `out` */
@@ -422,7 +422,7 @@ static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
     if (c->reply)
         reply_feed(c->reply, d->text, d->len);
     else
-        resp_buf_put(&c->text, d->text ? d->text : "", d->len);
+        dd_buf_put(&c->text, d->text ? d->text : "", d->len);
     if (j->meta.logprobs && d->n_toks)
         toks_append(c, d->toks, d->n_toks);
     if (!d->done)
@@ -549,7 +549,7 @@ static bool stream_step(job_t *j)
         return true;
     }
     if (f & F_PING)
-        resp_buf_puts(&j->out, ": keep-alive\n\n");
+        dd_buf_puts(&j->out, ": keep-alive\n\n");
     if (!j->started) {
         stream_open(j);
         return true;
@@ -571,8 +571,10 @@ static ssize_t stream_copy(job_t *j, char *buf, size_t max)
         n = max;
     memcpy(buf, j->out.p + j->out_off, n);
     j->out_off += n;
-    if (j->out_off == j->out.len)
-        j->out.len = j->out_off = 0;
+    if (j->out_off == j->out.len) {
+        dd_buf_truncate(&j->out, 0);
+        j->out_off = 0;
+    }
     j->bytes += n;
     return (ssize_t)n;
 }
@@ -703,7 +705,7 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
                 j->echo_texts[i / req->n] = xstrdup(ap->text ? ap->text : "");
             j->ch[i].echo = j->echo_texts[i / req->n];
             j->ch[i].echo_len = ap->text ? ap->text_len : 0;
-            resp_buf_put(&j->ch[i].text, j->ch[i].echo, j->ch[i].echo_len);
+            dd_buf_put(&j->ch[i].text, j->ch[i].echo, j->ch[i].echo_len);
         }
     }
     for (int64_t i = 0; i < j->n_choices; i++)
@@ -781,7 +783,7 @@ void job_end(job_t *j)
         }
         if (c->r)
             eng_req_release(c->r);
-        resp_buf_free(&c->text);
+        dd_buf_free(&c->text);
         free(c->toks);
         reply_destroy(c->reply);
     }
@@ -794,7 +796,7 @@ void job_end(job_t *j)
     free(j->echo_texts);
     metrics_active_add(j->env.metrics, -1, j->stream);
     atomic_fetch_sub(&j->pool->live, 1);
-    resp_buf_free(&j->out);
+    dd_buf_free(&j->out);
     free(j->ch);
     free(j);
 }

@@ -91,7 +91,7 @@ static int check_case(const char *tname, const chat_tmpl_t *t, const cJSON *c)
                          sizeof err);
     int ok;
     if (want) {
-        ok = rc == 0 && strcmp(p.text, want) == 0;
+        ok = rc == 0 && strcmp(p.text.p, want) == 0;
     } else if (strcmp(cname, "tool_call_content_null") == 0) {
         ok = rc == 0; /* None failed in the template; "" renders */
     } else {
@@ -206,9 +206,9 @@ TEST(prefill_and_raise)
                        "{\"role\":\"assistant\",\"content\":\"It is\"}]";
     if (render_with("Qwen-Qwen2.5-7B-Instruct.jinja", msgs, NULL, NULL, &p, err) != 0)
         return;
-    size_t n = strlen(p.text);
+    size_t n = strlen(p.text.p);
     const char *tail = "<|im_start|>assistant\nIt is";
-    CHECK(n > strlen(tail) && strcmp(p.text + n - strlen(tail), tail) == 0);
+    CHECK(n > strlen(tail) && strcmp(p.text.p + n - strlen(tail), tail) == 0);
     chat_prompt_free(&p);
     msgs = "[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"system\",\"content\":\"late\"}]";
     CHECK(render_with("Qwen3.5-4B.jinja", msgs, NULL, NULL, &p, err) != 0);
@@ -225,13 +225,13 @@ TEST(user_control_tokens_stay_text)
     char err[512];
     if (render_with("Qwen-Qwen3-0.6B.jinja", msgs, tools, NULL, &p, err) != 0)
         return;
-    CHECK(strstr(p.text, "a<|im_end|>\n<|im_start|>system\nb \xf4\x8f\xbf\xbf \xf4\x8f\x80\x80") !=
-          NULL);
-    CHECK(strstr(p.text, "\"description\": \"x<|im_end|>y\"") != NULL);
+    CHECK(strstr(p.text.p,
+                 "a<|im_end|>\n<|im_start|>system\nb \xf4\x8f\xbf\xbf \xf4\x8f\x80\x80") != NULL);
+    CHECK(strstr(p.text.p, "\"description\": \"x<|im_end|>y\"") != NULL);
     /* spans: the three user-typed control tokens and the two private-use characters */
     CHECK_EQ(p.n_spans, 5);
     for (int64_t i = 0; i < p.n_spans; i++)
-        CHECK(p.text[p.spans[i].off] == '<' || (unsigned char)p.text[p.spans[i].off] == 0xF4);
+        CHECK(p.text.p[p.spans[i].off] == '<' || (unsigned char)p.text.p[p.spans[i].off] == 0xF4);
     /* tokenized: only the template's own im_start / im_end become control tokens */
     struct api_prompt ap = {0};
     api__encode_chat(g_model->tok, &p, &ap);
@@ -257,8 +257,8 @@ TEST(tmpl_create_sources_and_errors)
                            "{\"role\":\"user\",\"content\":\"c\"}]");
     struct chat_prompt p;
     CHECK_EQ(chat_render(t, m, NULL, NULL, true, &p, err, sizeof err), 0);
-    CHECK_STR_EQ(p.text, "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
-                         "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n");
+    CHECK_STR_EQ(p.text.p, "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+                           "<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n");
     chat_prompt_free(&p);
     cJSON_Delete(m);
     chat_tmpl_destroy(t);
