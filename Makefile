@@ -112,6 +112,12 @@ SERVER_LIB := $(B)/libdeltad_server.a
 # what a program that uses the server modules links, in link order (server -> jinja -> engine)
 ALL_LIBS   := $(SERVER_LIB) $(JINJA_LIB) $(LIB)
 DELTAD     := $(B)/deltad
+# The test-hook binary (tests only, never installed): the files with DELTAD_TEST_HOOKS code
+# compiled again with it into *.testhooks.o, linked in front of the libraries so they stand in
+# for their production twins; every other object is shared with deltad.
+HOOK_SRC   := server/api/api_chat.c server/http/job.c
+HOOK_OBJ   := $(HOOK_SRC:%.c=$(B)/obj/%.testhooks.o)
+DELTAD_HOOKS := $(B)/tests/deltad-testhooks
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
 ifeq ($(CUDA),1)
@@ -120,7 +126,7 @@ endif
 
 .PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps clean format format-check
 
-all: $(DELTAD) $(TOOLS) $(TESTS)
+all: $(DELTAD) $(DELTAD_HOOKS) $(TOOLS) $(TESTS)
 
 deps:
 	@tools/deps.sh
@@ -136,6 +142,10 @@ $(B)/obj/%_avx512.o: %_avx512.c
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.testhooks.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDELTAD_TEST_HOOKS -c $< -o $@
 
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -158,6 +168,16 @@ $(SERVER_LIB): $(SERVER_OBJ)
 
 $(DELTAD): $(B)/obj/server/cli/main.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
+
+$(DELTAD_HOOKS): $(B)/obj/server/cli/main.o $(HOOK_OBJ) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(HOOK_OBJ) $(ALL_LIBS) $(LDLIBS) -o $@
+
+# test_chat checks the test hook's request field, so it links the hook's parser
+$(B)/tests/test_chat: $(B)/obj/tests/unit/test_chat.o $(B)/obj/server/api/api_chat.testhooks.o \
+                      $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(B)/obj/server/api/api_chat.testhooks.o $(ALL_LIBS) $(LDLIBS) -o $@
 
 $(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)

@@ -272,19 +272,20 @@ TEST(tmpl_create_sources_and_errors)
     CHECK_EQ(chat_tmpl_create(g_model, "/nonexistent/t.jinja", &t, err, sizeof err), DD_EIO);
 }
 
-/* api_parse of a chat body with a template file and server settings. */
-static int chat_parse_with(const char *file, bool allow_forced, const char *body, struct api_req *r,
+/* api_parse of a chat body with a template file; hook sets DELTAD_TEST_FORCED_OUTPUT=1 (this
+ * program links the test-hook build of api_chat.c, see the Makefile). */
+static int chat_parse_with(const char *file, bool hook, const char *body, struct api_req *r,
                            struct api_error *e)
 {
+    if (hook)
+        setenv("DELTAD_TEST_FORCED_OUTPUT", "1", 1);
+    else
+        unsetenv("DELTAD_TEST_FORCED_OUTPUT");
     char path[512];
     snprintf(path, sizeof path, TMPLDIR "/%s", file);
     chat_tmpl_t *t = qwen_tmpl(path);
-    struct api_ctx c = {.model = g_model,
-                        .n_ctx = 4096,
-                        .n_slots = 4,
-                        .max_json_depth = 32,
-                        .tmpl = t,
-                        .allow_forced_output = allow_forced};
+    struct api_ctx c = {
+        .model = g_model, .n_ctx = 4096, .n_slots = 4, .max_json_depth = 32, .tmpl = t};
     int rc = api_parse(API_CHAT, body, strlen(body), &c, r, e);
     chat_tmpl_destroy(t);
     return rc;
@@ -302,7 +303,7 @@ TEST(chat_request_switches)
     snprintf(body, sizeof body, "{%s,%s}", hi, tools);
     CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", false, body, &r, &e), 0);
     CHECK(r.reasoning && r.think_open && r.tool_calls && r.max_calls == 0 && r.tools_json);
-    CHECK(r.forced_output == NULL);
+    CHECK(r.hook_output == NULL);
     api_req_free(&r);
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s,\"tool_choice\":\"none\","
@@ -311,8 +312,19 @@ TEST(chat_request_switches)
              tools);
     CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", true, body, &r, &e), 0);
     CHECK(!r.reasoning && !r.think_open && !r.tool_calls && r.max_calls == 1);
-    CHECK(r.forced_output && strcmp(r.forced_output, "x") == 0);
+    CHECK(r.hook_output && strcmp(r.hook_output, "x") == 0);
     api_req_free(&r);
+    /* without DELTAD_TEST_FORCED_OUTPUT=1 the field is unknown and ignored */
+    CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", false, body, &r, &e), 0);
+    CHECK(r.hook_output == NULL);
+    api_req_free(&r);
+    CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", true,
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                             "\"debug_forced_output\":1}",
+                             &r, &e),
+             -1);
+    CHECK_STR_EQ(e.param, "debug_forced_output");
+    unsetenv("DELTAD_TEST_FORCED_OUTPUT");
     CHECK_EQ(chat_parse_with("Qwen3.5-4B.jinja", false,
                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
                              "\"reasoning_format\":\"sideways\"}",
