@@ -2,7 +2,7 @@
 #
 #   make              build deltad, the tools and the tests (CPU)
 #   make run          build, then run the default model
-#   make test         dependency check, build, run every CPU test (unit, golden, fuzz smoke)
+#   make test         dependency check (+ nginx, npm packages), build, run every CPU test
 #   make bench        benchmark suite (never part of test)
 #   make asan         tests under AddressSanitizer + UBSan (build/cpu-asan)
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
@@ -124,12 +124,17 @@ ifeq ($(CUDA),1)
 TESTS      += $(patsubst tests/cuda/%.c,$(B)/tests/%,$(wildcard tests/cuda/test_*.c))
 endif
 
-.PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps clean format format-check
+.PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps deps-test clean format \
+        format-check
 
 all: $(DELTAD) $(DELTAD_HOOKS) $(TOOLS) $(TESTS)
 
 deps:
 	@tools/deps.sh
+
+# deps plus what some e2e tests need (nginx-light, the openai npm package); see tools/deps.sh
+deps-test:
+	@tools/deps.sh test
 
 $(B)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -199,7 +204,7 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@tools/run-default.sh $(B)
 
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/run.sh $(B)
 
