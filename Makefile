@@ -2,7 +2,7 @@
 #
 #   make              build deltad, the tools and the tests (CPU)
 #   make run          build, then run the default model
-#   make test         dependency check, build, run every CPU test (unit, golden, fuzz smoke)
+#   make test         dependency check (+ nginx, npm packages), build, run every CPU test
 #   make bench        benchmark suite (never part of test)
 #   make asan         tests under AddressSanitizer + UBSan (build/cpu-asan)
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
@@ -116,18 +116,29 @@ SERVER_LIB := $(B)/libdeltad_server.a
 ALL_LIBS   := $(SERVER_LIB) $(JINJA_LIB) $(LIB)
 HELP_LIB   := $(B)/libdeltad_testhelp.a
 DELTAD     := $(B)/deltad
+# The test-hook binary (tests only, never installed): the files with DELTAD_TEST_HOOKS code
+# compiled again with it into *.testhooks.o, linked in front of the libraries so they stand in
+# for their production twins; every other object is shared with deltad.
+HOOK_SRC   := server/api/api_chat.c server/http/job.c
+HOOK_OBJ   := $(HOOK_SRC:%.c=$(B)/obj/%.testhooks.o)
+DELTAD_HOOKS := $(B)/tests/deltad-testhooks
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
 ifeq ($(CUDA),1)
 TESTS      += $(patsubst tests/cuda/%.c,$(B)/tests/%,$(wildcard tests/cuda/test_*.c))
 endif
 
-.PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps clean format format-check
+.PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps deps-test clean format \
+        format-check
 
-all: $(DELTAD) $(TOOLS) $(TESTS)
+all: $(DELTAD) $(DELTAD_HOOKS) $(TOOLS) $(TESTS)
 
 deps:
 	@tools/deps.sh
+
+# deps plus what some e2e tests need (nginx-light, the openai npm package); see tools/deps.sh
+deps-test:
+	@tools/deps.sh test
 
 $(B)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -140,6 +151,10 @@ $(B)/obj/%_avx512.o: %_avx512.c
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/obj/%.testhooks.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDELTAD_TEST_HOOKS -c $< -o $@
 
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -168,6 +183,16 @@ $(HELP_LIB): $(HELP_OBJ)
 $(DELTAD): $(B)/obj/server/cli/main.o $(ALL_LIBS)
 	$(CC) $(LDFLAGS) $< $(ALL_LIBS) $(LDLIBS) -o $@
 
+$(DELTAD_HOOKS): $(B)/obj/server/cli/main.o $(HOOK_OBJ) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(HOOK_OBJ) $(ALL_LIBS) $(LDLIBS) -o $@
+
+# test_chat checks the test hook's request field, so it links the hook's parser
+$(B)/tests/test_chat: $(B)/obj/tests/unit/test_chat.o $(B)/obj/server/api/api_chat.testhooks.o \
+                      $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(B)/obj/server/api/api_chat.testhooks.o $(ALL_LIBS) $(LDLIBS) -o $@
+
 $(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
@@ -188,7 +213,7 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@tools/run-default.sh $(B)
 
-test: deps
+test: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/run.sh $(B)
 

@@ -1,12 +1,13 @@
 /*
- * util — checked allocation, error strings, assertions, logging, and the fault-injection
- * counters of test builds.
+ * util — checked allocation, the growable byte buffer, error strings, assertions, logging,
+ * and the fault-injection counters of test builds.
  *
  * Invariant: nothing here keeps state except the log sink, written once at start-up, and (in
  * DELTAD_FAULT_INJECTION builds only) the fault counters.
  */
-#include "util.h" // defines: xmalloc, dd_log, dd_strerror
+#include "util.h" // defines: xmalloc, dd_buf_put, dd_log, dd_strerror
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,91 @@ void *xaligned_alloc(size_t n)
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         oom(n);
     return p;
+}
+
+/* ---- growable byte buffer ---------------------------------------------------------------- */
+
+void dd_buf_reserve(struct dd_buf *b, size_t n)
+{
+    if (n + 1 <= b->cap - b->len && b->p)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+    b->p[b->len] = '\0';
+}
+
+void dd_buf_put(struct dd_buf *b, const void *s, size_t n)
+{
+    dd_buf_reserve(b, n);
+    if (n)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void dd_buf_putc(struct dd_buf *b, char c)
+{
+    dd_buf_put(b, &c, 1);
+}
+
+void dd_buf_puts(struct dd_buf *b, const char *s)
+{
+    dd_buf_put(b, s, strlen(s));
+}
+
+/* Formats straight into the spare room; a second pass after growing when it did not fit. */
+void dd_buf_printf(struct dd_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    dd_buf_reserve(b, 0);
+    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    if ((size_t)n >= b->cap - b->len) {
+        dd_buf_reserve(b, (size_t)n);
+        va_start(ap, fmt);
+        vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+}
+
+void dd_buf_truncate(struct dd_buf *b, size_t n)
+{
+    ASSERT(n <= b->len);
+    b->len = n;
+    if (b->p)
+        b->p[n] = '\0';
+}
+
+void dd_buf_consume(struct dd_buf *b, size_t n)
+{
+    ASSERT(n <= b->len);
+    if (n == 0)
+        return;
+    memmove(b->p, b->p + n, b->len - n);
+    dd_buf_truncate(b, b->len - n);
+}
+
+char *dd_buf_take(struct dd_buf *b, size_t *len)
+{
+    dd_buf_reserve(b, 0);
+    char *p = b->p;
+    if (len)
+        *len = b->len;
+    memset(b, 0, sizeof *b);
+    return p;
+}
+
+void dd_buf_free(struct dd_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
 }
 
 void *dd_try_malloc(size_t n)

@@ -51,6 +51,34 @@ void *xaligned_alloc(size_t n);
 void *dd_try_malloc(size_t n);
 void *dd_try_realloc(void *p, size_t n);
 
+/* ---- growable byte buffer ----------------------------------------------------------------- */
+/*
+ * The one growable byte buffer: appends grow it by doubling (xrealloc, so they abort on OOM
+ * like any internal allocation; callers that take user-sized input bound it first). p is NULL
+ * until the first append and NUL-terminated after it, so p[len] == '\0' whenever p != NULL.
+ * A zeroed struct is an empty buffer. Owned by whoever holds the struct; not thread-safe.
+ */
+struct dd_buf {
+    char *p;    /* [cap] owned; p[0..len) the bytes, p[len] == '\0' */
+    size_t len; /* bytes held, without the NUL */
+    size_t cap; /* allocation size */
+};
+/* Make room for n more bytes (and the NUL) so the next appends up to n do not reallocate. */
+void dd_buf_reserve(struct dd_buf *b, size_t n);
+void dd_buf_put(struct dd_buf *b, const void *s, size_t n);
+void dd_buf_putc(struct dd_buf *b, char c);
+void dd_buf_puts(struct dd_buf *b, const char *s);
+void dd_buf_printf(struct dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Keep the first n bytes (n <= len); the allocation stays. */
+void dd_buf_truncate(struct dd_buf *b, size_t n);
+/* Drop the first n bytes (n <= len), moving the rest to the front. */
+void dd_buf_consume(struct dd_buf *b, size_t n);
+/* Hand the bytes over (malloc'd, NUL-terminated, "" for an empty buffer; *len set when len is
+ * not NULL; the caller frees) and leave b empty. */
+char *dd_buf_take(struct dd_buf *b, size_t *len);
+/* Release the bytes and leave b empty; freeing twice is harmless. */
+void dd_buf_free(struct dd_buf *b);
+
 /* ---- fault injection (STYLE rule 35) ------------------------------------------------------ */
 /* Compiled in only with -DDELTAD_FAULT_INJECTION (make FAULT=1); otherwise dd_fault_hit is a
  * constant false. Each fault point counts its calls process-wide and fails the ones its

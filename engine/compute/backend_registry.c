@@ -4,9 +4,12 @@
  * through these functions.
  */
 #include "comm.h"        // defines: comm_create, comm_create_host
-#include "dev_cuda.h"    // defines: dev_cuda_create, dev_cuda__create
+#include "dev_cuda.h"    // defines: dev_cuda_create
 #include "engine/util.h" // defines: dd_errf
 
+#ifdef DELTAD_CUDA
+#include "dev_cuda_impl.h" // defines: dev_cuda__create
+#endif
 #ifdef DELTAD_NCCL
 #include "comm_nccl.h" // defines: comm_nccl_create
 #endif

@@ -11,14 +11,13 @@
  *
  * Thread: the engine thread only. A CUDA failure aborts (kcuda.h, STYLE rule 18c).
  */
-#include "dev_cuda.h" // defines: dev_cuda__create
-
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev_cuda_impl.h"      // defines: dev_cuda__create
 #include "device.h"             // defines: struct dev, struct dev_ops
 #include "engine/util.h"        // defines: xcalloc, dd_errf, LOG_I
 #include "kernels/cpu/kq.h"     // defines: kq_type_name

@@ -20,11 +20,8 @@ struct dev;
 
 /* The CUDA device on GPU `gpu` (0-based). Fails with a clear message when the build has no
  * CUDA (make CUDA=1) or no usable GPU is present. Implemented in backend_registry.c (the one
- * #ifdef ladder), which calls dev_cuda__create of dev_cuda.c in CUDA builds. Transferred:
+ * #ifdef ladder), which calls dev_cuda.c in CUDA builds. Transferred:
  * dev_destroy. */
 int dev_cuda_create(int gpu, struct dev **out, char *err, size_t errlen);
-
-/* dev_cuda.c's constructor (CUDA builds only); use dev_cuda_create. */
-int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen);
 
 #endif

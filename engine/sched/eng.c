@@ -23,7 +23,7 @@
 #include "eng_impl.h"           // defines: struct eng_req, eng__req_*
 #include "engine/compute/fwd.h" // defines: fwd_decode
 #include "engine/model/tok.h"   // defines: tok_stream_push
-#include "engine/util.h"        // defines: xcalloc, LOG_*, dd_now
+#include "engine/util.h"        // defines: xcalloc, dd_buf_reserve, LOG_*, dd_now
 #include "smp.h"                // defines: smp_init, smp_set
 
 /* ============================================================================================
@@ -216,7 +216,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->n_prompt_done = reuse;
     memcpy(s->tokens, r->p.prompt, (size_t)reuse * sizeof *s->tokens);
     s->n_gen = 0;
-    s->pend_len = 0;
+    dd_buf_truncate(&s->pend, 0);
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
     s->miss_streak = s->skip_rounds = 0;
@@ -518,8 +518,7 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->gen = xcalloc((size_t)e->p.n_ctx + 1, sizeof *s->gen);
     struct smp_params sp = {.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
     smp_init(&s->smp, V, &sp);
-    s->pend_cap = 1024;
-    s->pend = xmalloc(s->pend_cap);
+    dd_buf_reserve(&s->pend, 1024);
     s->ckpts = xcalloc((size_t)e->n_ckpt, sizeof *s->ckpts);
     const size_t nf = fwd_ckpt_floats(e->fwd), E = (size_t)e->m->hp.n_embd;
     for (int64_t i = 0; i < e->n_ckpt; i++) {
@@ -542,7 +541,7 @@ static void slot_deinit(eng_t *e, struct slot *s)
     free(s->tokens);
     free(s->gen);
     smp_deinit(&s->smp);
-    free(s->pend);
+    dd_buf_free(&s->pend);
     for (int64_t i = 0; i < e->n_ckpt; i++) {
         free(s->ckpts[i].state);
         free(s->ckpts[i].h);

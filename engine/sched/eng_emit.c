@@ -12,7 +12,7 @@
 
 #include "eng_impl.h"         // defines: struct slot, eng__finish
 #include "engine/model/tok.h" // defines: tok_stream_push, tok_is_eog
-#include "engine/util.h"      // defines: xrealloc, ASSERT
+#include "engine/util.h"      // defines: dd_buf_put, ASSERT
 #include "smp.h"              // defines: smp_sample, smp_argmax, struct smp
 
 /* Log-probability of the sampled token and the top alternatives, over the row the sampler
@@ -49,18 +49,14 @@ static void token_info(const eng_t *e, const struct slot *s, int32_t id, struct 
 static bool emit_text(struct slot *s, const char *text, size_t len, const struct eng_tok_info *ti)
 {
     const struct eng_req_params *p = &s->req->p;
-    if (s->pend_len + len > s->pend_cap) {
-        s->pend_cap = (s->pend_len + len) * 2;
-        s->pend = xrealloc(s->pend, s->pend_cap);
-    }
-    memcpy(s->pend + s->pend_len, text, len);
-    s->pend_len += len;
-    size_t cut = s->pend_len, hold = 0;
+    struct dd_buf *pend = &s->pend;
+    dd_buf_put(pend, text, len);
+    size_t cut = pend->len, hold = 0;
     bool stopped = false;
     for (int i = 0; i < p->n_stop; i++) {
-        const char *hit = memmem(s->pend, s->pend_len, p->stop[i], strlen(p->stop[i]));
-        if (hit && (size_t)(hit - s->pend) < cut) {
-            cut = (size_t)(hit - s->pend);
+        const char *hit = memmem(pend->p, pend->len, p->stop[i], strlen(p->stop[i]));
+        if (hit && (size_t)(hit - pend->p) < cut) {
+            cut = (size_t)(hit - pend->p);
             stopped = true;
         }
     }
@@ -69,16 +65,18 @@ static bool emit_text(struct slot *s, const char *text, size_t len, const struct
         for (int i = 0; i < p->n_stop; i++) {
             size_t sl = strlen(p->stop[i]);
             for (size_t k = sl - 1; k > hold; k--)
-                if (k <= s->pend_len && memcmp(s->pend + s->pend_len - k, p->stop[i], k) == 0) {
+                if (k <= pend->len && memcmp(pend->p + pend->len - k, p->stop[i], k) == 0) {
                     hold = k;
                     break;
                 }
         }
-        cut = s->pend_len - hold;
+        cut = pend->len - hold;
     }
-    eng__req_append(s->req, s->pend, cut, ti);
-    memmove(s->pend, s->pend + s->pend_len - hold, stopped ? 0 : hold);
-    s->pend_len = stopped ? 0 : hold;
+    eng__req_append(s->req, pend->p, cut, ti);
+    if (stopped)
+        dd_buf_truncate(pend, 0);
+    else
+        dd_buf_consume(pend, pend->len - hold);
     return stopped;
 }
 
@@ -89,8 +87,8 @@ static void flush_text(struct slot *s)
     size_t n = tok_stream_flush(&s->ts, buf, sizeof buf);
     if (n)
         emit_text(s, buf, n, NULL);
-    eng__req_append(s->req, s->pend, s->pend_len, NULL);
-    s->pend_len = 0;
+    eng__req_append(s->req, s->pend.p, s->pend.len, NULL);
+    dd_buf_truncate(&s->pend, 0);
 }
 
 /* One sampled token: account, emit, decide whether the request is finished. */

@@ -11,6 +11,7 @@
 #include "eng.h"                // defines: public engine types
 #include "engine/compute/fwd.h" // defines: struct fwd_ctx
 #include "engine/model/tok.h"   // defines: struct tok_stream
+#include "engine/util.h"        // defines: struct dd_buf
 #include "smp.h"                // defines: struct smp
 
 /* A request, shared by an HTTP connection and the engine (refcounted, STYLE rule 14). */
@@ -23,8 +24,7 @@ struct eng_req {
     struct eng_req *next; /* inbox link, guarded by the engine's inbox mutex */
     /* outbox, guarded by mu: written by the engine thread, drained by the HTTP side */
     pthread_mutex_t mu;
-    char *out;
-    size_t out_len, out_cap;
+    struct dd_buf out; /* text not yet taken; keeps its allocation across takes */
     struct eng_tok_info *toks;
     int64_t n_toks, toks_cap;
     bool done;
@@ -63,8 +63,7 @@ struct slot {
     int32_t *gen;     /* [n_ctx + 1] the current request's generated tokens [n_gen], in order:
                        * the sampler's penalty history */
     struct tok_stream ts;
-    char *pend; /* [pend_cap] text held back while it may start a stop string */
-    size_t pend_len, pend_cap;
+    struct dd_buf pend; /* text held back while it may start a stop string (1 KiB reserved) */
     struct ckpt *ckpts; /* [n_ckpt] */
     /* this step's run */
     enum run_kind run;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "eng_impl.h"    // defines: struct eng_req
-#include "engine/util.h" // defines: xcalloc, dd_now
+#include "engine/util.h" // defines: xcalloc, dd_buf_put, dd_now
 
 eng_req_t *eng_req_create(struct eng_req_params *p, void (*notify)(void *ud), void *ud)
 {
@@ -39,7 +39,7 @@ void eng_req_release(eng_req_t *r)
     for (int i = 0; i < r->p.n_stop; i++)
         free(r->p.stop[i]);
     free(r->p.s.logit_bias);
-    free(r->out);
+    dd_buf_free(&r->out);
     free(r->toks);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -53,14 +53,8 @@ void eng_req_cancel(eng_req_t *r)
 void eng__req_append(eng_req_t *r, const char *text, size_t len, const struct eng_tok_info *ti)
 {
     pthread_mutex_lock(&r->mu);
-    if (len) {
-        if (r->out_len + len + 1 > r->out_cap) {
-            r->out_cap = (r->out_len + len + 1) * 2;
-            r->out = xrealloc(r->out, r->out_cap);
-        }
-        memcpy(r->out + r->out_len, text, len);
-        r->out_len += len;
-    }
+    if (len)
+        dd_buf_put(&r->out, text, len);
     if (ti) {
         if (r->n_toks == r->toks_cap) {
             r->toks_cap = r->toks_cap ? r->toks_cap * 2 : 16;
@@ -112,12 +106,11 @@ bool eng_req_take(eng_req_t *r, struct eng_delta *d)
 {
     memset(d, 0, sizeof *d);
     pthread_mutex_lock(&r->mu);
-    if (r->out_len) {
-        d->text = xmalloc(r->out_len + 1);
-        memcpy(d->text, r->out, r->out_len);
-        d->text[r->out_len] = '\0';
-        d->len = r->out_len;
-        r->out_len = 0;
+    if (r->out.len) {
+        /* a copy, so the engine thread's appends reuse the grown buffer */
+        d->len = r->out.len;
+        d->text = memcpy(xmalloc(d->len + 1), r->out.p, d->len + 1);
+        dd_buf_truncate(&r->out, 0);
     }
     if (r->n_toks) {
         d->toks = r->toks;

@@ -11,7 +11,7 @@ void kc__fail(const char *what, const char *why, const char *file, int line)
     abort();
 }
 
-extern "C" int kcuda_device_count(char *err, unsigned long errlen)
+extern "C" int kc_device_count(char *err, unsigned long errlen)
 {
     int n = 0;
     cudaError_t rc = cudaGetDeviceCount(&n);
@@ -48,7 +48,7 @@ extern "C" int kc_stream_create(int device, size_t scratch_bytes, kc_stream **ou
                                 size_t errlen)
 {
     char why[256] = "";
-    const int n = kcuda_device_count(why, sizeof why);
+    const int n = kc_device_count(why, sizeof why);
     if (device < 0 || device >= n) {
         snprintf(err, errlen, "CUDA device %d not available (%d device%s%s%s)", device, n,
                  n == 1 ? "" : "s", why[0] ? ": " : "", why);

@@ -36,7 +36,7 @@ extern "C" {
 
 /* Number of usable CUDA devices (0 when there is no driver or no GPU); writes the CUDA error
  * string to err when it returns 0 because of an error. */
-int kcuda_device_count(char *err, unsigned long errlen);
+int kc_device_count(char *err, unsigned long errlen);
 /* "NVIDIA H200, sm_90, 139.8 GiB" into buf. */
 void kc_device_describe(int device, char *buf, size_t len);
 /* The device's PCI bus id ("0000:3b:00.0") into buf; "" when CUDA cannot tell. */

@@ -545,7 +545,7 @@ void api_req_free(struct api_req *r)
     }
     free(r->prompts);
     free(r->tools_json);
-    free(r->forced_output);
+    free(r->hook_output);
     memset(r, 0, sizeof *r);
 }
 

@@ -46,7 +46,6 @@ struct api_ctx {
     int max_json_depth;           /* nesting limit checked before parsing */
     const chat_tmpl_t *tmpl;      /* the model's chat template; NULL = built-in ChatML */
     enum api_reasoning reasoning; /* the server's reasoning_format */
-    bool allow_forced_output;     /* honour "debug_forced_output" (tests only) */
 };
 
 struct api_error {
@@ -88,9 +87,10 @@ struct api_req {
     bool tool_calls;  /* parse tool calls (tools given, tool_choice not "none") */
     int max_calls;    /* 0 = any, 1 = parallel_tool_calls false */
     char *tools_json; /* the request's tools array as JSON text, owned, or NULL */
-    /* test-only (debug_allow_forced_output): the exact assistant text to emit instead of the
-     * model's, owned, or NULL */
-    char *forced_output;
+    /* The test-hook build's fixed assistant text (api_chat.c, DELTAD_TEST_HOOKS), owned; always
+     * NULL in the production binary. Present in every build so the struct's layout, which
+     * the test-hook binary shares with the production objects, never depends on the flag. */
+    char *hook_output;
 };
 
 /* Set *e to an error (status, type, code may be NULL, param may be NULL). */

@@ -1,8 +1,9 @@
 /*
  * api_chat — the chat endpoint's side of request parsing (see api.h): messages, tools and
  * tool_choice (validated by chat_check), template variables, response_format, the output
- * parsing switches (reasoning_format, parallel_tool_calls) and the test-only forced output;
- * then the prompt is rendered with the model's template and tokenized.
+ * parsing switches (reasoning_format, parallel_tool_calls); then the prompt is rendered with
+ * the model's template and tokenized. In the test-hook build only (see parse_hook), a fixed
+ * assistant text.
  *
  * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required"
  * and a named function are validated (an unknown name is a 400) but, without constrained
@@ -25,15 +26,15 @@
  * the pre-tokenizer splits anyway. Capacity: every piece gets its length + 1 ids. */
 void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p)
 {
-    p->ids = xmalloc((cp->len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
+    p->ids = xmalloc((cp->text.len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
     api__add_bos(t, p);
     size_t at = 0;
     for (int64_t i = 0; i < cp->n_spans; i++) {
-        api__encode_into(t, cp->text + at, cp->spans[i].off - at, true, p);
-        api__encode_into(t, cp->text + cp->spans[i].off, cp->spans[i].len, false, p);
+        api__encode_into(t, cp->text.p + at, cp->spans[i].off - at, true, p);
+        api__encode_into(t, cp->text.p + cp->spans[i].off, cp->spans[i].len, false, p);
         at = cp->spans[i].off + cp->spans[i].len;
     }
-    api__encode_into(t, cp->text + at, cp->len - at, true, p);
+    api__encode_into(t, cp->text.p + at, cp->text.len - at, true, p);
 }
 
 /* The text of chat_render without its spans (the buffer changes hands). */
@@ -45,8 +46,7 @@ int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *to
     int rc = chat_render(t, messages, tools, kwargs, add_generation_prompt, &cp, err, errlen);
     if (rc)
         return rc;
-    *out = cp.text;
-    cp.text = NULL;
+    *out = dd_buf_take(&cp.text, NULL);
     chat_prompt_free(&cp);
     return 0;
 }
@@ -114,17 +114,31 @@ static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api
     return 0;
 }
 
-/* Test-only "debug_forced_output": the exact assistant text to emit, honoured only when the
- * server runs with debug_allow_forced_output (otherwise an unknown field, ignored). */
-static int parse_forced(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
-                        struct api_error *e)
+#ifdef DELTAD_TEST_HOOKS
+/*
+ * Test-hook build only (make's build/<flavour>/tests/deltad-testhooks, compiled with
+ * -DDELTAD_TEST_HOOKS; never the production deltad): with DELTAD_TEST_FORCED_OUTPUT=1 in the
+ * environment, the request field "debug_forced_output" is the exact assistant text to emit
+ * instead of the model's, so end-to-end tests of the output parsers need no trained model.
+ * Without the variable, and in the production binary, the field is unknown and ignored.
+ */
+static int parse_hook(const cJSON *root, struct api_req *r, struct api_error *e)
 {
+    const char *on = getenv("DELTAD_TEST_FORCED_OUTPUT");
     const char *s = NULL;
-    if (!ctx->allow_forced_output || api__get_str(root, "debug_forced_output", &s, e))
-        return ctx->allow_forced_output ? -1 : 0;
-    r->forced_output = s ? xstrdup(s) : NULL;
+    if (!on || strcmp(on, "1") != 0)
+        return 0;
+    if (api__get_str(root, "debug_forced_output", &s, e))
+        return -1;
+    r->hook_output = s ? xstrdup(s) : NULL;
     return 0;
 }
+#else
+static int parse_hook(const cJSON *root, struct api_req *r, struct api_error *e)
+{
+    return 0;
+}
+#endif
 
 /* The template variables: chat_template_kwargs, plus enable_thinking false for
  * reasoning_effort "none" (llama.cpp's spelling of "no thinking") unless the kwargs say
@@ -173,7 +187,7 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
     if (check_response_format(root, e) || api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
         api__get_str(root, "reasoning_effort", &effort, e) ||
         parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, r, e) ||
-        parse_forced(root, ctx, r, e))
+        parse_hook(root, r, e))
         return -1;
     cJSON *kw = template_kwargs(kwargs, effort);
     int rc = render(msgs, tools, kw, ctx, r, e);

@@ -19,23 +19,14 @@
 #include <string.h>
 
 #include "chat_impl.h"   // defines: chat__put, chat_render, struct chat_prompt
-#include "engine/util.h" // defines: xrealloc, dd_errf, DD_EINVAL
+#include "engine/util.h" // defines: dd_buf_put, xrealloc, dd_errf, DD_EINVAL
 
 /* ---- output buffer --------------------------------------------------------------------- */
 
 /* Append template text (tokenized with special-token parsing). */
 void chat__put(struct chat_prompt *p, const char *s, size_t n)
 {
-    if (p->len + n + 1 > p->cap_text) {
-        size_t cap = p->cap_text ? p->cap_text : 256;
-        while (cap < p->len + n + 1)
-            cap *= 2;
-        p->text = xrealloc(p->text, cap);
-        p->cap_text = cap;
-    }
-    memcpy(p->text + p->len, s, n);
-    p->len += n;
-    p->text[p->len] = '\0';
+    dd_buf_put(&p->text, s, n);
 }
 
 /* chat__put() for a C string. */
@@ -50,14 +41,14 @@ void chat__put_user(struct chat_prompt *p, const char *s, size_t n)
     if (n == 0)
         return;
     struct chat_span *last = p->n_spans ? &p->spans[p->n_spans - 1] : NULL;
-    if (last && last->off + last->len == p->len) {
+    if (last && last->off + last->len == p->text.len) {
         last->len += n;
     } else {
         if ((size_t)p->n_spans == p->cap_spans) {
             p->cap_spans = p->cap_spans ? 2 * p->cap_spans : 16;
             p->spans = xrealloc(p->spans, p->cap_spans * sizeof *p->spans);
         }
-        p->spans[p->n_spans++] = (struct chat_span){p->len, n};
+        p->spans[p->n_spans++] = (struct chat_span){p->text.len, n};
     }
     chat__put(p, s, n);
 }
@@ -75,7 +66,7 @@ static void put_user_json(struct chat_prompt *p, const cJSON *v)
 /* Leaves *p zeroed, so freeing twice is harmless. */
 void chat_prompt_free(struct chat_prompt *p)
 {
-    free(p->text);
+    dd_buf_free(&p->text);
     free(p->spans);
     memset(p, 0, sizeof *p);
 }
@@ -188,7 +179,7 @@ static void put_turn(struct chat_prompt *p, const cJSON *msg, const cJSON *tools
     puts_(p, "<|im_start|>");
     puts_(p, turn_role(role));
     puts_(p, "\n");
-    size_t before = p->len;
+    size_t before = p->text.len;
     if (strcmp(role, "tool") == 0) {
         puts_(p, "<tool_response>\n");
         put_content(p, msg);
@@ -202,7 +193,7 @@ static void put_turn(struct chat_prompt *p, const cJSON *msg, const cJSON *tools
     }
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
     if (strcmp(role, "assistant") == 0 && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0)
-        put_tool_calls(p, calls, p->len > before);
+        put_tool_calls(p, calls, p->text.len > before);
     if (!open)
         puts_(p, "<|im_end|>\n");
 }
@@ -269,7 +260,7 @@ int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
         if (cJSON_IsFalse(think))
             puts_(out, "<think>\n\n</think>\n\n");
     }
-    if (!out->text)
+    if (!out->text.p)
         puts_(out, "");
     return 0;
 }

@@ -27,6 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/model/model.h" // defines: struct model
+#include "engine/util.h"        // defines: struct dd_buf
 
 /* A validation failure: the offending field (OpenAI error.param) and a message. */
 struct chat_error {
@@ -41,12 +42,11 @@ struct chat_span {
 
 /* A rendered prompt. text is NUL-terminated; spans are sorted and do not overlap. */
 struct chat_prompt {
-    char *text; /* [len + 1] */
-    size_t len;
+    struct dd_buf text;      /* text.p [text.len + 1], never NULL after chat_render */
     struct chat_span *spans; /* [n_spans] */
     int64_t n_spans;
-    size_t cap_text, cap_spans; /* allocation sizes (internal) */
-    bool think_open; /* the prompt ends inside an open <think> block: output starts reasoning */
+    size_t cap_spans; /* allocation size (internal) */
+    bool think_open;  /* the prompt ends inside an open <think> block: output starts reasoning */
 };
 
 /* A compiled chat template (opaque). */

@@ -29,7 +29,7 @@
 
 #include "chat_impl.h"          // defines: chat__render_jinja, chat_tmpl_create
 #include "engine/model/tok.h"   // defines: tok_token_type, tok_piece
-#include "engine/util.h"        // defines: xcalloc, dd_errf, dd_read_file, DD_EINVAL
+#include "engine/util.h"        // defines: xcalloc, dd_buf_put, dd_errf, dd_read_file, DD_EINVAL
 #include "server/jinja/jinja.h" // defines: jinja_compile, jinja_render, jinja_value_*
 
 #define SENTINEL_MAX 4096 /* table entries: U+10F000 .. U+10FFFF */
@@ -158,10 +158,10 @@ static bool is_sentinel(const char *s, size_t n)
     return n >= 4 && (unsigned char)s[0] == 0xF4 && (unsigned char)s[1] == 0x8F;
 }
 
-static void put_sentinel(struct chat_prompt *b, int k)
+static void put_sentinel(struct dd_buf *b, int k)
 {
     char s[4] = {(char)0xF4, (char)0x8F, (char)(0x80 | (k >> 6)), (char)(0x80 | (k & 63))};
-    chat__put(b, s, 4);
+    dd_buf_put(b, s, 4);
 }
 
 /* The entry for user character s[0..4) of the sentinel range (added when new). */
@@ -192,7 +192,7 @@ static int ctl_at(const chat_tmpl_t *t, const char *s, size_t n)
 
 /* s with control-token texts and sentinel-range characters replaced by sentinels, into b
  * (NUL-terminated; an empty string still allocates). */
-static void esc_text(struct esc *e, const char *s, struct chat_prompt *b)
+static void esc_text(struct esc *e, const char *s, struct dd_buf *b)
 {
     size_t n = strlen(s), run = 0, i = 0;
     while (i < n) {
@@ -204,21 +204,21 @@ static void esc_text(struct esc *e, const char *s, struct chat_prompt *b)
             i++;
             continue;
         }
-        chat__put(b, s + run, i - run);
+        dd_buf_put(b, s + run, i - run);
         put_sentinel(b, k);
         i += k < e->t->n_ctl ? e->t->ctl_len[k] : 4;
         run = i;
     }
-    chat__put(b, s + run, n - run);
+    dd_buf_put(b, s + run, n - run);
 }
 
 /* esc_text as a new Jinja string. */
 static jinja_value *esc_string(struct esc *e, const char *s)
 {
-    struct chat_prompt b = {0};
+    struct dd_buf b = {0};
     esc_text(e, s, &b);
-    jinja_value *v = jinja_value_string(b.text, b.len);
-    chat_prompt_free(&b);
+    jinja_value *v = jinja_value_string(b.p, b.len);
+    dd_buf_free(&b);
     return v;
 }
 
@@ -267,10 +267,10 @@ static jinja_value *to_value(struct esc *e, const cJSON *j)
             jinja_list_append(v, to_value(e, item));
             continue;
         }
-        struct chat_prompt key = {0};
+        struct dd_buf key = {0};
         esc_text(e, item->string ? item->string : "", &key);
-        jinja_dict_set(v, key.text, to_value(e, item));
-        chat_prompt_free(&key);
+        jinja_dict_set(v, key.p, to_value(e, item));
+        dd_buf_free(&key);
     }
     return v;
 }
@@ -333,10 +333,10 @@ static jinja_value *context(struct esc *e, const cJSON *msgs, const cJSON *tools
     const cJSON *kv, *kw = cJSON_IsObject(kwargs) ? kwargs : NULL;
     cJSON_ArrayForEach(kv, kw)
     {
-        struct chat_prompt key = {0};
+        struct dd_buf key = {0};
         esc_text(e, kv->string ? kv->string : "", &key);
-        jinja_dict_set(ctx, key.text, to_value(e, kv));
-        chat_prompt_free(&key);
+        jinja_dict_set(ctx, key.p, to_value(e, kv));
+        dd_buf_free(&key);
     }
     jinja_dict_set(ctx, "messages", to_value(e, msgs));
     jinja_dict_set(ctx, "tools", tools ? to_value(e, tools) : jinja_value_none());
@@ -384,7 +384,7 @@ static int render_error(const struct esc *e, int rc, const char *msg, char *err,
 {
     struct chat_prompt b = {0};
     restore(e, msg, strlen(msg), &b, false);
-    dd_errf(err, errlen, "%s", b.text ? b.text : msg);
+    dd_errf(err, errlen, "%s", b.text.p ? b.text.p : msg);
     chat_prompt_free(&b);
     return rc == DD_EFULL ? DD_EFULL : DD_EINVAL;
 }
@@ -419,7 +419,7 @@ int chat__render_jinja(const chat_tmpl_t *t, const cJSON *messages, const cJSON 
         restore(&e, text, len, out, true);
         if (prefill)
             chat__put_user(out, prefill, strlen(prefill));
-        if (!out->text)
+        if (!out->text.p)
             chat__put(out, "", 0);
         out->think_open = think_open(t, text, len, prefill);
     } else {

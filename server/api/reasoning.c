@@ -27,7 +27,7 @@ void reasoning_init(struct reasoning *r, bool inside, reasoning_emit_fn emit_fn,
 
 void reasoning_deinit(struct reasoning *r)
 {
-    resp_buf_free(&r->hold);
+    dd_buf_free(&r->hold);
 }
 
 static bool rs_is_ws(char c)
@@ -115,7 +115,7 @@ static bool step_think(struct reasoning *r, bool final)
     size_t keep = final ? 0 : rs_partial(s, n, THINK_CLOSE);
     rs_emit(r, true, rs_back_ws(s, n - keep));
     if (final)
-        r->hold.len = 0; /* only trailing whitespace was left */
+        dd_buf_truncate(&r->hold, 0); /* only trailing whitespace was left */
     return false;
 }
 
@@ -152,7 +152,7 @@ void reasoning_feed(struct reasoning *r, const char *s, size_t n)
 {
     if (n == 0)
         return;
-    resp_buf_put(&r->hold, s, n);
+    dd_buf_put(&r->hold, s, n);
     rs_run(r, false);
 }
 

@@ -22,15 +22,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "resp.h" // defines: struct resp_buf
+#include "engine/util.h" // defines: struct dd_buf
 
 /* Receives every non-empty piece in output order; reasoning tells which part it belongs to. */
 typedef void (*reasoning_emit_fn)(void *ud, bool reasoning, const char *s, size_t n);
 
 struct reasoning {
-    int state;            /* internal: where in the output the splitter is */
-    struct resp_buf hold; /* bytes received but not yet emitted */
-    bool opened, closed;  /* <think> seen in the output / </think> seen */
+    int state;           /* internal: where in the output the splitter is */
+    struct dd_buf hold;  /* bytes received but not yet emitted */
+    bool opened, closed; /* <think> seen in the output / </think> seen */
     reasoning_emit_fn emit;
     void *ud;
 };

@@ -31,20 +31,20 @@ struct event {
 struct call {
     char id[32];
     char *name;
-    struct resp_buf args;
+    struct dd_buf args;
 };
 
 struct reply {
     struct reply_opts o;
     struct reasoning rs;
     struct toolcall tc;
-    struct resp_buf content, reasoning;
+    struct dd_buf content, reasoning;
     struct call *calls; /* [n_calls] */
     int n_calls, cap_calls;
     struct resp_call *views; /* [n_calls], built by reply_choice */
     struct event *ev;        /* [n_ev] pending stream events */
     int n_ev, cap_ev;
-    struct resp_buf ev_text;
+    struct dd_buf ev_text;
 };
 
 /* ---- parts and events ------------------------------------------------------------------ */
@@ -64,7 +64,7 @@ static void event(reply_t *r, enum ev_kind kind, int call, const char *s, size_t
         r->ev[r->n_ev++] = (struct event){kind, call, r->ev_text.len, 0};
         last = &r->ev[r->n_ev - 1];
     }
-    resp_buf_put(&r->ev_text, s, n);
+    dd_buf_put(&r->ev_text, s, n);
     last->len += n;
 }
 
@@ -87,7 +87,7 @@ static void on_toolcall(void *ud, enum toolcall_ev ev, const char *s, size_t n)
 {
     reply_t *r = ud;
     if (ev == TOOLCALL_TEXT) {
-        resp_buf_put(&r->content, s, n);
+        dd_buf_put(&r->content, s, n);
         event(r, EV_CONTENT, 0, s, n);
         return;
     }
@@ -106,7 +106,7 @@ static void on_toolcall(void *ud, enum toolcall_ev ev, const char *s, size_t n)
         return;
     }
     if (ALWAYS(r->n_calls > 0)) {
-        resp_buf_put(&r->calls[r->n_calls - 1].args, s, n);
+        dd_buf_put(&r->calls[r->n_calls - 1].args, s, n);
         event(r, EV_CALL_ARGS, r->n_calls - 1, s, n);
     }
 }
@@ -128,7 +128,7 @@ static void on_reasoning(void *ud, bool reasoning, const char *s, size_t n)
         to_content(r, s, n);
         return;
     }
-    resp_buf_put(&r->reasoning, s, n);
+    dd_buf_put(&r->reasoning, s, n);
     event(r, EV_REASONING, 0, s, n);
 }
 
@@ -167,22 +167,22 @@ void reply_destroy(reply_t *r)
         return;
     reasoning_deinit(&r->rs);
     toolcall_deinit(&r->tc);
-    resp_buf_free(&r->content);
-    resp_buf_free(&r->reasoning);
+    dd_buf_free(&r->content);
+    dd_buf_free(&r->reasoning);
     for (int i = 0; i < r->n_calls; i++) {
         free(r->calls[i].name);
-        resp_buf_free(&r->calls[i].args);
+        dd_buf_free(&r->calls[i].args);
     }
     free(r->calls);
     free(r->views);
     free(r->ev);
-    resp_buf_free(&r->ev_text);
+    dd_buf_free(&r->ev_text);
     free(r);
 }
 
 /* ---- output ---------------------------------------------------------------------------- */
 
-bool reply_sse(reply_t *r, struct resp_buf *b, const struct resp_meta *m, int64_t index,
+bool reply_sse(reply_t *r, struct dd_buf *b, const struct resp_meta *m, int64_t index,
                const struct resp_toks *toks)
 {
     for (int i = 0; i < r->n_ev; i++) {
@@ -201,7 +201,7 @@ bool reply_sse(reply_t *r, struct resp_buf *b, const struct resp_meta *m, int64_
     }
     bool any = r->n_ev > 0;
     r->n_ev = 0;
-    r->ev_text.len = 0;
+    dd_buf_truncate(&r->ev_text, 0);
     return any;
 }
 

@@ -21,7 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/model/tok.h" // defines: tok_t
-#include "resp.h"             // defines: struct resp_buf, struct resp_meta, struct resp_choice
+#include "resp.h"             // defines: struct resp_meta, struct resp_choice
 
 struct reply_opts {
     bool reasoning;     /* split a leading <think> block into reasoning_content */
@@ -43,7 +43,7 @@ void reply_finish(reply_t *r);
 /* Streaming: append the chunks for everything parsed since the last call (content and
  * reasoning deltas, tool-call deltas) to b. toks (may be NULL) go with the first chunk.
  * Returns true when a chunk was written, i.e. toks were sent. */
-bool reply_sse(reply_t *r, struct resp_buf *b, const struct resp_meta *m, int64_t index,
+bool reply_sse(reply_t *r, struct dd_buf *b, const struct resp_meta *m, int64_t index,
                const struct resp_toks *toks);
 /* Whole response: the message parts into c (text, reasoning, calls, content_null); the other
  * fields of c are left alone. */

@@ -21,52 +21,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/util.h" // defines: xrealloc, ASSERT
+#include "engine/util.h" // defines: dd_buf_put, ASSERT
 #include "json.h"        // defines: json_utf8_sanitize
 
 /* llama.cpp's suite asserts the fingerprint starts with "b" (its build number); ours is the
  * version, with the same prefix. */
 #define SYSTEM_FINGERPRINT "b0.1.0-deltad"
-
-/* ---- buffer ---------------------------------------------------------------------------- */
-
-/* Append n bytes; the buffer stays NUL-terminated and grows by doubling. */
-void resp_buf_put(struct resp_buf *b, const void *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-void resp_buf_puts(struct resp_buf *b, const char *s)
-{
-    resp_buf_put(b, s, strlen(s));
-}
-
-/* An empty buffer still hands over a valid "" string. */
-char *resp_buf_take(struct resp_buf *b, size_t *len)
-{
-    if (!b->p)
-        resp_buf_put(b, "", 0);
-    char *p = b->p;
-    if (len)
-        *len = b->len;
-    memset(b, 0, sizeof *b);
-    return p;
-}
-
-void resp_buf_free(struct resp_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* Print o compactly, delete it, return the text (transferred). */
 static char *print(cJSON *o, size_t *len)
@@ -80,13 +40,13 @@ static char *print(cJSON *o, size_t *len)
 }
 
 /* Append o as one SSE event and delete it. */
-static void sse(struct resp_buf *b, cJSON *o)
+static void sse(struct dd_buf *b, cJSON *o)
 {
     size_t n;
     char *s = print(o, &n);
-    resp_buf_puts(b, "data: ");
-    resp_buf_put(b, s, n);
-    resp_buf_puts(b, "\n\n");
+    dd_buf_puts(b, "data: ");
+    dd_buf_put(b, s, n);
+    dd_buf_puts(b, "\n\n");
     free(s);
 }
 
@@ -321,7 +281,7 @@ static cJSON *chunk(const struct resp_meta *m, int64_t index, cJSON **out_choice
     return o;
 }
 
-void resp_sse_role(struct resp_buf *b, const struct resp_meta *m, int64_t index)
+void resp_sse_role(struct dd_buf *b, const struct resp_meta *m, int64_t index)
 {
     cJSON *ch, *o = chunk(m, index, &ch);
     cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
@@ -332,7 +292,7 @@ void resp_sse_role(struct resp_buf *b, const struct resp_meta *m, int64_t index)
     sse(b, o);
 }
 
-void resp_sse_text(struct resp_buf *b, const struct resp_meta *m, int64_t index, const char *text,
+void resp_sse_text(struct dd_buf *b, const struct resp_meta *m, int64_t index, const char *text,
                    size_t len, const struct resp_toks *toks)
 {
     ASSERT(len > 0);
@@ -346,7 +306,7 @@ void resp_sse_text(struct resp_buf *b, const struct resp_meta *m, int64_t index,
     sse(b, o);
 }
 
-void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+void resp_sse_reasoning(struct dd_buf *b, const struct resp_meta *m, int64_t index,
                         const char *text, size_t len, const struct resp_toks *toks)
 {
     ASSERT(len > 0);
@@ -360,7 +320,7 @@ void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t i
 
 /* The shapes llama.cpp's test client asserts (docs section 3): a new index comes with id, type
  * and a non-empty name; "function" never holds an id. */
-void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
+void resp_sse_tool_call(struct dd_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
                         const char *id, const char *name, const char *arguments, size_t args_len,
                         const struct resp_toks *toks)
 {
@@ -382,8 +342,8 @@ void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t i
     sse(b, o);
 }
 
-void resp_sse_finish(struct resp_buf *b, const struct resp_meta *m, int64_t index,
-                     const char *finish, const struct resp_toks *toks)
+void resp_sse_finish(struct dd_buf *b, const struct resp_meta *m, int64_t index, const char *finish,
+                     const struct resp_toks *toks)
 {
     cJSON *ch, *o = chunk(m, index, &ch);
     if (m->kind == API_CHAT)
@@ -395,7 +355,7 @@ void resp_sse_finish(struct resp_buf *b, const struct resp_meta *m, int64_t inde
     sse(b, o);
 }
 
-void resp_sse_usage(struct resp_buf *b, const struct resp_meta *m, const struct resp_usage *u)
+void resp_sse_usage(struct dd_buf *b, const struct resp_meta *m, const struct resp_usage *u)
 {
     cJSON *o = envelope(m, true);
     cJSON_AddArrayToObject(o, "choices");
@@ -403,22 +363,22 @@ void resp_sse_usage(struct resp_buf *b, const struct resp_meta *m, const struct 
     sse(b, o);
 }
 
-void resp_sse_error(struct resp_buf *b, const char *type, const char *message)
+void resp_sse_error(struct dd_buf *b, const char *type, const char *message)
 {
     struct api_error e;
     api_error_set(&e, strcmp(type, "unavailable_error") == 0 ? 503 : 500, type, NULL, NULL, "%s",
                   message);
     size_t n;
     char *s = resp_error(&e, &n);
-    resp_buf_puts(b, "data: ");
-    resp_buf_put(b, s, n);
-    resp_buf_puts(b, "\n\n");
+    dd_buf_puts(b, "data: ");
+    dd_buf_put(b, s, n);
+    dd_buf_puts(b, "\n\n");
     free(s);
 }
 
-void resp_sse_done(struct resp_buf *b)
+void resp_sse_done(struct dd_buf *b)
 {
-    resp_buf_puts(b, "data: [DONE]\n\n");
+    dd_buf_puts(b, "data: [DONE]\n\n");
 }
 
 /* ---- models and slots ------------------------------------------------------------------ */

@@ -4,7 +4,7 @@
  * models list and the /slots document.
  *
  * Everything is built with cJSON and printed compactly into malloc'd text or appended to a
- * resp_buf; nothing here touches a connection.
+ * struct dd_buf (engine/util.h); nothing here touches a connection.
  *
  * Ownership: every returned char * is malloc'd and transferred to the caller (free); borrowed
  * arguments are only read during the call. Thread safety: no shared state; any thread.
@@ -19,17 +19,7 @@
 #include "api.h"              // defines: struct api_error, enum api_kind
 #include "engine/model/tok.h" // defines: tok_t
 #include "engine/sched/eng.h" // defines: struct eng_tok_info, struct eng_slot_stats
-
-/* A growable byte buffer. */
-struct resp_buf {
-    char *p;
-    size_t len, cap;
-};
-void resp_buf_put(struct resp_buf *b, const void *s, size_t n);
-void resp_buf_puts(struct resp_buf *b, const char *s);
-/* Hand the bytes over (malloc'd, NUL-terminated; *len set) and reset b. */
-char *resp_buf_take(struct resp_buf *b, size_t *len);
-void resp_buf_free(struct resp_buf *b);
+#include "engine/util.h"      // defines: struct dd_buf
 
 /* What every response and chunk of one request shares. All borrowed. */
 struct resp_meta {
@@ -84,28 +74,28 @@ char *resp_completion(const struct resp_meta *m, const struct resp_choice *c, in
 
 /* ---- SSE events, appended to b as "data: ...\n\n" ---- */
 /* Chat only: the first chunk of a choice, delta {"role":"assistant","content":null}. */
-void resp_sse_role(struct resp_buf *b, const struct resp_meta *m, int64_t index);
+void resp_sse_role(struct dd_buf *b, const struct resp_meta *m, int64_t index);
 /* A content delta (len > 0) with optional logprobs (toks may be NULL). */
-void resp_sse_text(struct resp_buf *b, const struct resp_meta *m, int64_t index, const char *text,
+void resp_sse_text(struct dd_buf *b, const struct resp_meta *m, int64_t index, const char *text,
                    size_t len, const struct resp_toks *toks);
 /* Chat: a delta.reasoning_content (len > 0), like resp_sse_text otherwise. */
-void resp_sse_reasoning(struct resp_buf *b, const struct resp_meta *m, int64_t index,
+void resp_sse_reasoning(struct dd_buf *b, const struct resp_meta *m, int64_t index,
                         const char *text, size_t len, const struct resp_toks *toks);
 /* Chat: a tool-call delta of call `call`. The first one of a call passes id and name (and
  * args ""): {"index", "id", "type": "function", "function": {"name", "arguments"}}; later ones
  * pass id = name = NULL and an arguments piece: {"index", "function": {"arguments"}}. */
-void resp_sse_tool_call(struct resp_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
+void resp_sse_tool_call(struct dd_buf *b, const struct resp_meta *m, int64_t index, int64_t call,
                         const char *id, const char *name, const char *args, size_t args_len,
                         const struct resp_toks *toks);
 /* The finish chunk: delta {} (chat) or text "" (completions) and a finish_reason. */
-void resp_sse_finish(struct resp_buf *b, const struct resp_meta *m, int64_t index,
-                     const char *finish, const struct resp_toks *toks);
+void resp_sse_finish(struct dd_buf *b, const struct resp_meta *m, int64_t index, const char *finish,
+                     const struct resp_toks *toks);
 /* The usage chunk (choices []), only when include_usage was asked for. */
-void resp_sse_usage(struct resp_buf *b, const struct resp_meta *m, const struct resp_usage *u);
+void resp_sse_usage(struct dd_buf *b, const struct resp_meta *m, const struct resp_usage *u);
 /* data: {"error": {...}} for a failure after the 200 (type "server_error" or
  * "unavailable_error"); the stream then ends without [DONE]. */
-void resp_sse_error(struct resp_buf *b, const char *type, const char *message);
-void resp_sse_done(struct resp_buf *b);
+void resp_sse_error(struct dd_buf *b, const char *type, const char *message);
+void resp_sse_done(struct dd_buf *b);
 
 /* GET /v1/models (one == false) or /v1/models/{id} (one == true). meta fields are added when
  * n_vocab > 0. */

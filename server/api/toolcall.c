@@ -84,14 +84,6 @@ static int lit(const char *s, size_t n, size_t *p, const char *l)
     return 1;
 }
 
-static void buf_consume(struct resp_buf *b, size_t n)
-{
-    if (n == 0)
-        return;
-    memmove(b->p, b->p + n, b->len - n);
-    b->len -= n;
-}
-
 /* ---- tools and emitting ---------------------------------------------------------------- */
 
 /* The declared function named s[0..n) (its "function" object), or NULL. */
@@ -150,8 +142,10 @@ static bool commit(struct toolcall *t, const char *s, size_t n)
 static void end_call(struct toolcall *t, size_t from, bool skip_ws_after)
 {
     if (t->call.len > from)
-        resp_buf_put(&t->text, t->call.p + from, t->call.len - from);
-    t->call.len = t->pre.len = t->pos = 0;
+        dd_buf_put(&t->text, t->call.p + from, t->call.len - from);
+    dd_buf_truncate(&t->call, 0);
+    dd_buf_truncate(&t->pre, 0);
+    t->pos = 0;
     t->state = TC_TEXT;
     t->skip_ws = skip_ws_after;
     t->muted = false;
@@ -163,9 +157,9 @@ static void end_call(struct toolcall *t, size_t from, bool skip_ws_after)
 /* TEXT: emit up to a <tool_call> (entering the block) or up to what may still be part of one. */
 static bool step_text(struct toolcall *t, bool final)
 {
-    struct resp_buf *b = &t->text;
+    struct dd_buf *b = &t->text;
     if (t->skip_ws) {
-        buf_consume(b, skip_ws(b->p, b->len, 0));
+        dd_buf_consume(b, skip_ws(b->p, b->len, 0));
         if (b->len == 0)
             return false;
         t->skip_ws = false;
@@ -175,10 +169,10 @@ static bool step_text(struct toolcall *t, bool final)
         size_t w = back_ws(b->p, o), rest = o + strlen(OPEN);
         text_out(t, b->p, w);
         if (o > w)
-            resp_buf_put(&t->pre, b->p + w, o - w);
+            dd_buf_put(&t->pre, b->p + w, o - w);
         if (b->len > rest)
-            resp_buf_put(&t->call, b->p + rest, b->len - rest);
-        b->len = 0;
+            dd_buf_put(&t->call, b->p + rest, b->len - rest);
+        dd_buf_truncate(b, 0);
         t->state = TC_HEAD;
         return true;
     }
@@ -186,9 +180,9 @@ static bool step_text(struct toolcall *t, bool final)
     size_t w = final && t->n_calls == 0 ? b->len : back_ws(b->p, b->len - keep);
     text_out(t, b->p, w);
     if (final)
-        b->len = 0;
+        dd_buf_truncate(b, 0);
     else
-        buf_consume(b, w);
+        dd_buf_consume(b, w);
     return false;
 }
 
@@ -294,14 +288,14 @@ static bool is_json(const char *s, size_t n)
 }
 
 /* Append s[0..n) as a JSON string. */
-static void put_json_string(struct resp_buf *b, const char *s, size_t n)
+static void put_json_string(struct dd_buf *b, const char *s, size_t n)
 {
     char *z = malloc(n + 1);
     memcpy(z, s, n);
     z[n] = '\0';
     cJSON *v = cJSON_CreateString(z);
     char *text = cJSON_PrintUnformatted(v);
-    resp_buf_puts(b, text ? text : "\"\"");
+    dd_buf_puts(b, text ? text : "\"\"");
     free(text);
     cJSON_Delete(v);
     free(z);
@@ -310,17 +304,17 @@ static void put_json_string(struct resp_buf *b, const char *s, size_t n)
 /* One settled parameter as the next piece of the arguments object. */
 static void xml_param(struct toolcall *t, const char *v, size_t n)
 {
-    struct resp_buf b = {0};
-    resp_buf_puts(&b, t->n_params++ ? ", " : "{");
+    struct dd_buf b = {0};
+    dd_buf_puts(&b, t->n_params++ ? ", " : "{");
     put_json_string(&b, t->param, strlen(t->param));
-    resp_buf_puts(&b, ": ");
+    dd_buf_puts(&b, ": ");
     size_t from = skip_ws(v, n, 0), to = back_ws(v, n);
     if (!param_is_string(t->fn, t->param) && from < to && is_json(v + from, to - from))
-        resp_buf_put(&b, v + from, to - from);
+        dd_buf_put(&b, v + from, to - from);
     else
         put_json_string(&b, v, n);
     call_out(t, TOOLCALL_ARGS, b.p, b.len);
-    resp_buf_free(&b);
+    dd_buf_free(&b);
 }
 
 /* Close the arguments object ({} when the call had no parameters) and skip to the end tag. */
@@ -508,7 +502,7 @@ void toolcall_feed(struct toolcall *t, const char *s, size_t n)
 {
     if (n == 0)
         return;
-    resp_buf_put(t->state == TC_TEXT ? &t->text : &t->call, s, n);
+    dd_buf_put(t->state == TC_TEXT ? &t->text : &t->call, s, n);
     tc_run(t, false);
 }
 
@@ -519,7 +513,7 @@ void toolcall_finish(struct toolcall *t)
 
 void toolcall_deinit(struct toolcall *t)
 {
-    resp_buf_free(&t->text);
-    resp_buf_free(&t->call);
-    resp_buf_free(&t->pre);
+    dd_buf_free(&t->text);
+    dd_buf_free(&t->call);
+    dd_buf_free(&t->pre);
 }

@@ -38,7 +38,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "resp.h" // defines: struct resp_buf
+#include "engine/util.h" // defines: struct dd_buf
 
 enum toolcall_ev {
     TOOLCALL_TEXT,  /* plain content */
@@ -49,12 +49,12 @@ enum toolcall_ev {
 typedef void (*toolcall_emit_fn)(void *ud, enum toolcall_ev ev, const char *s, size_t n);
 
 struct toolcall {
-    int state;            /* internal parser state */
-    struct resp_buf text; /* content not yet emitted (trailing whitespace, partial tag) */
-    struct resp_buf call; /* the current block after <tool_call> */
-    struct resp_buf pre;  /* whitespace dropped before the block, for a degraded block */
-    size_t pos;           /* parse position in call */
-    int depth;            /* JSON arguments scanner: nesting, string, escape */
+    int state;          /* internal parser state */
+    struct dd_buf text; /* content not yet emitted (trailing whitespace, partial tag) */
+    struct dd_buf call; /* the current block after <tool_call> */
+    struct dd_buf pre;  /* whitespace dropped before the block, for a degraded block */
+    size_t pos;         /* parse position in call */
+    int depth;          /* JSON arguments scanner: nesting, string, escape */
     bool in_str, esc;
     int n_params;       /* XML: parameters emitted for the current call */
     char param[128];    /* XML: the parameter being read */

@@ -249,7 +249,6 @@ static void http_opts_from(const struct cfg *c, struct http_opts *o)
         .retry_after_s = (int)c->retry_after,
         .n_ctx = c->ctx,
         .reasoning_format = c->reasoning_format,
-        .allow_forced_output = c->debug_allow_forced_output,
     };
 }
 

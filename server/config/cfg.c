@@ -110,8 +110,6 @@ const struct cfg_row cfg__rows[] = {
      "Jinja chat template to use instead of the model's (\"\" = the GGUF's, else ChatML)"},
     {"reasoning_format", CFG_ENUM, "separate", 0, 0, R, OFF(reasoning_format), "separate|none",
      "separate: <think> blocks go to reasoning_content; none: left in the content"},
-    {"debug_allow_forced_output", CFG_BOOL, "false", 0, 0, R, OFF(debug_allow_forced_output), NULL,
-     "TESTS ONLY: honour the request field debug_forced_output (fixed assistant text)"},
     /* ---- endpoints and logging ---- */
     {"metrics", CFG_BOOL, "true", 0, 0, R, OFF(metrics), NULL, "serve Prometheus /metrics"},
     {"slots_endpoint", CFG_BOOL, "true", 0, 0, R, OFF(slots_endpoint), NULL,

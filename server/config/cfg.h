@@ -77,9 +77,8 @@ struct cfg {
     int64_t max_tokens_default;
     double drain_timeout; /* seconds */
     /* ---- chat ---- */
-    char *chat_template_file;       /* "" = the model's tokenizer.chat_template */
-    int reasoning_format;           /* enum cfg_reasoning */
-    bool debug_allow_forced_output; /* test-only request field debug_forced_output */
+    char *chat_template_file; /* "" = the model's tokenizer.chat_template */
+    int reasoning_format;     /* enum cfg_reasoning */
     /* ---- endpoints ---- */
     bool metrics;
     bool slots_endpoint;

@@ -365,8 +365,7 @@ static struct api_ctx api_ctx_of(const http_t *h)
                             .max_tokens_default = h->o.max_tokens_default,
                             .max_json_depth = h->o.max_json_depth,
                             .tmpl = h->chat,
-                            .reasoning = (enum api_reasoning)h->o.reasoning_format,
-                            .allow_forced_output = h->o.allow_forced_output};
+                            .reasoning = (enum api_reasoning)h->o.reasoning_format};
 }
 
 /* POST /tokenize and /detokenize. */

@@ -52,7 +52,6 @@ struct http_opts {
     int64_t n_ctx;        /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
     double sse_ping_s;    /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
     int reasoning_format; /* enum api_reasoning: the default for chat requests */
-    bool allow_forced_output; /* honour the test-only "debug_forced_output" request field */
 };
 
 typedef struct http http_t;

@@ -35,12 +35,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "engine/util.h"      // defines: xcalloc, DD_EFULL
+#include "engine/util.h"      // defines: xcalloc, DD_EFULL, struct dd_buf
 #include "server/api/reply.h" // defines: reply_feed, reply_sse, reply_choice
-#include "server/api/resp.h"  // defines: resp_sse_*, resp_completion, struct resp_buf
+#include "server/api/resp.h"  // defines: resp_sse_*, resp_completion
 
 #define SSE_BLOCK 16384 /* MHD's buffer hint for the streaming reader */
-#define FORCED_PIECE 3  /* bytes per delta of a forced output (test-only), cut at characters */
 
 /* ---- wakers and the pool ---------------------------------------------------------------- */
 
@@ -72,7 +71,7 @@ struct choice {
     bool done;    /* the final delta was taken */
     enum eng_finish finish;
     char error[256];
-    struct resp_buf text;      /* non-streaming: the whole text (echo prefix included) */
+    struct dd_buf text;        /* non-streaming: the whole text (echo prefix included) */
     struct eng_tok_info *toks; /* non-streaming: all; streaming: not yet sent */
     int64_t n_toks, cap_toks;
     size_t tok_off;   /* output offset of toks[0]'s text (legacy logprobs) */
@@ -80,10 +79,7 @@ struct choice {
     size_t echo_len;
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t drafted_tokens, accepted_tokens;
-    reply_t *reply;     /* chat with reasoning or tool-call parsing, else NULL */
-    const char *forced; /* test-only forced output (the job's copy), or NULL */
-    size_t forced_len, forced_off;
-    int64_t forced_prompt; /* prompt tokens to report for it */
+    reply_t *reply; /* chat with reasoning or tool-call parsing, else NULL */
 };
 
 /* A generation request. The fields above the "connection thread only" line are set at
@@ -101,11 +97,11 @@ struct job {
     double parked_at;                             /* guarded by w->mu: when it was suspended */
     /* connection thread only: */
     int64_t n_choices, n_per_prompt;
-    struct choice *ch;   /* [n_choices] */
-    char **echo_texts;   /* [n_choices / n_per_prompt] prompt copies, or NULL */
-    cJSON *tools;        /* the request's tools, for the tool-call parsers, or NULL */
-    char *forced;        /* test-only forced output, or NULL */
-    struct resp_buf out; /* streaming: produced, not yet handed to MHD */
+    struct choice *ch;     /* [n_choices] */
+    char **echo_texts;     /* [n_choices / n_per_prompt] prompt copies, or NULL */
+    cJSON *tools;          /* the request's tools, for the tool-call parsers, or NULL */
+    struct job_hook *hook; /* test-hook build only: the fixed output (see hook_attach), or NULL */
+    struct dd_buf out;     /* streaming: produced, not yet handed to MHD */
     size_t out_off;
     bool started;    /* streaming: the opening events were written */
     bool ended;      /* the terminal event is in `out` */
@@ -422,7 +418,7 @@ static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
     if (c->reply)
         reply_feed(c->reply, d->text, d->len);
     else
-        resp_buf_put(&c->text, d->text ? d->text : "", d->len);
+        dd_buf_put(&c->text, d->text ? d->text : "", d->len);
     if (j->meta.logprobs && d->n_toks)
         toks_append(c, d->toks, d->n_toks);
     if (!d->done)
@@ -432,28 +428,84 @@ static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
     record_done(j, c, d);
 }
 
-/* Test-only (api.h forced_output): the forced text in pieces of a few bytes, cut between
- * characters, then a final delta with the usage a real run would report. */
-static void forced_take(job_t *j, struct choice *c, struct eng_delta *d)
+/* ---- test hook (DELTAD_TEST_HOOKS builds only) ------------------------------------------ */
+#ifdef DELTAD_TEST_HOOKS
+#define HOOK_PIECE 3 /* bytes per delta of the fixed output, cut between characters */
+
+/* api.h's hook_output for every choice of a job, handed out in small pieces without the
+ * engine, so the output parsers and the streaming see many deltas. */
+struct job_hook {
+    char *text; /* the job's copy */
+    size_t len;
+    size_t *off;     /* [n_choices] bytes handed out per choice */
+    int64_t *prompt; /* [n_choices] prompt tokens to report */
+};
+
+/* Take over the job when the request carries a fixed output (api_chat.c parse_hook). */
+static void hook_attach(job_t *j, const struct api_req *req)
 {
+    if (!req->hook_output)
+        return;
+    j->hook = xcalloc(1, sizeof *j->hook);
+    j->hook->text = xstrdup(req->hook_output);
+    j->hook->len = strlen(j->hook->text);
+    j->hook->off = xcalloc((size_t)j->n_choices, sizeof *j->hook->off);
+    j->hook->prompt = xcalloc((size_t)j->n_choices, sizeof *j->hook->prompt);
+    for (int64_t i = 0; i < j->n_choices; i++)
+        j->hook->prompt[i] = req->prompts[i / req->n].n_ids;
+}
+
+/* The next piece of choice i, the last one with the usage a real run would report. Returns
+ * false when the job runs on the engine. */
+static bool hook_take(job_t *j, int64_t i, struct eng_delta *d)
+{
+    struct job_hook *h = j->hook;
+    if (!h)
+        return false;
     memset(d, 0, sizeof *d);
-    size_t left = c->forced_len - c->forced_off, n = left < FORCED_PIECE ? left : FORCED_PIECE;
-    while (c->forced_off + n < c->forced_len &&
-           ((unsigned char)c->forced[c->forced_off + n] & 0xC0) == 0x80)
+    size_t off = h->off[i], left = h->len - off, n = left < HOOK_PIECE ? left : HOOK_PIECE;
+    while (off + n < h->len && ((unsigned char)h->text[off + n] & 0xC0) == 0x80)
         n++;
-    d->text = xmalloc(n + 1);
-    memcpy(d->text, c->forced + c->forced_off, n);
+    d->text = memcpy(xmalloc(n + 1), h->text + off, n);
     d->text[n] = '\0';
     d->len = n;
-    c->forced_off += n;
-    if (c->forced_off < c->forced_len)
-        return;
+    h->off[i] = off + n;
+    if (h->off[i] < h->len)
+        return true;
     d->done = true;
     d->finish = ENG_FINISH_STOP;
-    d->prompt_tokens = c->forced_prompt;
-    d->completion_tokens = tok_encode(j->env.tok, c->forced, c->forced_len, true, NULL, 0);
+    d->prompt_tokens = h->prompt[i];
+    d->completion_tokens = tok_encode(j->env.tok, h->text, h->len, true, NULL, 0);
     d->t_queued = d->t_first_token = d->t_done = dd_now();
+    return true;
 }
+
+static void hook_free(job_t *j)
+{
+    if (j->hook) {
+        free(j->hook->text);
+        free(j->hook->off);
+        free(j->hook->prompt);
+        free(j->hook);
+    }
+}
+#else
+/* The production build: no hook, every job runs on the engine (j->hook stays NULL). */
+static void hook_attach(job_t *j, const struct api_req *req)
+{
+}
+
+static bool hook_take(job_t *j, int64_t i, struct eng_delta *d)
+{
+    return false;
+}
+
+static void hook_free(job_t *j)
+{
+}
+#endif
+
+/* ---- draining, continued ----------------------------------------------------------------- */
 
 /* Take everything new from every unfinished choice. Returns true when anything arrived. */
 static bool drain(job_t *j)
@@ -464,9 +516,7 @@ static bool drain(job_t *j)
         struct eng_delta d;
         if (c->done)
             continue;
-        if (c->forced)
-            forced_take(j, c, &d);
-        else if (!eng_req_take(c->r, &d))
+        if (!hook_take(j, i, &d) && !eng_req_take(c->r, &d))
             continue;
         any = true;
         if (j->stream)
@@ -549,7 +599,7 @@ static bool stream_step(job_t *j)
         return true;
     }
     if (f & F_PING)
-        resp_buf_puts(&j->out, ": keep-alive\n\n");
+        dd_buf_puts(&j->out, ": keep-alive\n\n");
     if (!j->started) {
         stream_open(j);
         return true;
@@ -571,8 +621,10 @@ static ssize_t stream_copy(job_t *j, char *buf, size_t max)
         n = max;
     memcpy(buf, j->out.p + j->out_off, n);
     j->out_off += n;
-    if (j->out_off == j->out.len)
-        j->out.len = j->out_off = 0;
+    if (j->out_off == j->out.len) {
+        dd_buf_truncate(&j->out, 0);
+        j->out_off = 0;
+    }
     j->bytes += n;
     return (ssize_t)n;
 }
@@ -634,7 +686,7 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
         if (f & F_GONE)
             return -1;
         while (drain(j))
-            ; /* a forced output (test-only) comes in many pieces with no notification */
+            ; /* the test hook's fixed output comes in many pieces with no notification */
         struct api_error e;
         if ((closing && !all_done(j)) || j->failed) {
             int st = j->failed ? j->fail_status : 503;
@@ -655,24 +707,17 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
 
-/* Chat choices: a reply parser when reasoning or tool calls are split out, and the test-only
- * forced output, which replaces the engine for every choice. */
+/* Chat choices: a reply parser when reasoning or tool calls are split out, and (test-hook build)
+ * the fixed output, which replaces the engine for every choice. */
 static void chat_outputs(job_t *j, const struct api_req *req)
 {
     j->tools = req->tools_json ? cJSON_Parse(req->tools_json) : NULL;
     struct reply_opts o = {req->reasoning, req->think_open, req->tool_calls,
                            req->max_calls, req->stream,     j->tools};
-    j->forced = req->forced_output ? xstrdup(req->forced_output) : NULL;
-    for (int64_t i = 0; i < j->n_choices; i++) {
-        struct choice *c = &j->ch[i];
+    for (int64_t i = 0; i < j->n_choices; i++)
         if (req->reasoning || req->tool_calls)
-            c->reply = reply_create(&o);
-        if (j->forced) {
-            c->forced = j->forced;
-            c->forced_len = strlen(j->forced);
-            c->forced_prompt = req->prompts[i / req->n].n_ids;
-        }
-    }
+            j->ch[i].reply = reply_create(&o);
+    hook_attach(j, req);
 }
 
 /* Allocate the job and its choices; echo texts are copied once per prompt (choices of one
@@ -703,7 +748,7 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
                 j->echo_texts[i / req->n] = xstrdup(ap->text ? ap->text : "");
             j->ch[i].echo = j->echo_texts[i / req->n];
             j->ch[i].echo_len = ap->text ? ap->text_len : 0;
-            resp_buf_put(&j->ch[i].text, j->ch[i].echo, j->ch[i].echo_len);
+            dd_buf_put(&j->ch[i].text, j->ch[i].echo, j->ch[i].echo_len);
         }
     }
     for (int64_t i = 0; i < j->n_choices; i++)
@@ -719,9 +764,9 @@ static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Conne
 /* Submit every choice; on failure nothing stays submitted (the caller ends the job). */
 static int submit_all(job_t *j, const struct api_req *req, double deadline, struct api_error *e)
 {
+    if (j->hook)
+        return 0; /* the test hook's fixed output: no engine request */
     for (int64_t i = 0; i < j->n_choices; i++) {
-        if (j->ch[i].forced)
-            continue; /* test-only: no engine request */
         struct eng_req_params prm;
         api_req_params(req, i / req->n, i % req->n, deadline, &prm);
         eng_req_t *r = eng_req_create(&prm, on_notify, j->w);
@@ -781,12 +826,12 @@ void job_end(job_t *j)
         }
         if (c->r)
             eng_req_release(c->r);
-        resp_buf_free(&c->text);
+        dd_buf_free(&c->text);
         free(c->toks);
         reply_destroy(c->reply);
     }
     cJSON_Delete(j->tools);
-    free(j->forced);
+    hook_free(j);
     if (cancelled)
         metrics_cancelled(j->env.metrics);
     for (int64_t i = 0; j->echo_texts && i < j->n_choices / j->n_per_prompt; i++)
@@ -794,7 +839,7 @@ void job_end(job_t *j)
     free(j->echo_texts);
     metrics_active_add(j->env.metrics, -1, j->stream);
     atomic_fetch_sub(&j->pool->live, 1);
-    resp_buf_free(&j->out);
+    dd_buf_free(&j->out);
     free(j->ch);
     free(j);
 }

@@ -20,8 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/util.h"     // defines: xcalloc
-#include "server/api/resp.h" // defines: struct resp_buf
+#include "engine/util.h" // defines: xcalloc, struct dd_buf
 
 /* Statuses with a series of their own: what this server can answer. Anything else (499 for a
  * client that left before an answer, say) is counted as "other", keeping the label set small
@@ -157,8 +156,8 @@ void metrics_generation(metrics_t *m, const struct metrics_gen *g)
 /* ---- rendering ------------------------------------------------------------------------- */
 
 /* printf into the page; a line longer than 511 bytes (none is) would be cut, not overflow. */
-static void outf(struct resp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void outf(struct resp_buf *b, const char *fmt, ...)
+static void outf(struct dd_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(struct dd_buf *b, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -166,12 +165,12 @@ static void outf(struct resp_buf *b, const char *fmt, ...)
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (n > 0)
-        resp_buf_put(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        dd_buf_put(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
 /* The HELP and TYPE lines every series starts with (present even when the series is empty,
  * so dashboards and tests find every name from the first scrape). */
-static void head(struct resp_buf *b, const char *name, const char *type, const char *help)
+static void head(struct dd_buf *b, const char *name, const char *type, const char *help)
 {
     outf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -181,7 +180,7 @@ static uint64_t ld(_Atomic uint64_t *v)
     return atomic_load_explicit(v, memory_order_relaxed);
 }
 
-static void render_requests(struct resp_buf *b, metrics_t *m)
+static void render_requests(struct dd_buf *b, metrics_t *m)
 {
     head(b, "deltad_http_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (int e = 0; e < METRICS_EP_COUNT; e++) {
@@ -214,7 +213,7 @@ static void render_requests(struct resp_buf *b, metrics_t *m)
 
 /* Draft acceptance by position in the draft (position 0 = the first drafted token): where
  * acceptance falls off tells how long drafts should be. */
-static void render_spec_positions(struct resp_buf *b, const struct eng_stats *es)
+static void render_spec_positions(struct dd_buf *b, const struct eng_stats *es)
 {
     int64_t n = es->draft_max < ENG_MAX_DRAFT ? es->draft_max : ENG_MAX_DRAFT;
     head(b, "deltad_spec_accepted_at_position_total", "counter",
@@ -231,7 +230,7 @@ static void render_spec_positions(struct resp_buf *b, const struct eng_stats *es
 
 /* The engine's point-in-time statistics, one row per series; tokens per second is generated
  * tokens over the seconds spent in forward steps (idle time does not dilute it). */
-static void render_engine(struct resp_buf *b, const struct eng_stats *es)
+static void render_engine(struct dd_buf *b, const struct eng_stats *es)
 {
     struct eng_stats z = {0};
     if (!es)
@@ -269,7 +268,7 @@ static void render_engine(struct resp_buf *b, const struct eng_stats *es)
 }
 
 /* Prometheus buckets are cumulative: each le bucket counts everything at or below it. */
-static void render_hist(struct resp_buf *b, struct hist *h)
+static void render_hist(struct dd_buf *b, struct hist *h)
 {
     head(b, h->name, "histogram", h->help);
     uint64_t cum = 0;
@@ -285,11 +284,11 @@ static void render_hist(struct resp_buf *b, struct hist *h)
 
 char *metrics_render(metrics_t *m, const struct eng_stats *es, size_t *len)
 {
-    struct resp_buf b = {0};
+    struct dd_buf b = {0};
     render_requests(&b, m);
     render_engine(&b, es);
     render_hist(&b, &m->ttft);
     render_hist(&b, &m->itl);
     render_hist(&b, &m->e2e);
-    return resp_buf_take(&b, len);
+    return dd_buf_take(&b, len);
 }

@@ -242,8 +242,8 @@ static jinja_value *no_element(struct jinja__rs *rs, const jinja_value *obj, jin
 {
     struct jinja__buf b = {.limit = 200};
     jinja__put_repr(&b, key);
-    jinja_value *u =
-        jinja__undef_msg(&rs->acct, "%s has no element %s", jinja__type_name(obj), b.p ? b.p : "");
+    jinja_value *u = jinja__undef_msg(&rs->acct, "%s has no element %s", jinja__type_name(obj),
+                                      b.d.p ? b.d.p : "");
     jinja__buf_free(&b);
     return u;
 }

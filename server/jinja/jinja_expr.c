@@ -139,8 +139,8 @@ static node *parse_const(struct jinja__parser *p)
         jinja__advance(p);
     }
     n->op = JK_STR;
-    n->s = jinja__arena_dup(p->ar, b.p ? b.p : "", b.len);
-    n->n = b.len;
+    n->s = jinja__arena_dup(p->ar, b.d.p ? b.d.p : "", b.d.len);
+    n->n = b.d.len;
     jinja__buf_free(&b);
     return n;
 }

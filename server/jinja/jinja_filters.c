@@ -208,7 +208,7 @@ static jinja_value *f_indent(struct jinja__rs *rs, const node *at, jinja_value *
         if (i)
             jinja__buf_putc(&b, '\n');
         if (i == 0 ? first : line->u.s.n || blank)
-            jinja__buf_put(&b, pad.p ? pad.p : "", pad.len);
+            jinja__buf_put(&b, pad.d.p ? pad.d.p : "", pad.d.len);
         jinja__buf_put(&b, line->u.s.p, line->u.s.n);
     }
     int ok = lines != NULL;
@@ -489,14 +489,15 @@ static int kind_test(int which, const jinja_value *v)
     /* lower / upper: Python's str.islower() / isupper() on str(v) */
     struct jinja__buf b = {.limit = (size_t)-1}, c = {.limit = (size_t)-1};
     jinja__put_str(&b, v);
-    jinja__put_case(&c, b.p ? b.p : "", b.len, which == T_LOWER ? JINJA__LOWER : JINJA__UPPER);
+    jinja__put_case(&c, b.d.p ? b.d.p : "", b.d.len,
+                    which == T_LOWER ? JINJA__LOWER : JINJA__UPPER);
     int cased = 0;
-    for (size_t i = 0; i < b.len;) {
+    for (size_t i = 0; i < b.d.len;) {
         uint32_t cp;
-        i += jinja__utf8_next(b.p + i, b.len - i, &cp);
+        i += jinja__utf8_next(b.d.p + i, b.d.len - i, &cp);
         cased |= jinja__cp_cased(cp);
     }
-    int r = cased && b.len == c.len && memcmp(b.p, c.p, b.len) == 0;
+    int r = cased && b.d.len == c.d.len && memcmp(b.d.p, c.d.p, b.d.len) == 0;
     jinja__buf_free(&b);
     jinja__buf_free(&c);
     return r;

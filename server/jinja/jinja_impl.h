@@ -25,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jinja.h" // defines: jinja_value, jinja_tmpl, struct jinja_opts
+#include "engine/util.h" // defines: struct dd_buf
+#include "jinja.h"       // defines: jinja_value, jinja_tmpl, struct jinja_opts
 
 /* ---- arena (jinja_text.c): template-lifetime memory ---------------------------------------- */
 
@@ -37,12 +38,14 @@ void *jinja__arena_alloc(struct jinja__arena *a, size_t n); /* zeroed, 16-byte a
 char *jinja__arena_dup(struct jinja__arena *a, const char *s, size_t n);
 void jinja__arena_free(struct jinja__arena *a);
 
-/* ---- growable byte buffer with a hard limit ------------------------------------------------- */
+/* ---- output with a hard limit (jinja_text.c) ------------------------------------------------ */
 
+/* A dd_buf (util.h) whose appends stop at a byte limit: the limit is what keeps a runaway
+ * template from eating memory, so every jinja append goes through jinja__buf_put and friends,
+ * never straight to dd_buf_put on d. */
 struct jinja__buf {
-    char *p; /* owned; NUL-terminated when non-NULL */
-    size_t len, cap;
-    size_t limit; /* appends beyond it set over and are dropped */
+    struct dd_buf d; /* the bytes; d.p NULL until the first append */
+    size_t limit;    /* appends beyond it set over and are dropped */
     int over;
 };
 void jinja__buf_put(struct jinja__buf *b, const char *s, size_t n);

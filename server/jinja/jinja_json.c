@@ -133,7 +133,7 @@ static int put_json_key(struct json_walk *w, const jinja_value *k)
                 jinja__type_name(k));
         return -1;
     }
-    jinja__put_json_string(w->b, t.p, t.len, 0);
+    jinja__put_json_string(w->b, t.d.p, t.d.len, 0);
     jinja__buf_free(&t);
     return 0;
 }

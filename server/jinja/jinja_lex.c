@@ -424,8 +424,8 @@ static int lex_string(struct lexer *lx, size_t *pp)
         i += k;
     }
     struct jinja__tok *t = emit(lx, TK_STRING, p);
-    t->s = jinja__arena_dup(lx->ar, b.p ? b.p : "", b.len);
-    t->n = b.len;
+    t->s = jinja__arena_dup(lx->ar, b.d.p ? b.d.p : "", b.d.len);
+    t->n = b.d.len;
     jinja__buf_free(&b);
     *pp = q + 1;
     return 0;

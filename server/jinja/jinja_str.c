@@ -459,7 +459,7 @@ static jinja_value *m_is(struct jinja__rs *rs, const node *at, jinja_value *self
             i += jinja__utf8_next(s + i, n - i, &cp);
             cased |= jinja__cp_cased(cp);
         }
-        int r = cased && b.len == n && memcmp(b.p, s, n) == 0;
+        int r = cased && b.d.len == n && memcmp(b.d.p, s, n) == 0;
         jinja__buf_free(&b);
         return jinja__bool(r);
     }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/util.h" // defines: xmalloc, xrealloc, dd_errf
+#include "engine/util.h" // defines: xmalloc, dd_buf_put, dd_errf
 #include "jinja_impl.h"  // defines: jinja__buf, jinja__arena, jinja_value internals
 
 /* ==== arena ================================================================================= */
@@ -78,21 +78,11 @@ void jinja__arena_free(struct jinja__arena *a)
  */
 void jinja__buf_put(struct jinja__buf *b, const char *s, size_t n)
 {
-    if (b->over || n > b->limit - b->len) {
+    if (b->over || n > b->limit - b->d.len) {
         b->over = 1;
         return;
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
+    dd_buf_put(&b->d, s, n);
 }
 
 /* One byte; same limit rule. */
@@ -116,20 +106,13 @@ void jinja__buf_printf(struct jinja__buf *b, const char *fmt, ...)
 /* An empty buffer still yields an allocated "" so callers never see NULL. */
 char *jinja__buf_take(struct jinja__buf *b, size_t *len)
 {
-    char *p = b->p ? b->p : xcalloc(1, 1);
-    if (len)
-        *len = b->len;
-    b->p = NULL;
-    b->len = b->cap = 0;
-    return p;
+    return dd_buf_take(&b->d, len);
 }
 
 /* Releases the bytes; the limit and the over flag stay. */
 void jinja__buf_free(struct jinja__buf *b)
 {
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
+    dd_buf_free(&b->d);
 }
 
 /* ==== UTF-8 and whitespace ================================================================== */

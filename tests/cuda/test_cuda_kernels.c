@@ -800,7 +800,7 @@ static void perf(void)
 int main(int argc, char **argv)
 {
     char err[256] = "";
-    const int n_dev = kcuda_device_count(err, sizeof err);
+    const int n_dev = kc_device_count(err, sizeof err);
     if (n_dev <= 0) {
         printf("SKIP: no CUDA device (%s)\n", err[0] ? err : "cudaGetDeviceCount returned 0");
         return 77;

@@ -35,12 +35,13 @@ e2e_free_port() {
 
 # e2e_start B LOG FLAG...: `deltad serve` of B's tiny model with the flags, output to LOG; sets
 # E2E_PORT and E2E_PID (killed at exit if still running) and waits up to 30 s for /health. A
-# daemon that exits during start-up fails the test (exit 1) with the end of its log.
+# daemon that exits during start-up fails the test (exit 1) with the end of its log. E2E_BIN
+# names another binary to start (default B/deltad), e.g. B/tests/deltad-testhooks.
 e2e_start() {
   local b=$1 log=$2
   shift 2
   E2E_PORT=$(e2e_free_port)
-  "$b/deltad" serve --model "$b/models/$E2E_MODEL_NAME" --host 127.0.0.1 --port "$E2E_PORT" \
+  "${E2E_BIN:-$b/deltad}" serve --model "$b/models/$E2E_MODEL_NAME" --host 127.0.0.1 --port "$E2E_PORT" \
     "$@" >"$log" 2>&1 &
   E2E_PID=$!
   trap 'kill -9 $E2E_PID 2>/dev/null' EXIT

@@ -65,7 +65,7 @@ static cJSON *require_json(const char *text, size_t len)
 }
 
 /* Every event of an SSE buffer is "data: <JSON>\n\n" (or a comment / [DONE]). */
-static void require_sse(const struct resp_buf *b)
+static void require_sse(const struct dd_buf *b)
 {
     const char *p = b->p, *end = b->p + b->len;
     while (p < end) {
@@ -121,7 +121,7 @@ static void emulate_output(const struct api_req *r, const struct api_prompt *p)
     int64_t n = p->n_ids < 256 ? p->n_ids : 256;
     struct eng_tok_info *toks = fake_toks(p->ids, n, r->top_logprobs);
     struct resp_meta m = {r->kind, "chatcmpl-fuzz", 1700000000, "fuzz-model", t, r->logprobs};
-    struct resp_buf sse = {0}, all = {0};
+    struct dd_buf sse = {0}, all = {0};
     struct tok_stream ts;
     tok_stream_init(&ts);
     char chunk[4096];
@@ -133,10 +133,10 @@ static void emulate_output(const struct api_req *r, const struct api_prompt *p)
         struct resp_toks k = {toks + i, 1, all.len};
         if (len)
             resp_sse_text(&sse, &m, 0, chunk, len, r->logprobs ? &k : NULL);
-        resp_buf_put(&all, chunk, len);
+        dd_buf_put(&all, chunk, len);
     }
     size_t len = tok_stream_flush(&ts, chunk, sizeof chunk);
-    resp_buf_put(&all, chunk, len);
+    dd_buf_put(&all, chunk, len);
     resp_sse_finish(&sse, &m, 0, "length", NULL);
     struct resp_usage u = {p->n_ids, n, 0, 0, 0};
     resp_sse_usage(&sse, &m, &u);
@@ -147,8 +147,8 @@ static void emulate_output(const struct api_req *r, const struct api_prompt *p)
     char *body = resp_completion(&m, &c, 1, &u, &blen);
     cJSON_Delete(require_json(body, blen));
     free(body);
-    resp_buf_free(&sse);
-    resp_buf_free(&all);
+    dd_buf_free(&sse);
+    dd_buf_free(&all);
     free(toks);
 }
 

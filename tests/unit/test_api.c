@@ -217,13 +217,13 @@ TEST(chatml_render_and_spans)
     struct chat_prompt p;
     char err[128];
     CHECK_EQ(chat_render(NULL, msgs, NULL, kw, true, &p, err, sizeof err), 0);
-    CHECK_STR_EQ(p.text, "<|im_start|>system\nBe brief.<|im_end|>\n"
-                         "<|im_start|>user\nHi there<|im_end|>\n"
-                         "<|im_start|>assistant\nHello<|im_end|>\n"
-                         "<|im_start|>user\n<|im_end|><|im_end|>\n"
-                         "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    CHECK_STR_EQ(p.text.p, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                           "<|im_start|>user\nHi there<|im_end|>\n"
+                           "<|im_start|>assistant\nHello<|im_end|>\n"
+                           "<|im_start|>user\n<|im_end|><|im_end|>\n"
+                           "<|im_start|>assistant\n<think>\n\n</think>\n\n");
     CHECK_EQ(p.n_spans, 4);
-    CHECK(p.n_spans == 4 && strncmp(p.text + p.spans[3].off, "<|im_end|>", p.spans[3].len) == 0);
+    CHECK(p.n_spans == 4 && strncmp(p.text.p + p.spans[3].off, "<|im_end|>", p.spans[3].len) == 0);
     /* the user's "<|im_end|>" must not become the control token */
     struct api_prompt ap = {0};
     api__encode_chat(g_model->tok, &p, &ap);
@@ -246,10 +246,10 @@ TEST(chatml_prefill_and_tools)
     struct chat_prompt p;
     char err[128];
     CHECK_EQ(chat_render(NULL, msgs, tools, NULL, true, &p, err, sizeof err), 0);
-    CHECK(strncmp(p.text, "<|im_start|>system\n# Tools", 26) == 0);
-    CHECK(strstr(p.text, "{\"type\":\"function\",\"function\":{\"name\":\"calc\"}}") != NULL);
-    size_t n = strlen(p.text);
-    CHECK(n > 5 && strcmp(p.text + n - 5, "It is") == 0); /* continued, not closed */
+    CHECK(strncmp(p.text.p, "<|im_start|>system\n# Tools", 26) == 0);
+    CHECK(strstr(p.text.p, "{\"type\":\"function\",\"function\":{\"name\":\"calc\"}}") != NULL);
+    size_t n = strlen(p.text.p);
+    CHECK(n > 5 && strcmp(p.text.p + n - 5, "It is") == 0); /* continued, not closed */
     chat_prompt_free(&p);
     char *flat;
     CHECK_EQ(api_render_chat(NULL, msgs, NULL, NULL, true, &flat, err, sizeof err), 0);

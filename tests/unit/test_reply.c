@@ -30,20 +30,20 @@
 
 /* A message as a client sees it. */
 struct msg {
-    struct resp_buf content, reasoning;
+    struct dd_buf content, reasoning;
     bool content_null;
     int n_calls;
     char name[MAXC][64];
-    struct resp_buf args[MAXC];
+    struct dd_buf args[MAXC];
     bool bad_chunk; /* a chunk broke the streaming rules */
 };
 
 static void msg_free(struct msg *m)
 {
-    resp_buf_free(&m->content);
-    resp_buf_free(&m->reasoning);
+    dd_buf_free(&m->content);
+    dd_buf_free(&m->reasoning);
     for (int i = 0; i < MAXC; i++)
-        resp_buf_free(&m->args[i]);
+        dd_buf_free(&m->args[i]);
     memset(m, 0, sizeof *m);
 }
 
@@ -74,14 +74,14 @@ static void whole(const struct opts *o, const char *text, struct msg *m)
     reply_finish(r);
     struct resp_choice c = {0};
     reply_choice(r, &c);
-    resp_buf_put(&m->content, c.text, c.len);
+    dd_buf_put(&m->content, c.text, c.len);
     if (c.reasoning)
-        resp_buf_put(&m->reasoning, c.reasoning, c.reasoning_len);
+        dd_buf_put(&m->reasoning, c.reasoning, c.reasoning_len);
     m->content_null = c.content_null;
     m->n_calls = (int)c.n_calls;
     for (int i = 0; i < m->n_calls && i < MAXC; i++) {
         snprintf(m->name[i], sizeof m->name[i], "%s", c.calls[i].name);
-        resp_buf_put(&m->args[i], c.calls[i].args, c.calls[i].args_len);
+        dd_buf_put(&m->args[i], c.calls[i].args, c.calls[i].args_len);
         if (strncmp(c.calls[i].id, "call_", 5) != 0)
             m->bad_chunk = true;
     }
@@ -111,11 +111,11 @@ static void take_call(struct msg *m, const cJSON *tc)
         return;
     }
     m->bad_chunk |= idx != m->n_calls - 1 || id || type || name;
-    resp_buf_puts(&m->args[idx], arg->valuestring);
+    dd_buf_puts(&m->args[idx], arg->valuestring);
 }
 
 /* Rebuild a message from SSE chunks. */
-static void from_sse(const struct resp_buf *b, struct msg *m)
+static void from_sse(const struct dd_buf *b, struct msg *m)
 {
     const char *p = b->p ? b->p : "";
     while ((p = strstr(p, "data: ")) != NULL) {
@@ -131,9 +131,9 @@ static void from_sse(const struct resp_buf *b, struct msg *m)
             (r && (!cJSON_IsString(r) || !r->valuestring[0])))
             m->bad_chunk = true;
         if (c)
-            resp_buf_puts(&m->content, c->valuestring);
+            dd_buf_puts(&m->content, c->valuestring);
         if (r)
-            resp_buf_puts(&m->reasoning, r->valuestring);
+            dd_buf_puts(&m->reasoning, r->valuestring);
         const cJSON *t;
         cJSON_ArrayForEach(t, tc) take_call(m, t);
         cJSON_Delete(o);
@@ -148,7 +148,7 @@ static void streamed(const struct opts *o, const char *text, const size_t *cuts,
 {
     reply_t *r = make(o, true);
     struct resp_meta meta = {API_CHAT, "chatcmpl-t", 0, "m", NULL, false};
-    struct resp_buf b = {0};
+    struct dd_buf b = {0};
     size_t at = 0, n = strlen(text);
     for (int i = 0; i <= n_cuts; i++) {
         size_t to = i < n_cuts ? cuts[i] : n;
@@ -159,7 +159,7 @@ static void streamed(const struct opts *o, const char *text, const size_t *cuts,
     reply_finish(r);
     reply_sse(r, &b, &meta, 0, NULL);
     from_sse(&b, m);
-    resp_buf_free(&b);
+    dd_buf_free(&b);
     reply_destroy(r);
 }
 
@@ -201,7 +201,7 @@ static void parse_all_ways(const struct opts *o, const char *text, struct msg *o
     CHECK_EQ(bad, 0);
 }
 
-static const char *str(const struct resp_buf *b)
+static const char *str(const struct dd_buf *b)
 {
     return b->p ? b->p : "";
 }

@@ -30,13 +30,13 @@ static struct resp_meta meta(enum api_kind k, bool logprobs)
 }
 
 /* The JSON of the one SSE event in b (asserts the framing), parsed. */
-static cJSON *one_event(struct resp_buf *b)
+static cJSON *one_event(struct dd_buf *b)
 {
     CHECK(b->len > 8 && strncmp(b->p, "data: ", 6) == 0);
     CHECK(b->len > 2 && strcmp(b->p + b->len - 2, "\n\n") == 0);
     cJSON *o = cJSON_ParseWithLength(b->p + 6, b->len - 8);
     CHECK(o != NULL);
-    b->len = 0;
+    dd_buf_truncate(b, 0);
     return o;
 }
 
@@ -56,7 +56,7 @@ TEST(error_object)
 
 TEST(sse_chunks)
 {
-    struct resp_buf b = {0};
+    struct dd_buf b = {0};
     struct resp_meta m = meta(API_CHAT, false);
     resp_sse_role(&b, &m, 0);
     cJSON *o = one_event(&b);
@@ -85,7 +85,7 @@ TEST(sse_chunks)
     cJSON_Delete(one_event(&b));
     resp_sse_done(&b);
     CHECK_STR_EQ(b.p, "data: [DONE]\n\n");
-    resp_buf_free(&b);
+    dd_buf_free(&b);
 }
 
 TEST(completion_with_logprobs)

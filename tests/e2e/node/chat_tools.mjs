@@ -1,8 +1,9 @@
 // node/chat_tools.mjs BASE_URL MODEL — tool calls and reasoning through the official `openai` npm
-// package (v6), against a daemon started with debug_allow_forced_output (the tiny test models are
-// random, so each request names the exact assistant text with the test-only "debug_forced_output"
-// field) and the Qwen3.5 template (its generation prompt opens <think>). Checks: a tool-call round
-// trip (call -> tool result -> answer) non-streaming and streaming, the streaming delta rules of
+// package (v6), against the test-hook build of the daemon (tests/deltad-testhooks with
+// DELTAD_TEST_FORCED_OUTPUT=1: the tiny test models are random, so each request names the exact
+// assistant text with the test-only "debug_forced_output" field) and the Qwen3.5 template (its
+// generation prompt opens <think>). Checks: a tool-call round trip (call -> tool result ->
+// answer) non-streaming and streaming, the streaming delta rules of
 // docs/openai-api.md section 3, the XML call form, tool_choice none, an unknown named tool and a
 // template raise_exception as 400s. Prints FAIL lines and a summary; exits 1 on any failure.
 import OpenAI from "openai";
