@@ -175,7 +175,8 @@ $(SERVER_LIB): $(SERVER_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-# the test programs' helpers (tests/unit/testutil.c, rb.c), linked before the libraries they use
+# the test programs' helpers (tests/unit/testutil.c, gguf_raw.c), linked before the libraries
+# they use
 $(HELP_LIB): $(HELP_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
@@ -189,9 +190,10 @@ $(DELTAD_HOOKS): $(B)/obj/server/cli/main.o $(HOOK_OBJ) $(ALL_LIBS)
 
 # test_chat checks the test hook's request field, so it links the hook's parser
 $(B)/tests/test_chat: $(B)/obj/tests/unit/test_chat.o $(B)/obj/server/api/api_chat.testhooks.o \
-                      $(ALL_LIBS)
+                      $(HELP_LIB) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(B)/obj/server/api/api_chat.testhooks.o $(ALL_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(B)/obj/server/api/api_chat.testhooks.o $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) \
+	  -o $@
 
 $(B)/tools/%: $(B)/obj/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -278,7 +280,8 @@ $(B)/$(1): $(B)/obj/tests/fuzz/$(1).o $(patsubst %.c,$(B)/obj/%.o,$(or $(FUZZ_DE
 endef
 $(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(t))))
 fuzz-build: $(FUZZ_NAMES:%=$(B)/%) $(B)/gguf_seeds
-$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c tests/unit/rb.c engine/model/gguf_writer.c engine/model/gguf.c engine/util.c
+$(B)/gguf_seeds: tests/fuzz/gguf_seeds.c tests/unit/gguf_raw.c engine/model/gguf_writer.c \
+                 engine/model/gguf.c engine/util.c
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -I. $^ -lm -pthread -o $@
 else
 fuzz-build:

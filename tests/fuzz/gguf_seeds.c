@@ -10,7 +10,7 @@
 
 #include "engine/model/gguf.h"        // defines: GGUF_T_*
 #include "engine/model/gguf_writer.h" // defines: gguf_writer_*
-#include "tests/unit/rb.h"            // defines: struct rb, rb_*
+#include "tests/unit/gguf_raw.h"      // defines: struct gguf_raw, rb_*
 
 static int save(gguf_writer_t *w, const char *dir, const char *name)
 {
@@ -51,32 +51,32 @@ static int seed_kinds(const char *dir, uint32_t alignment, const char *name)
 /* Hand-built: one key per fixed-size type the writer lacks and a two-level nested array. */
 static int seed_raw(const char *dir)
 {
-    struct rb r = {.n = 0};
+    struct gguf_raw r = {.n = 0};
     uint8_t u8 = 7;
     int8_t i8 = -7;
     uint16_t u16 = 700;
     int16_t i16 = -700;
     int64_t i64 = -70000;
     double f64 = 0.5;
-    rb_header(&r, 2, 0, 7);
-    rb_kv(&r, "u8", GGUF_T_U8, &u8, 1);
-    rb_kv(&r, "i8", GGUF_T_I8, &i8, 1);
-    rb_kv(&r, "u16", GGUF_T_U16, &u16, 2);
-    rb_kv(&r, "i16", GGUF_T_I16, &i16, 2);
-    rb_kv(&r, "i64", GGUF_T_I64, &i64, 8);
-    rb_kv(&r, "f64", GGUF_T_F64, &f64, 8);
-    rb_kv(&r, "nest", GGUF_T_ARRAY, NULL, 0); /* [[true], ["s"]] */
-    rb_u32(&r, GGUF_T_ARRAY);
-    rb_u64(&r, 2);
-    rb_u32(&r, GGUF_T_BOOL);
-    rb_u64(&r, 1);
-    rb_u8(&r, 1);
-    rb_u32(&r, GGUF_T_STRING);
-    rb_u64(&r, 1);
-    rb_str(&r, "s");
+    gguf_raw_header(&r, 2, 0, 7);
+    gguf_raw_kv(&r, "u8", GGUF_T_U8, &u8, 1);
+    gguf_raw_kv(&r, "i8", GGUF_T_I8, &i8, 1);
+    gguf_raw_kv(&r, "u16", GGUF_T_U16, &u16, 2);
+    gguf_raw_kv(&r, "i16", GGUF_T_I16, &i16, 2);
+    gguf_raw_kv(&r, "i64", GGUF_T_I64, &i64, 8);
+    gguf_raw_kv(&r, "f64", GGUF_T_F64, &f64, 8);
+    gguf_raw_kv(&r, "nest", GGUF_T_ARRAY, NULL, 0); /* [[true], ["s"]] */
+    gguf_raw_u32(&r, GGUF_T_ARRAY);
+    gguf_raw_u64(&r, 2);
+    gguf_raw_u32(&r, GGUF_T_BOOL);
+    gguf_raw_u64(&r, 1);
+    gguf_raw_u8(&r, 1);
+    gguf_raw_u32(&r, GGUF_T_STRING);
+    gguf_raw_u64(&r, 1);
+    gguf_raw_str(&r, "s");
     char path[4096];
     snprintf(path, sizeof(path), "%s/raw.gguf", dir);
-    return rb_save(&r, path) ? 1 : 0;
+    return gguf_raw_save(&r, path) ? 1 : 0;
 }
 
 int main(int argc, char **argv)

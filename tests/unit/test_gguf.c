@@ -3,7 +3,7 @@
  * file), strict getters, and a catalogue of malformed files that must be rejected with a message
  * and without a crash.
  *
- * Malformed files are built byte by byte with the `rb` builder (rb.h), so each case states
+ * Malformed files are built byte by byte with the `rb` builder (gguf_raw.h), so each case states
  * exactly which field is broken.
  */
 #include <fcntl.h>
@@ -13,13 +13,13 @@
 #include "engine/model/gguf.h"        // defines: gguf_open, gguf_get_*, GGUF_T_*
 #include "engine/model/gguf_writer.h" // defines: gguf_writer_*
 #include "engine/util.h"              // defines: DD_E*
-#include "rb.h"                       // defines: struct rb, rb_*
+#include "gguf_raw.h"                 // defines: struct gguf_raw, rb_*
 #include "test.h"                     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 
 /* ---- rejection check ---------------------------------------------------------------------- */
 
 /* Must be rejected: negative rc, no gguf_t, a message naming a byte offset. */
-static int expect_reject(const struct rb *b, const char *needle)
+static int expect_reject(const struct gguf_raw *b, const char *needle)
 {
     char err[512] = "";
     gguf_t *g = (gguf_t *)1;
@@ -277,26 +277,33 @@ TEST(strict_getters)
 /* Value types the writer has no setter for, and nested arrays, built by hand. */
 TEST(all_value_types)
 {
-    struct rb b = {0};
-    rb_header(&b, 2, 0, 10);
-    rb_str(&b, "u8"), rb_u32(&b, GGUF_T_U8), rb_u8(&b, 200);
-    rb_str(&b, "i8"), rb_u32(&b, GGUF_T_I8), rb_u8(&b, 0x80);
-    rb_str(&b, "u16"), rb_u32(&b, GGUF_T_U16), rb_u8(&b, 0xff), rb_u8(&b, 0xff);
-    rb_str(&b, "i16"), rb_u32(&b, GGUF_T_I16), rb_u8(&b, 0xfe), rb_u8(&b, 0xff);
-    rb_str(&b, "i64"), rb_u32(&b, GGUF_T_I64), rb_u64(&b, (uint64_t)-5);
+    struct gguf_raw b = {0};
+    gguf_raw_header(&b, 2, 0, 10);
+    gguf_raw_str(&b, "u8"), gguf_raw_u32(&b, GGUF_T_U8), gguf_raw_u8(&b, 200);
+    gguf_raw_str(&b, "i8"), gguf_raw_u32(&b, GGUF_T_I8), gguf_raw_u8(&b, 0x80);
+    gguf_raw_str(&b, "u16"), gguf_raw_u32(&b, GGUF_T_U16), gguf_raw_u8(&b, 0xff),
+        gguf_raw_u8(&b, 0xff);
+    gguf_raw_str(&b, "i16"), gguf_raw_u32(&b, GGUF_T_I16), gguf_raw_u8(&b, 0xfe),
+        gguf_raw_u8(&b, 0xff);
+    gguf_raw_str(&b, "i64"), gguf_raw_u32(&b, GGUF_T_I64), gguf_raw_u64(&b, (uint64_t)-5);
     double d = 2.5;
-    rb_str(&b, "f64"), rb_u32(&b, GGUF_T_F64), rb_put(&b, &d, 8);
+    gguf_raw_str(&b, "f64"), gguf_raw_u32(&b, GGUF_T_F64), gguf_raw_put(&b, &d, 8);
     /* [[1, 2], [], [3]] of u16, then [["a", "bc"]] */
-    rb_str(&b, "nested"), rb_u32(&b, GGUF_T_ARRAY), rb_u32(&b, GGUF_T_ARRAY), rb_u64(&b, 3);
-    rb_u32(&b, GGUF_T_U16), rb_u64(&b, 2), rb_u32(&b, 0x00020001);
-    rb_u32(&b, GGUF_T_U16), rb_u64(&b, 0);
-    rb_u32(&b, GGUF_T_U16), rb_u64(&b, 1), rb_u8(&b, 3), rb_u8(&b, 0);
-    rb_str(&b, "nested_str"), rb_u32(&b, GGUF_T_ARRAY), rb_u32(&b, GGUF_T_ARRAY), rb_u64(&b, 1);
-    rb_u32(&b, GGUF_T_STRING), rb_u64(&b, 2), rb_str(&b, "a"), rb_str(&b, "bc");
-    rb_str(&b, "bools"), rb_u32(&b, GGUF_T_ARRAY), rb_u32(&b, GGUF_T_BOOL), rb_u64(&b, 3);
-    rb_u8(&b, 1), rb_u8(&b, 0), rb_u8(&b, 1);
-    rb_str(&b, "i8s"), rb_u32(&b, GGUF_T_ARRAY), rb_u32(&b, GGUF_T_I8), rb_u64(&b, 2);
-    rb_u8(&b, 0xff), rb_u8(&b, 5);
+    gguf_raw_str(&b, "nested"), gguf_raw_u32(&b, GGUF_T_ARRAY), gguf_raw_u32(&b, GGUF_T_ARRAY),
+        gguf_raw_u64(&b, 3);
+    gguf_raw_u32(&b, GGUF_T_U16), gguf_raw_u64(&b, 2), gguf_raw_u32(&b, 0x00020001);
+    gguf_raw_u32(&b, GGUF_T_U16), gguf_raw_u64(&b, 0);
+    gguf_raw_u32(&b, GGUF_T_U16), gguf_raw_u64(&b, 1), gguf_raw_u8(&b, 3), gguf_raw_u8(&b, 0);
+    gguf_raw_str(&b, "nested_str"), gguf_raw_u32(&b, GGUF_T_ARRAY), gguf_raw_u32(&b, GGUF_T_ARRAY),
+        gguf_raw_u64(&b, 1);
+    gguf_raw_u32(&b, GGUF_T_STRING), gguf_raw_u64(&b, 2), gguf_raw_str(&b, "a"),
+        gguf_raw_str(&b, "bc");
+    gguf_raw_str(&b, "bools"), gguf_raw_u32(&b, GGUF_T_ARRAY), gguf_raw_u32(&b, GGUF_T_BOOL),
+        gguf_raw_u64(&b, 3);
+    gguf_raw_u8(&b, 1), gguf_raw_u8(&b, 0), gguf_raw_u8(&b, 1);
+    gguf_raw_str(&b, "i8s"), gguf_raw_u32(&b, GGUF_T_ARRAY), gguf_raw_u32(&b, GGUF_T_I8),
+        gguf_raw_u64(&b, 2);
+    gguf_raw_u8(&b, 0xff), gguf_raw_u8(&b, 5);
     gguf_t *g;
     char err[256] = "";
     int rc = gguf_open_mem(b.p, b.n, &g, err, sizeof(err));
@@ -411,23 +418,23 @@ TEST(writer_rejects)
 /* ---- malformed files ---------------------------------------------------------------------- */
 
 /* A valid two-tensor file: 2 kvs, tensors "a" (f32 [8]) and "b" (q8_0 [32, 2]). */
-static void build_valid(struct rb *b)
+static void build_valid(struct gguf_raw *b)
 {
     const uint64_t ne_a[1] = {8}, ne_b[2] = {32, 2};
-    rb_header(b, 3, 2, 2);
-    rb_str(b, "general.architecture"), rb_u32(b, GGUF_T_STRING), rb_str(b, "x");
-    rb_kv_u32(b, "x.count", 5);
-    rb_tinfo(b, "a", 1, ne_a, 0, 0);
-    rb_tinfo(b, "b", 2, ne_b, 8, 32);
-    rb_pad(b, 32);
+    gguf_raw_header(b, 3, 2, 2);
+    gguf_raw_str(b, "general.architecture"), gguf_raw_u32(b, GGUF_T_STRING), gguf_raw_str(b, "x");
+    gguf_raw_kv_u32(b, "x.count", 5);
+    gguf_raw_tinfo(b, "a", 1, ne_a, 0, 0);
+    gguf_raw_tinfo(b, "b", 2, ne_b, 8, 32);
+    gguf_raw_pad(b, 32);
     for (int i = 0; i < 32 + 68; i++)
-        rb_u8(b, (uint8_t)i);
+        gguf_raw_u8(b, (uint8_t)i);
 }
 
 /* The base file opens; each of its strict prefixes (every byte offset) is rejected. */
 TEST(valid_base_and_truncation)
 {
-    struct rb b = {0};
+    struct gguf_raw b = {0};
     build_valid(&b);
     gguf_t *g;
     char err[256] = "";
@@ -452,89 +459,92 @@ TEST(valid_base_and_truncation)
 /* Magic, versions 1 / 99 / byte-swapped 3, and counts of 2^60 and 2^64 - 1. */
 TEST(bad_header)
 {
-    struct rb b = {0};
+    struct gguf_raw b = {0};
     build_valid(&b);
     b.p[0] = 'X';
     CHECK(expect_reject(&b, "bad magic"));
-    struct rb v1 = {0}, v99 = {0}, be = {0};
-    rb_header(&v1, 1, 0, 0);
+    struct gguf_raw v1 = {0}, v99 = {0}, be = {0};
+    gguf_raw_header(&v1, 1, 0, 0);
     CHECK(expect_reject(&v1, "version 1"));
-    rb_header(&v99, 99, 0, 0);
+    gguf_raw_header(&v99, 99, 0, 0);
     CHECK(expect_reject(&v99, "version 99"));
-    rb_header(&be, 0x03000000u, 0, 0);
+    gguf_raw_header(&be, 0x03000000u, 0, 0);
     CHECK(expect_reject(&be, "big-endian"));
-    struct rb hk = {0}, ht = {0};
-    rb_header(&hk, 3, 0, 1ull << 60);
-    rb_zeros(&hk, 64);
+    struct gguf_raw hk = {0}, ht = {0};
+    gguf_raw_header(&hk, 3, 0, 1ull << 60);
+    gguf_raw_zeros(&hk, 64);
     CHECK(expect_reject(&hk, "kv_count"));
-    rb_header(&ht, 3, 0xffffffffffffffffull, 0);
-    rb_zeros(&ht, 64);
+    gguf_raw_header(&ht, 3, 0xffffffffffffffffull, 0);
+    gguf_raw_zeros(&ht, 64);
     CHECK(expect_reject(&ht, "tensor_count"));
 }
 
 TEST(bad_kvs)
 {
     /* Key length 2^60: must fail on the length, before allocating. */
-    struct rb b = {0};
-    rb_header(&b, 3, 0, 1);
-    rb_u64(&b, 1ull << 60), rb_put(&b, "abc", 3);
-    rb_zeros(&b, 16);
+    struct gguf_raw b = {0};
+    gguf_raw_header(&b, 3, 0, 1);
+    gguf_raw_u64(&b, 1ull << 60), gguf_raw_put(&b, "abc", 3);
+    gguf_raw_zeros(&b, 16);
     CHECK(expect_reject(&b, "key length"));
 
     /* String value longer than the file. */
-    struct rb s = {0};
-    rb_header(&s, 3, 0, 1);
-    rb_str(&s, "k"), rb_u32(&s, GGUF_T_STRING), rb_u64(&s, 0x7fffffffffffffffull);
-    rb_zeros(&s, 16);
+    struct gguf_raw s = {0};
+    gguf_raw_header(&s, 3, 0, 1);
+    gguf_raw_str(&s, "k"), gguf_raw_u32(&s, GGUF_T_STRING), gguf_raw_u64(&s, 0x7fffffffffffffffull);
+    gguf_raw_zeros(&s, 16);
     CHECK(expect_reject(&s, "string length"));
 
     /* Value type 13 does not exist. */
-    struct rb t = {0};
-    rb_header(&t, 3, 0, 1);
-    rb_str(&t, "k"), rb_u32(&t, 13), rb_u32(&t, 0);
+    struct gguf_raw t = {0};
+    gguf_raw_header(&t, 3, 0, 1);
+    gguf_raw_str(&t, "k"), gguf_raw_u32(&t, 13), gguf_raw_u32(&t, 0);
     CHECK(expect_reject(&t, "unknown value type 13"));
 
     /* Array of an unknown element type. */
-    struct rb e = {0};
-    rb_header(&e, 3, 0, 1);
-    rb_str(&e, "k"), rb_u32(&e, GGUF_T_ARRAY), rb_u32(&e, 77), rb_u64(&e, 0);
+    struct gguf_raw e = {0};
+    gguf_raw_header(&e, 3, 0, 1);
+    gguf_raw_str(&e, "k"), gguf_raw_u32(&e, GGUF_T_ARRAY), gguf_raw_u32(&e, 77),
+        gguf_raw_u64(&e, 0);
     CHECK(expect_reject(&e, "unknown array element type 77"));
 
     /* Array counts that the remaining bytes cannot hold: fixed-size and string elements. */
-    struct rb c = {0};
-    rb_header(&c, 3, 0, 1);
-    rb_str(&c, "k"), rb_u32(&c, GGUF_T_ARRAY), rb_u32(&c, GGUF_T_U32), rb_u64(&c, 1ull << 60);
-    rb_zeros(&c, 32);
+    struct gguf_raw c = {0};
+    gguf_raw_header(&c, 3, 0, 1);
+    gguf_raw_str(&c, "k"), gguf_raw_u32(&c, GGUF_T_ARRAY), gguf_raw_u32(&c, GGUF_T_U32),
+        gguf_raw_u64(&c, 1ull << 60);
+    gguf_raw_zeros(&c, 32);
     CHECK(expect_reject(&c, "u32 values"));
 
-    struct rb cs = {0};
-    rb_header(&cs, 3, 0, 1);
-    rb_str(&cs, "k"), rb_u32(&cs, GGUF_T_ARRAY), rb_u32(&cs, GGUF_T_STRING),
-        rb_u64(&cs, 1ull << 60);
-    rb_zeros(&cs, 32);
+    struct gguf_raw cs = {0};
+    gguf_raw_header(&cs, 3, 0, 1);
+    gguf_raw_str(&cs, "k"), gguf_raw_u32(&cs, GGUF_T_ARRAY), gguf_raw_u32(&cs, GGUF_T_STRING),
+        gguf_raw_u64(&cs, 1ull << 60);
+    gguf_raw_zeros(&cs, 32);
     CHECK(expect_reject(&cs, "array count"));
 
     /* The same key twice. */
-    struct rb d = {0};
-    rb_header(&d, 3, 0, 2);
-    rb_kv_u32(&d, "dup", 1);
-    rb_kv_u32(&d, "dup", 2);
+    struct gguf_raw d = {0};
+    gguf_raw_header(&d, 3, 0, 2);
+    gguf_raw_kv_u32(&d, "dup", 1);
+    gguf_raw_kv_u32(&d, "dup", 2);
     CHECK(expect_reject(&d, "duplicate key"));
 
     /* A bool byte other than 0 / 1, an empty key and a key with a NUL byte. */
-    struct rb bo = {0};
-    rb_header(&bo, 3, 0, 1);
-    rb_str(&bo, "k"), rb_u32(&bo, GGUF_T_BOOL), rb_u8(&bo, 2);
+    struct gguf_raw bo = {0};
+    gguf_raw_header(&bo, 3, 0, 1);
+    gguf_raw_str(&bo, "k"), gguf_raw_u32(&bo, GGUF_T_BOOL), gguf_raw_u8(&bo, 2);
     CHECK(expect_reject(&bo, "bool value 2"));
 
-    struct rb ek = {0};
-    rb_header(&ek, 3, 0, 1);
-    rb_kv_u32(&ek, "", 1);
+    struct gguf_raw ek = {0};
+    gguf_raw_header(&ek, 3, 0, 1);
+    gguf_raw_kv_u32(&ek, "", 1);
     CHECK(expect_reject(&ek, "empty key"));
 
-    struct rb nk = {0};
-    rb_header(&nk, 3, 0, 1);
-    rb_u64(&nk, 3), rb_put(&nk, "a\0b", 3), rb_u32(&nk, GGUF_T_U8), rb_u8(&nk, 0);
+    struct gguf_raw nk = {0};
+    gguf_raw_header(&nk, 3, 0, 1);
+    gguf_raw_u64(&nk, 3), gguf_raw_put(&nk, "a\0b", 3), gguf_raw_u32(&nk, GGUF_T_U8),
+        gguf_raw_u8(&nk, 0);
     CHECK(expect_reject(&nk, "NUL"));
 }
 
@@ -542,12 +552,12 @@ TEST(nesting_depth)
 {
     /* Arrays nested 7 or 8 levels deep are accepted, 9 levels are not. */
     for (int depth = 7; depth <= 9; depth++) {
-        struct rb b = {0};
-        rb_header(&b, 3, 0, 1);
-        rb_str(&b, "deep"), rb_u32(&b, GGUF_T_ARRAY);
+        struct gguf_raw b = {0};
+        gguf_raw_header(&b, 3, 0, 1);
+        gguf_raw_str(&b, "deep"), gguf_raw_u32(&b, GGUF_T_ARRAY);
         for (int i = 0; i < depth - 1; i++)
-            rb_u32(&b, GGUF_T_ARRAY), rb_u64(&b, 1);
-        rb_u32(&b, GGUF_T_U8), rb_u64(&b, 0);
+            gguf_raw_u32(&b, GGUF_T_ARRAY), gguf_raw_u64(&b, 1);
+        gguf_raw_u32(&b, GGUF_T_U8), gguf_raw_u64(&b, 0);
         gguf_t *g = NULL;
         char err[256] = "";
         int rc = gguf_open_mem(b.p, b.n, &g, err, sizeof(err));
@@ -565,29 +575,29 @@ TEST(bad_alignment)
 {
     const uint32_t vals[2] = {0, 3};
     for (int i = 0; i < 2; i++) {
-        struct rb b = {0};
-        rb_header(&b, 3, 0, 1);
-        rb_kv_u32(&b, "general.alignment", vals[i]);
+        struct gguf_raw b = {0};
+        gguf_raw_header(&b, 3, 0, 1);
+        gguf_raw_kv_u32(&b, "general.alignment", vals[i]);
         CHECK(expect_reject(&b, "power of two"));
     }
-    struct rb t = {0};
-    rb_header(&t, 3, 0, 1);
-    rb_str(&t, "general.alignment"), rb_u32(&t, GGUF_T_I32), rb_u32(&t, 32);
+    struct gguf_raw t = {0};
+    gguf_raw_header(&t, 3, 0, 1);
+    gguf_raw_str(&t, "general.alignment"), gguf_raw_u32(&t, GGUF_T_I32), gguf_raw_u32(&t, 32);
     CHECK(expect_reject(&t, "expected u32"));
-    struct rb u = {0};
-    rb_header(&u, 3, 0, 1);
-    rb_str(&u, "general.alignment"), rb_u32(&u, GGUF_T_U64), rb_u64(&u, 32);
+    struct gguf_raw u = {0};
+    gguf_raw_header(&u, 3, 0, 1);
+    gguf_raw_str(&u, "general.alignment"), gguf_raw_u32(&u, GGUF_T_U64), gguf_raw_u64(&u, 32);
     CHECK(expect_reject(&u, "expected u32"));
 }
 
 /* One tensor info with the given fields followed by enough data for a small tensor. */
-static void one_tensor(struct rb *b, uint32_t n_dims, const uint64_t *ne, uint32_t type,
+static void one_tensor(struct gguf_raw *b, uint32_t n_dims, const uint64_t *ne, uint32_t type,
                        uint64_t off)
 {
-    rb_header(b, 3, 1, 0);
-    rb_tinfo(b, "t", n_dims, ne, type, off);
-    rb_pad(b, 32);
-    rb_zeros(b, 128);
+    gguf_raw_header(b, 3, 1, 0);
+    gguf_raw_tinfo(b, "t", n_dims, ne, type, off);
+    gguf_raw_pad(b, 32);
+    gguf_raw_zeros(b, 128);
 }
 
 /* One broken field per case: n_dims, ne range and products, type id, block multiple, offset
@@ -595,7 +605,7 @@ static void one_tensor(struct rb *b, uint32_t n_dims, const uint64_t *ne, uint32
 TEST(bad_tensor_infos)
 {
     const uint64_t ne4[4] = {4, 1, 1, 1}, ne5[5] = {4, 1, 1, 1, 1};
-    struct rb b0 = {0}, b5 = {0}, ok4 = {0};
+    struct gguf_raw b0 = {0}, b5 = {0}, ok4 = {0};
     one_tensor(&b0, 0, ne4, 0, 0);
     CHECK(expect_reject(&b0, "n_dims 0"));
     one_tensor(&b5, 5, ne5, 0, 0);
@@ -606,18 +616,18 @@ TEST(bad_tensor_infos)
     gguf_close(g);
 
     const uint64_t huge[1] = {1ull << 63}, ovf[2] = {1ull << 32, 1ull << 32};
-    struct rb h = {0}, o = {0};
+    struct gguf_raw h = {0}, o = {0};
     one_tensor(&h, 1, huge, 0, 0);
     CHECK(expect_reject(&h, "out of range"));
     one_tensor(&o, 2, ovf, 0, 0);
     CHECK(expect_reject(&o, "overflows"));
     const uint64_t big[2] = {1ull << 31, 1ull << 31}; /* 2^62 elements of 4 bytes */
-    struct rb bs = {0};
+    struct gguf_raw bs = {0};
     one_tensor(&bs, 2, big, 0, 0);
     CHECK(expect_reject(&bs, "overflows"));
 
     const uint64_t ne32[1] = {32};
-    struct rb ty = {0}, ty4 = {0}, blk = {0}, mis = {0}, eof = {0};
+    struct gguf_raw ty = {0}, ty4 = {0}, blk = {0}, mis = {0}, eof = {0};
     one_tensor(&ty, 1, ne32, 41, 0);
     CHECK(expect_reject(&ty, "unknown ggml type 41"));
     one_tensor(&ty4, 1, ne32, 4, 0);
@@ -629,7 +639,7 @@ TEST(bad_tensor_infos)
     CHECK(expect_reject(&mis, "not a multiple of the alignment"));
     one_tensor(&eof, 1, ne32, 0, 64); /* 128 data bytes: 64 + 128 > 128 */
     CHECK(expect_reject(&eof, "exceeds"));
-    struct rb far = {0};
+    struct gguf_raw far = {0};
     one_tensor(&far, 1, ne32, 0, 0xffffffffffffffe0ull);
     CHECK(expect_reject(&far, "exceeds"));
 }
@@ -638,35 +648,35 @@ TEST(bad_tensor_infos)
 TEST(bad_tensor_sets)
 {
     const uint64_t ne[1] = {16};
-    struct rb ov = {0};
-    rb_header(&ov, 3, 2, 0);
-    rb_tinfo(&ov, "a", 1, ne, 0, 32);
-    rb_tinfo(&ov, "b", 1, ne, 0, 64); /* a covers [32, 96) */
-    rb_pad(&ov, 32);
-    rb_zeros(&ov, 256);
+    struct gguf_raw ov = {0};
+    gguf_raw_header(&ov, 3, 2, 0);
+    gguf_raw_tinfo(&ov, "a", 1, ne, 0, 32);
+    gguf_raw_tinfo(&ov, "b", 1, ne, 0, 64); /* a covers [32, 96) */
+    gguf_raw_pad(&ov, 32);
+    gguf_raw_zeros(&ov, 256);
     CHECK(expect_reject(&ov, "overlaps"));
 
-    struct rb dup = {0};
-    rb_header(&dup, 3, 2, 0);
-    rb_tinfo(&dup, "a", 1, ne, 0, 0);
-    rb_tinfo(&dup, "a", 1, ne, 0, 64);
-    rb_pad(&dup, 32);
-    rb_zeros(&dup, 256);
+    struct gguf_raw dup = {0};
+    gguf_raw_header(&dup, 3, 2, 0);
+    gguf_raw_tinfo(&dup, "a", 1, ne, 0, 0);
+    gguf_raw_tinfo(&dup, "a", 1, ne, 0, 64);
+    gguf_raw_pad(&dup, 32);
+    gguf_raw_zeros(&dup, 256);
     CHECK(expect_reject(&dup, "duplicate tensor name"));
 
-    struct rb en = {0};
+    struct gguf_raw en = {0};
     one_tensor(&en, 1, ne, 0, 0);
     memset(en.p + 24, 0, 8); /* the name length */
     CHECK(expect_reject(&en, NULL));
 
     /* Zero-sized tensors sharing an offset with a real one are not overlaps. */
     const uint64_t zero[1] = {0};
-    struct rb z = {0};
-    rb_header(&z, 3, 2, 0);
-    rb_tinfo(&z, "big", 1, ne, 0, 0);
-    rb_tinfo(&z, "empty", 1, zero, 0, 0);
-    rb_pad(&z, 32);
-    rb_zeros(&z, 64);
+    struct gguf_raw z = {0};
+    gguf_raw_header(&z, 3, 2, 0);
+    gguf_raw_tinfo(&z, "big", 1, ne, 0, 0);
+    gguf_raw_tinfo(&z, "empty", 1, zero, 0, 0);
+    gguf_raw_pad(&z, 32);
+    gguf_raw_zeros(&z, 64);
     gguf_t *g;
     char err[256] = "";
     CHECK_EQ(gguf_open_mem(z.p, z.n, &g, err, sizeof(err)), 0);
@@ -679,7 +689,7 @@ TEST(bad_tensor_sets)
 /* Messages from gguf_open name the path. */
 TEST(file_errors)
 {
-    struct rb b = {0};
+    struct gguf_raw b = {0};
     build_valid(&b);
     b.p[4] = 1; /* version 1 */
     char path[] = "/tmp/test_gguf_bad_XXXXXX";
@@ -701,12 +711,12 @@ TEST(file_errors)
 /* Random byte flips of a valid file never crash (ASan/UBSan catch what a plain run misses). */
 TEST(random_flips)
 {
-    struct rb base = {0};
+    struct gguf_raw base = {0};
     build_valid(&base);
     unsigned long long s = 7;
     int accepted = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        struct rb b = base;
+        struct gguf_raw b = base;
         int flips = 1 + (int)(test_rng_next(&s) % 4);
         for (int k = 0; k < flips; k++)
             b.p[test_rng_next(&s) % b.n] ^= (uint8_t)(1u << (test_rng_next(&s) % 8));
