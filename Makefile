@@ -141,6 +141,9 @@ TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
 ifneq ($(filter 1,$(CUDA) $(KCPU)),)
 TESTS      += $(patsubst tests/cuda/%.c,$(B)/tests/%,$(wildcard tests/cuda/test_*.c))
 endif
+ifeq ($(KCPU),1)
+TOOLS      += $(B)/tools/kcpu_selftest
+endif
 
 .PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps clean format format-check
 
@@ -174,6 +177,11 @@ $(B)/obj/%.o: $(B)/gen/%.cpp tools/kcpu/kcpu.h
 $(B)/obj/tools/kcpu/%.o: tools/kcpu/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_CXXFLAGS) -c $< -o $@
+
+# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
+$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 else
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

@@ -92,12 +92,11 @@ void enqueue(cudaStream_t st, std::function<void()> op)
 
 static int n_devices()
 {
-    static int n = -1;
-    if (n < 0) {
+    static const int n = [] { /* once, thread-safe */
         const char *e = getenv("KCPU_DEVICES");
-        n = e ? atoi(e) : 4;
-        n = n < 0 ? 0 : n > 64 ? 64 : n;
-    }
+        const int v = e ? atoi(e) : 4;
+        return v < 0 ? 0 : v > 64 ? 64 : v;
+    }();
     return n;
 }
 

@@ -9,7 +9,8 @@
  * __syncthreads (state BAR), at a warp op that still lacks lanes (state WARP) or when it
  * returns (DONE). The last lane to reach a warp op computes every lane's result, wakes the
  * others and runs on. When a pass leaves nothing runnable, the barrier is released if every
- * live fiber waits at it; a fiber still waiting on a warp op then is a deadlock and an error.
+ * fiber waits at it; a fiber still waiting on a warp op then is a deadlock, and a fiber that
+ * exited while others wait at the barrier is a divergent barrier: both are errors.
  *
  * Invariant: only the OS thread that runs a block touches its fibers, so there are no locks;
  * `cur` (thread-local) always points at the running fiber's thread_info.
@@ -180,20 +181,21 @@ static pool *pool_get()
 
 enum order { O_FORWARD, O_REVERSE, O_SHUFFLE };
 
+static int order_parse()
+{
+    const char *e = getenv("KCPU_ORDER");
+    if (!e || !*e || !strcmp(e, "forward"))
+        return O_FORWARD;
+    if (!strcmp(e, "reverse"))
+        return O_REVERSE;
+    if (!strcmp(e, "shuffle"))
+        return O_SHUFFLE;
+    die("KCPU_ORDER=%s: use forward, reverse or shuffle", e);
+}
+
 static int order_get()
 {
-    static int o = -1;
-    if (o < 0) {
-        const char *e = getenv("KCPU_ORDER");
-        if (!e || !*e || !strcmp(e, "forward"))
-            o = O_FORWARD;
-        else if (!strcmp(e, "reverse"))
-            o = O_REVERSE;
-        else if (!strcmp(e, "shuffle"))
-            o = O_SHUFFLE;
-        else
-            die("KCPU_ORDER=%s: use forward, reverse or shuffle", e);
-    }
+    static const int o = order_parse(); /* once, thread-safe */
     return o;
 }
 
@@ -275,6 +277,14 @@ static bool release_or_fail(block *b)
     }
     if (done == b->n)
         return false;
+    if (done) { /* a barrier not every thread reaches: UB in CUDA, often a hang */
+        int bar = 0, ex = 0;
+        for (int i = 0; i < b->n; i++)
+            b->f[i].state == F_BAR ? bar = i : ex = i;
+        fail_at(&b->f[bar], "waits at __syncthreads, which thread %d (and %d of the block's %d "
+                            "threads in all) exited without reaching",
+                ex, done, b->n);
+    }
     for (int i = 0; i < b->n; i++)
         if (b->f[i].state == F_BAR)
             b->f[i].state = F_RUN;
