@@ -7,7 +7,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-
 #include <vector>
 
 #include "cublas_v2.h" // defines: cublasGemmEx
@@ -84,8 +83,8 @@ static std::vector<float> unpack(const void *M, cudaDataType_t t, int ld, cublas
     std::vector<float> out((size_t)rows * depth);
     for (int r = 0; r < rows; r++)
         for (int l = 0; l < depth; l++)
-            out[(size_t)r * depth + l] =
-                load(M, t, op == CUBLAS_OP_N ? (size_t)r + (size_t)l * ld : (size_t)l + (size_t)r * ld);
+            out[(size_t)r * depth + l] = load(
+                M, t, op == CUBLAS_OP_N ? (size_t)r + (size_t)l * ld : (size_t)l + (size_t)r * ld);
     return out;
 }
 
@@ -119,7 +118,8 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
     }
     const float al = *(const float *)alpha, be = *(const float *)beta;
     kcpu::enqueue(h->st, [=]() {
-        const std::vector<float> a = unpack(A, at, lda, ta, m, k), b = unpack(B, bt, ldb, bn ? CUBLAS_OP_T : CUBLAS_OP_N, n, k);
+        const std::vector<float> a = unpack(A, at, lda, ta, m, k),
+                                 b = unpack(B, bt, ldb, bn ? CUBLAS_OP_T : CUBLAS_OP_N, n, k);
         float *c = (float *)C;
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {

@@ -16,12 +16,11 @@
  * Thread safety: the allocation table has a mutex; the current device and last error are per
  * OS thread (as in CUDA); a stream is used by one thread at a time.
  */
+#include <map>
+#include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "kcpu_impl.h" // defines: kcpu::die, kcpu::is_device
@@ -90,13 +89,16 @@ void enqueue(cudaStream_t st, std::function<void()> op)
         op();
 }
 
+static int n_devices_parse()
+{
+    const char *e = getenv("KCPU_DEVICES");
+    const int v = e ? atoi(e) : 4;
+    return v < 0 ? 0 : v > 64 ? 64 : v;
+}
+
 static int n_devices()
 {
-    static const int n = [] { /* once, thread-safe */
-        const char *e = getenv("KCPU_DEVICES");
-        const int v = e ? atoi(e) : 4;
-        return v < 0 ? 0 : v > 64 ? 64 : v;
-    }();
+    static const int n = n_devices_parse(); /* once, thread-safe */
     return n;
 }
 
@@ -104,7 +106,7 @@ static int n_devices()
 
 using namespace kcpu;
 
-/* ---- errors, devices ------------------------------------------------------------------------ */
+/* ---- errors, devices ------------------------------------------------------------------------- */
 
 extern "C" const char *cudaGetErrorName(cudaError_t e)
 {
@@ -335,7 +337,7 @@ extern "C" cudaError_t cudaMemset(void *dst, int byte, size_t bytes)
     return cudaMemsetAsync(dst, byte, bytes, NULL);
 }
 
-/* ---- streams and graphs ------------------------------------------------------------------- */
+/* ---- streams and graphs ---------------------------------------------------------------------- */
 
 extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags)
 {

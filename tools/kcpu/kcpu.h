@@ -28,12 +28,11 @@
 #error "kcpu.h is for the C++ (g++) compilation of kernels/cuda"
 #endif
 
+#include <functional>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -42,7 +41,7 @@
 #include "cuda_fp16.h"    // defines: __half
 #include "cuda_runtime.h" // defines: cudaStream_t, cudaError_t
 
-/* ---- the language -------------------------------------------------------------------------- */
+/* ---- the language ---------------------------------------------------------------------------- */
 
 #define __global__
 #define __device__
@@ -97,7 +96,7 @@ struct thread_info {
 };
 extern __thread thread_info *cur;
 
-/* ---- runtime entry points (sched.cpp, cudart.cpp) ---- */
+/* ---- runtime entry points (sched.cpp, cudart.cpp) -------------------------------------------- */
 
 /* Runs the grid of c: body(ctx) once per CUDA thread. Aborts on a scheduling error. */
 void run_grid(const site &s, const cfg &c, void (*body)(void *), void *ctx);
@@ -119,7 +118,8 @@ template <class F> void thunk(void *f)
     (*(F *)f)();
 }
 
-template <class Tup, size_t... I> void check_args(const site &s, const Tup &t, std::index_sequence<I...>)
+template <class Tup, size_t... I>
+void check_args(const site &s, const Tup &t, std::index_sequence<I...>)
 {
     (
         [&] {
@@ -132,7 +132,8 @@ template <class Tup, size_t... I> void check_args(const site &s, const Tup &t, s
 
 /* k<<<c>>>(a...): the arguments convert to the kernel's parameter types at the launch, as in
  * CUDA, and are kept by value (a captured graph replays them). */
-template <class... P, class... A> void launch(const site &s, void (*k)(P...), const cfg &c, A &&...a)
+template <class... P, class... A>
+void launch(const site &s, void (*k)(P...), const cfg &c, A &&...a)
 {
     if (!check_cfg(s, c))
         return;
@@ -165,7 +166,7 @@ template <class T> T warp_t(int kind, unsigned mask, T v, int arg, int width)
 
 static const int warpSize = 32;
 
-/* ---- warp collectives ---------------------------------------------------------------------- */
+/* ---- warp collectives ------------------------------------------------------------------------ */
 
 template <class T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
 {
@@ -200,7 +201,7 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
     kcpu::warp_op(kcpu::W_ANY, mask, 0, 0, 32, 4);
 }
 
-/* ---- math intrinsics (the host's libm and IEEE arithmetic; no FMA contraction in ISO C++) -- */
+/* ---- math intrinsics (the host's libm and IEEE arithmetic; no FMA contraction in ISO C++) ---- */
 
 inline float __fmul_rn(float a, float b)
 {
@@ -279,7 +280,7 @@ inline int32_t __float_as_int(float f)
     return u;
 }
 
-/* ---- atomics (real host atomics: correct whether blocks share an OS thread or not) --------- */
+/* ---- atomics (real host atomics: correct whether blocks share an OS thread or not) ----------- */
 
 template <class T> inline T atomicAdd(T *p, T v)
 {
@@ -297,8 +298,8 @@ template <class T> inline T atomicAdd(T *p, T v)
 template <class T> inline T atomicMax(T *p, T v)
 {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST,
-                                                   __ATOMIC_SEQ_CST)) {
+    while (old < v &&
+           !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
     return old;
 }

@@ -11,13 +11,14 @@
  * thread may post all ranks inside one group, or one thread per rank may post its own.
  * An allreduce outside a group runs as a group of one call.
  */
+#include "nccl.h" // defines: ncclAllReduce
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "kcpu_impl.h" // defines: kcpu::is_device, kcpu::die
-#include "nccl.h"      // defines: ncclAllReduce
 
 struct coll {
     std::vector<const void *> send;
@@ -65,7 +66,7 @@ static void reduce(coll *c)
     for (size_t r = 0; r < c->send.size(); r++)
         for (size_t i = 0; i < n; i++)
             sum[i] += c->type == ncclFloat32 ? ((const float *)c->send[r])[i]
-                                              : bf16_to_f32(((const uint16_t *)c->send[r])[i]);
+                                             : bf16_to_f32(((const uint16_t *)c->send[r])[i]);
     for (size_t r = 0; r < c->recv.size(); r++)
         for (size_t i = 0; i < n; i++) {
             if (c->type == ncclFloat32)

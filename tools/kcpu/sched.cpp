@@ -121,7 +121,7 @@ static void ctx_make(ctx *c, char *stack, size_t bytes, void (*entry)())
 }
 #endif
 
-/* ---- blocks ------------------------------------------------------------------------------- */
+/* ---- blocks ---------------------------------------------------------------------------------- */
 
 struct block;
 
@@ -201,8 +201,10 @@ static int order_get()
 
 static const char *state_name(int s)
 {
-    return s == F_RUN ? "running" : s == F_BAR ? "waiting at __syncthreads" :
-           s == F_WARP ? "waiting at a warp op" : "exited";
+    return s == F_RUN    ? "running"
+           : s == F_BAR  ? "waiting at __syncthreads"
+           : s == F_WARP ? "waiting at a warp op"
+                         : "exited";
 }
 
 /* The error prefix: kernel, launch site, block and thread. */
@@ -281,8 +283,9 @@ static bool release_or_fail(block *b)
         int bar = 0, ex = 0;
         for (int i = 0; i < b->n; i++)
             b->f[i].state == F_BAR ? bar = i : ex = i;
-        fail_at(&b->f[bar], "waits at __syncthreads, which thread %d (and %d of the block's %d "
-                            "threads in all) exited without reaching",
+        fail_at(&b->f[bar],
+                "waits at __syncthreads, which thread %d (and %d of the block's %d "
+                "threads in all) exited without reaching",
                 ex, done, b->n);
     }
     for (int i = 0; i < b->n; i++)
@@ -346,13 +349,13 @@ void run_grid(const site &s, const cfg &c, void (*body)(void *), void *ctx)
 bool check_cfg(const site &s, const cfg &c)
 {
     const uint64_t n = (uint64_t)c.block.x * c.block.y * c.block.z;
-    const char *bad = n == 0 || n > MAX_THREADS               ? "block of 1 .. 1024 threads"
-                      : c.block.z > 64                         ? "block.z <= 64"
-                      : !c.grid.x || !c.grid.y || !c.grid.z    ? "grid dimensions >= 1"
-                      : c.grid.x > 0x7fffffffu                 ? "grid.x < 2^31"
-                      : c.grid.y > 65535 || c.grid.z > 65535   ? "grid.y, grid.z <= 65535"
-                      : c.shmem > 0                            ? "no dynamic shared memory"
-                                                               : NULL;
+    const char *bad = n == 0 || n > MAX_THREADS              ? "block of 1 .. 1024 threads"
+                      : c.block.z > 64                       ? "block.z <= 64"
+                      : !c.grid.x || !c.grid.y || !c.grid.z  ? "grid dimensions >= 1"
+                      : c.grid.x > 0x7fffffffu               ? "grid.x < 2^31"
+                      : c.grid.y > 65535 || c.grid.z > 65535 ? "grid.y, grid.z <= 65535"
+                      : c.shmem > 0                          ? "no dynamic shared memory"
+                                                             : NULL;
     if (!bad)
         return true;
     warn("kernel %s (launched at %s:%d): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) "
@@ -370,7 +373,7 @@ void check_arg(const site &s, int i, const void *p)
             s.line, i + 1, p);
 }
 
-/* ---- warp collectives ---------------------------------------------------------------------- */
+/* ---- warp collectives ------------------------------------------------------------------------ */
 
 static void warp_compute(warp *w)
 {
@@ -411,8 +414,8 @@ static void warp_compute(warp *w)
 
 static const char *warp_name(int kind)
 {
-    static const char *const names[] = {"__shfl_sync",   "__shfl_xor_sync", "__shfl_up_sync",
-                                        "__shfl_down_sync", "__ballot_sync", "__any_sync",
+    static const char *const names[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
+                                        "__shfl_down_sync", "__ballot_sync",   "__any_sync",
                                         "__all_sync"};
     return names[kind];
 }
@@ -458,7 +461,7 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, int 
     return w->res[lane];
 }
 
-/* ---- messages ---------------------------------------------------------------------------------- */
+/* ---- messages -------------------------------------------------------------------------------- */
 
 void die(const char *fmt, ...)
 {

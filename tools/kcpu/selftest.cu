@@ -19,7 +19,7 @@
     do {                                                                                           \
         cudaError_t rc_ = (call);                                                                  \
         if (rc_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "selftest: %s: %s\n", #call, cudaGetErrorString(rc_));                \
+            fprintf(stderr, "selftest: %s: %s\n", #call, cudaGetErrorString(rc_));                 \
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
@@ -103,8 +103,8 @@ static int run_ok(void)
             odd |= (unsigned)(u & 1) << l;
         }
         const int up = lane ? in[127 - (t - 1)] : v, down = lane < 31 ? in[127 - (t + 1)] : v;
-        const int want[6] = {v, s, in[127 - (32 * w + 3)], up, (int)odd,
-                             down * 4 + any7 * 2 + all_pos};
+        const int want[6] = {v,  s,        in[127 - (32 * w + 3)],
+                             up, (int)odd, down * 4 + any7 * 2 + all_pos};
         for (int i = 0; i < 6; i++)
             bad += out[6 * t + i] != want[i];
     }

@@ -55,8 +55,9 @@ inline __half __float2half_rn(float f)
         return __half{(uint16_t)(s | 0x7e00u | (a >> 13 & 0x3ffu))};
     if (a >= 0x477ff000u) /* rounds to or beyond 65520: inf */
         return __half{(uint16_t)(s | 0x7c00u)};
-    if (a >= 0x38800000u) { /* normal half: drop 13 bits, round to nearest even */
-        const uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */
+    if (a >= 0x38800000u) {
+        /* normal half: rebias the exponent 127 -> 15, drop 13 bits rounding to nearest even */
+        const uint32_t r = a - 0x38000000u;
         const uint32_t h = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
         return __half{(uint16_t)(s | h)};
     }
