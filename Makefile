@@ -7,6 +7,8 @@
 #   make asan         tests under AddressSanitizer + UBSan (build/cpu-asan)
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
 #   make cuda-check   compile every .cu with nvcc -c, no GPU needed
+#   make KCPU=1       CUDA-on-CPU emulation (build/kcpu): kernels/cuda compiled by g++ with
+#                     tools/kcpu (fibers per CUDA thread, a fake runtime, cuBLAS and NCCL)
 #   make fuzz         libFuzzer targets (clang, build/fuzz), each run FUZZ_TIME seconds (60)
 #   make FAULT=1      fault-injection build (build/cpu-fault): DELTAD_FAIL_ALLOC / _FAIL_STEP
 #   make fault        FAULT=1 + ASan/UBSan build, then the fault-injection test on it
@@ -19,10 +21,17 @@ NCCL     ?= 0
 SANITIZE ?=
 FAULT    ?= 0
 FUZZ     ?= 0
+KCPU     ?= 0
+CXX      ?= g++
 
 ifeq ($(NCCL),1)
 ifneq ($(CUDA),1)
 $(error NCCL=1 needs CUDA=1)
+endif
+endif
+ifeq ($(KCPU),1)
+ifeq ($(CUDA),1)
+$(error KCPU=1 emulates CUDA on the CPU; it does not combine with CUDA=1)
 endif
 endif
 ifneq ($(SANITIZE),)
@@ -37,6 +46,9 @@ FLAVOUR := cuda
 ifeq ($(NCCL),1)
 FLAVOUR := cuda-nccl
 endif
+endif
+ifeq ($(KCPU),1)
+FLAVOUR := kcpu
 endif
 ifeq ($(FAULT),1)
 FLAVOUR := $(FLAVOUR)-fault
@@ -77,10 +89,10 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
 LIB_SRC    := $(sort $(wildcard engine/*.c engine/*/*.c kernels/cpu/*.c))
-ifneq ($(NCCL),1)
+ifeq ($(filter 1,$(NCCL) $(KCPU)),)
 LIB_SRC    := $(filter-out engine/compute/comm_nccl.c,$(LIB_SRC))
 endif
-ifneq ($(CUDA),1)
+ifeq ($(filter 1,$(CUDA) $(KCPU)),)
 LIB_SRC    := $(filter-out engine/compute/dev_cuda.c,$(LIB_SRC))
 endif
 JINJA_SRC  := $(sort $(wildcard server/jinja/*.c))
@@ -106,6 +118,18 @@ CFLAGS     += -DDELTAD_NCCL=1
 LDLIBS     += -lnccl
 endif
 endif
+# kcpu: each .cu is rewritten (tools/kcpu/rewrite.py: launches -> kcpu::launch) into
+# $(B)/gen/*.cpp and compiled by g++ with tools/kcpu/kcpu.h force-included; the headers of
+# tools/kcpu/include stand in for the toolkit's (the C sources include them too), and the
+# emulated runtime (tools/kcpu/*.cpp) goes into libdeltad.a in place of cudart/cuBLAS/NCCL.
+KCPU_SRC   := $(sort $(wildcard tools/kcpu/*.cpp))
+ifeq ($(KCPU),1)
+CU_OBJ     := $(CU_SRC:%.cu=$(B)/obj/%.o) $(KCPU_SRC:%.cpp=$(B)/obj/%.o)
+CFLAGS     += -Itools/kcpu/include -DDELTAD_CUDA=1 -DDELTAD_NCCL=1
+LDLIBS     += -lstdc++
+endif
+KCPU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+                 -pthread -MMD -MP -I. -Itools/kcpu/include -Itools/kcpu
 NVCCFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
               -I. -Xcompiler -Wall
 
@@ -124,8 +148,11 @@ HOOK_OBJ   := $(HOOK_SRC:%.c=$(B)/obj/%.testhooks.o)
 DELTAD_HOOKS := $(B)/tests/deltad-testhooks
 TOOLS      := $(TOOL_SRC:tools/%.c=$(B)/tools/%)
 TESTS      := $(foreach t,$(TEST_SRC),$(B)/tests/$(basename $(notdir $(t))))
-ifeq ($(CUDA),1)
+ifneq ($(filter 1,$(CUDA) $(KCPU)),)
 TESTS      += $(patsubst tests/cuda/%.c,$(B)/tests/%,$(wildcard tests/cuda/test_*.c))
+endif
+ifeq ($(KCPU),1)
+TOOLS      += $(B)/tools/kcpu_selftest
 endif
 
 .PHONY: all run test bench asan ubsan tsan check fault cuda-check fuzz deps deps-test clean format \
@@ -156,9 +183,29 @@ $(B)/obj/%.testhooks.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDELTAD_TEST_HOOKS -c $< -o $@
 
+ifeq ($(KCPU),1)
+.PRECIOUS: $(B)/gen/%.cpp
+$(B)/gen/%.cpp: %.cu tools/kcpu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 tools/kcpu/rewrite.py $< $@
+
+$(B)/obj/%.o: $(B)/gen/%.cpp tools/kcpu/kcpu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(KCPU_CXXFLAGS) -iquote $(dir $*) -include tools/kcpu/kcpu.h -c $< -o $@
+
+$(B)/obj/tools/kcpu/%.o: tools/kcpu/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(KCPU_CXXFLAGS) -c $< -o $@
+
+# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
+$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+else
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+endif
 
 # three libraries: libdeltad.a (engine + CPU kernels, + CUDA kernels with CUDA=1),
 # libdeltad_jinja.a (the template interpreter, server/jinja) and libdeltad_server.a (the rest of
@@ -207,9 +254,9 @@ $(B)/tests/%: $(B)/obj/tests/golden/%.o $(HELP_LIB) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(HELP_LIB) $(ALL_LIBS)
+$(B)/tests/%: $(B)/obj/tests/cuda/%.o $(HELP_LIB) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(ALL_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(LIB) $(LDLIBS) -o $@
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -298,7 +345,8 @@ fuzz: fuzz-build
 FORMAT_SKIP := $(wildcard kernels/cpu/*_avx2.c kernels/cpu/*_avx512.c kernels/cpu/simd*.h)
 FORMAT_SRC  := $(filter-out $(FORMAT_SKIP),$(sort $(wildcard engine/*.[ch] engine/*/*.[ch] \
                kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh \
-               server/*/*.[ch] tools/*.c tests/unit/*.[ch] tests/fuzz/*.c)))
+               server/*/*.[ch] tools/*.c tests/unit/*.[ch] tests/fuzz/*.c \
+               tools/kcpu/*.cpp tools/kcpu/*.h tools/kcpu/*.cu tools/kcpu/include/*.h)))
 
 format:
 	clang-format -i $(FORMAT_SRC)

@@ -13,7 +13,8 @@ if [ -x "$B/tools/mkmodel" ]; then
   "$B/tools/mkmodel" --tiny-all "$B/models" >"$B/test-logs/mkmodel.log" 2>&1 ||
     { echo "FAIL mkmodel (see $B/test-logs/mkmodel.log)"; fail=$((fail+1)); failed+=(mkmodel); }
 fi
-for t in "$B"/tests/test_* tests/golden/test_*.sh tests/e2e/test_*.sh tests/fuzz/smoke.sh; do
+for t in "$B"/tests/test_* tests/golden/test_*.sh tests/e2e/test_*.sh tests/cuda/test_*.sh \
+    tests/fuzz/smoke.sh; do
   [ -x "$t" ] || continue
   n=$(basename "$t")
   log="$B/test-logs/$n.log"

@@ -5,6 +5,15 @@
  * Weights: the device table hands over host views into the mmap. The first matmul with a view
  * uploads it (its n_out rows of row_bytes) and remembers the device copy in a hash table keyed
  * by the host address, so each weight crosses PCIe once; the copies live until destroy.
+ * IMPORTANT: an address alone does not identify a weight. A host buffer that is freed and
+ * reallocated (glibc hands the same address back for the same size) would otherwise meet the
+ * previous buffer's device copy, of another type or content (issue 29: test_dev_cuda failed 6
+ * to 16 of its cases under kcpu). So a copy is reused only when the view's type, row_bytes and
+ * n_in match and it covers the view's rows, and when a fingerprint of sampled bytes (the
+ * first 64 and 16 words spread over the uploaded range, checked where the view covers them)
+ * still matches the host bytes; otherwise the view is uploaded again. The samples cost a few
+ * cache lines per matmul; a change that misses every sample goes unnoticed, so a caller that
+ * rewrites a view in place must not rely on this.
  * Activations: per product, x is uploaded into a device buffer, the product runs (matrix-vector
  * kernel for up to KC_MATVEC_MAX_T rows, dequantise + cuBLAS above), and y is downloaded.
  * Buffers grow on demand (the first steps of each shape allocate; later steps do not).
@@ -24,11 +33,18 @@
 #include "kernels/cuda/kcuda.h" // defines: kc_stream, kc_matmul
 #include "topo.h"               // defines: topo_create, topo_coreset_init_gpu, topo_bind_set
 
-/* One uploaded weight view: host address -> device copy of n bytes. */
+#define FP_HEAD 8    /* words sampled at the start of an upload */
+#define FP_SPREAD 16 /* words sampled at evenly spaced offsets */
+
+/* One uploaded weight view: host address -> device copy of bytes, with what identifies it. */
 struct wslot {
     const void *host;
     void *dev;
     size_t bytes;
+    enum kq_type type;
+    int64_t n_in;
+    size_t row_bytes;
+    uint64_t fp[FP_HEAD + FP_SPREAD]; /* the host bytes at fp_off(i, bytes) when uploaded */
 };
 
 struct cuda_dev {
@@ -73,16 +89,55 @@ static void table_grow(struct cuda_dev *cd)
     free(old);
 }
 
-/* The device copy of weight view w, uploaded on first use. */
+/* Offset of fingerprint word i in an upload of bytes (>= 8). */
+static size_t fp_off(int i, size_t bytes)
+{
+    if (i < FP_HEAD)
+        return (size_t)i * 8 < bytes - 8 ? (size_t)i * 8 : bytes - 8;
+    return (bytes - 8) / (FP_SPREAD - 1) * (size_t)(i - FP_HEAD);
+}
+
+static uint64_t fp_word(const void *host, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, (const uint8_t *)host + off, sizeof v);
+    return v;
+}
+
+static void fp_take(struct wslot *sl)
+{
+    for (int i = 0; i < FP_HEAD + FP_SPREAD; i++)
+        sl->fp[i] = sl->bytes >= 8 ? fp_word(sl->host, fp_off(i, sl->bytes)) : 0;
+}
+
+/* Whether slot sl holds view w of bytes: the same weight, rows covered, samples unchanged
+ * where the view reaches. */
+static bool slot_holds(const struct wslot *sl, const struct dev_mat *w, size_t bytes)
+{
+    if (sl->type != w->type || sl->n_in != w->n_in || sl->row_bytes != w->row_bytes ||
+        sl->bytes < bytes)
+        return false;
+    if (sl->bytes < 8)
+        return true;
+    for (int i = 0; i < FP_HEAD + FP_SPREAD; i++) {
+        const size_t off = fp_off(i, sl->bytes);
+        if (off + 8 <= bytes && fp_word(w->data, off) != sl->fp[i])
+            return false;
+    }
+    return true;
+}
+
+/* The device copy of weight view w, uploaded on first use (or again when the bytes at its
+ * address are no longer the ones uploaded, see the opening comment). */
 static const void *weight_dev(struct cuda_dev *cd, const struct dev_mat *w)
 {
     const size_t bytes = w->row_bytes * (size_t)w->n_out;
     if (2 * (cd->w_n + 1) > cd->w_cap)
         table_grow(cd);
     struct wslot *sl = slot_find(cd, w->data);
-    if (sl->host && sl->bytes >= bytes)
+    if (sl->host && slot_holds(sl, w, bytes))
         return sl->dev;
-    if (sl->host) { /* the same address seen with fewer rows before: replace the copy */
+    if (sl->host) { /* fewer rows before, or another weight at this address: replace the copy */
         kc_stream_sync(cd->s);
         kc_free(sl->dev);
         cd->w_bytes -= sl->bytes;
@@ -96,7 +151,8 @@ static const void *weight_dev(struct cuda_dev *cd, const struct dev_mat *w)
         abort();
     }
     kc_upload(cd->s, p, w->data, bytes);
-    *sl = (struct wslot){w->data, p, bytes};
+    *sl = (struct wslot){w->data, p, bytes, w->type, w->n_in, w->row_bytes, {0}};
+    fp_take(sl);
     cd->w_n++;
     cd->w_bytes += bytes;
     return p;

@@ -38,8 +38,10 @@ extern "C" void kc_device_busid(int device, char *buf, size_t len)
 {
     if (len == 0)
         return;
-    if (cudaDeviceGetPCIBusId(buf, (int)len, device) != cudaSuccess)
+    if (cudaDeviceGetPCIBusId(buf, (int)len, device) != cudaSuccess) {
         buf[0] = '\0';
+        (void)cudaGetLastError(); /* clear it, or the next launch check reports this error */
+    }
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */

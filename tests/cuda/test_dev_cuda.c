@@ -6,6 +6,11 @@
  * 3e-2 of the largest output; F32 / F16 / BF16 weights take f32 activations on both (1e-4, or
  * the 16-bit GEMM's 2e-3 / 1e-2 for T > 8).
  *
+ * Regression, issue 29 (stale upload): the device caches weight copies by host address; a
+ * weight buffer freed and allocated again at the same size (glibc hands back the address) must
+ * give the new weight's product, for another type with the same row bytes (Q4_0 -> Q4_K at
+ * n = 512), and so must new content of the same type written over the buffer.
+ *
  * Exit: 0 pass, 1 fail, 77 no GPU or no CUDA device (SKIP with the device's own message).
  */
 #include <math.h>
@@ -34,6 +39,64 @@ static double rel_err(const float *a, const float *r, int64_t n)
         mr = fabs(r[i]) > mr ? fabs(r[i]) : mr;
     }
     return mr > 0.0 ? md / mr : md;
+}
+
+/* Random rows of type t quantised into w [n_out][kq_row_bytes(t, n)]. */
+static void fill_weights(uint8_t *w, enum kq_type t, int64_t n, int64_t n_out)
+{
+    const size_t rb = kq_row_bytes(t, n);
+    float *row = malloc((size_t)n * sizeof *row);
+    for (int64_t r = 0; r < n_out; r++) {
+        for (int64_t i = 0; i < n; i++)
+            row[i] = frand();
+        kq_quantize_row(t, row, w + r * rb, n);
+    }
+    free(row);
+}
+
+/* max relative difference of dev_matmul on gpu and cpu for weights m and T random rows. */
+static double gpu_vs_cpu(struct dev *gpu, struct dev *cpu, const struct dev_mat *m, int64_t T)
+{
+    float *x = malloc((size_t)(T * m->n_in) * 4), *yc = malloc((size_t)(T * m->n_out) * 4);
+    float *yg = malloc((size_t)(T * m->n_out) * 4);
+    for (int64_t i = 0; i < T * m->n_in; i++)
+        x[i] = frand();
+    dev_matmul(cpu, m, x, T, yc);
+    dev_matmul(gpu, m, x, T, yg);
+    const double e = rel_err(yg, yc, T * m->n_out);
+    free(x), free(yc), free(yg);
+    return e;
+}
+
+/* Issue 29: Q4_0 weights; freed, and Q4_K weights of the same size allocated (glibc gives the
+ * address back); then new Q4_K content written over the same buffer. Each product must be the
+ * new weights'. */
+static int test_realloc(struct dev *gpu, struct dev *cpu)
+{
+    const int64_t n = 512, n_out = 64, T = 2;
+    const size_t bytes = kq_row_bytes(KQ_Q4_0, n) * n_out;
+    static const char *const what[3] = {"q4_0 weights", "q4_K after free + malloc",
+                                        "q4_K rewritten in place"};
+    int fails = 0;
+    uint8_t *w = NULL;
+    const void *prev = NULL;
+    for (int i = 0; i < 3; i++) {
+        const enum kq_type t = i == 0 ? KQ_Q4_0 : KQ_Q4_K;
+        if (i < 2) {
+            free(w);
+            w = malloc(bytes);
+        }
+        fill_weights(w, t, n, n_out);
+        struct dev_mat m = {w, t, n, n_out, kq_row_bytes(t, n)};
+        const double e = gpu_vs_cpu(gpu, cpu, &m, T);
+        printf("%s issue 29: %-24s (%s address) err %.3e  tol 3.0e-02\n",
+               e <= 3e-2 ? "ok  " : "FAIL", what[i], !prev ? "first" : prev == w ? "same" : "new",
+               e);
+        fails += !(e <= 3e-2);
+        prev = w;
+    }
+    free(w);
+    return fails;
 }
 
 int main(void)
@@ -109,6 +172,8 @@ int main(void)
         e <= 3e-2 ? passes++ : fails++;
         free(w), free(x), free(a), free(b), free(ra), free(rbuf);
     }
+    const int rf = test_realloc(gpu, cpu);
+    fails += rf, passes += 3 - rf;
     dev_destroy(gpu);
     dev_destroy(cpu);
     printf("%d passed, %d failed\n", passes, fails);

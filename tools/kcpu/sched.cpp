@@ -1,0 +1,487 @@
+/*
+ * sched — the kcpu block scheduler: CUDA threads as fibers, block barriers and warp collectives
+ * (the model is described in kcpu.h).
+ *
+ * A launch runs its blocks in order on the calling OS thread. For a block of n threads the
+ * scheduler makes n fibers on stacks reused from launch to launch (one mmap per OS thread,
+ * a guard page under each stack) and runs passes: each pass visits the fibers in the
+ * KCPU_ORDER order and runs every runnable one until it yields. A fiber yields at
+ * __syncthreads (state BAR), at a warp op that still lacks lanes (state WARP) or when it
+ * returns (DONE). The last lane to reach a warp op computes every lane's result, wakes the
+ * others and runs on. When a pass leaves nothing runnable, the barrier is released if every
+ * fiber waits at it; a fiber still waiting on a warp op then is a deadlock, and a fiber that
+ * exited while others wait at the barrier is a divergent barrier: both are errors.
+ *
+ * Invariant: only the OS thread that runs a block touches its fibers, so there are no locks;
+ * `cur` (thread-local) always points at the running fiber's thread_info.
+ *
+ * Switching: hand-written x86-64 code saves the callee-saved registers, MXCSR and the x87
+ * control word and swaps stack pointers (a glibc swapcontext costs a signal-mask system call
+ * per switch, and a warp reduction switches 64 times); other machines use ucontext.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kcpu_impl.h" // defines: kcpu::die, kcpu::site, kcpu::cfg
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace kcpu
+{
+
+__thread thread_info *cur;
+
+enum { MAX_THREADS = 1024, STACK_BYTES = 64 << 10 };
+enum fstate { F_RUN, F_BAR, F_WARP, F_DONE };
+
+/* ---- context switch -------------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+extern "C" void kcpu__switch(void **save_sp, void *to_sp);
+asm(R"(
+    .pushsection .text
+    .globl kcpu__switch
+    .type kcpu__switch, @function
+kcpu__switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size kcpu__switch, .-kcpu__switch
+    .popsection
+)");
+
+struct ctx {
+    void *sp;
+};
+
+static void ctx_switch(ctx *from, ctx *to)
+{
+    kcpu__switch(&from->sp, to->sp);
+}
+
+/* A fresh context that starts entry() on the stack ending at top: the frame kcpu__switch pops
+ * (control words, six registers, the return address entry) over a zero slot that keeps the
+ * ABI's 16-byte alignment at entry. */
+static void ctx_make(ctx *c, char *stack, size_t bytes, void (*entry)())
+{
+    uint64_t *sp = (uint64_t *)(((uintptr_t)(stack + bytes)) & ~(uintptr_t)15);
+    *--sp = 0;
+    *--sp = (uint64_t)(uintptr_t)entry;
+    for (int i = 0; i < 6; i++)
+        *--sp = 0;
+    uint32_t mx;
+    uint16_t cw;
+    asm volatile("stmxcsr %0" : "=m"(mx));
+    asm volatile("fnstcw %0" : "=m"(cw));
+    *--sp = (uint64_t)mx | (uint64_t)cw << 32;
+    c->sp = sp;
+}
+#else
+struct ctx {
+    ucontext_t uc;
+};
+
+static void ctx_switch(ctx *from, ctx *to)
+{
+    swapcontext(&from->uc, &to->uc);
+}
+
+static void ctx_make(ctx *c, char *stack, size_t bytes, void (*entry)())
+{
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = NULL;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
+/* ---- blocks ---------------------------------------------------------------------------------- */
+
+struct block;
+
+struct fiber : thread_info {
+    ctx c;
+    block *b;
+    unsigned lin; /* linear thread index in the block */
+    int state;
+};
+
+/* The pending warp op of one warp: who arrived, with which values. */
+struct warp {
+    unsigned arrived, mask;
+    int kind, size, width;
+    uint64_t val[32], res[32];
+    int arg[32];
+};
+
+struct block {
+    block_info info;
+    const site *where;
+    void (*body)(void *);
+    void *body_ctx;
+    fiber *f;
+    warp *w;
+    int n;
+    ctx sched;
+};
+
+/* Per OS thread: stacks, fibers and warps for the largest block, reused by every launch. */
+struct pool {
+    char *stacks;
+    fiber f[MAX_THREADS];
+    warp w[MAX_THREADS / 32];
+    int order[MAX_THREADS];
+    uint64_t rng;
+};
+static __thread pool *tpool;
+
+static pool *pool_get()
+{
+    if (tpool)
+        return tpool;
+    pool *p = (pool *)calloc(1, sizeof *p);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    p->stacks = (char *)mmap(NULL, (size_t)MAX_THREADS * STACK_BYTES, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!p || p->stacks == MAP_FAILED)
+        die("cannot map %d fiber stacks", (int)MAX_THREADS);
+    for (int i = 0; i < MAX_THREADS; i++) /* a guard page under every stack */
+        mprotect(p->stacks + (size_t)i * STACK_BYTES, page, PROT_NONE);
+    const char *seed = getenv("KCPU_SEED");
+    p->rng = seed ? strtoull(seed, NULL, 0) | 1 : 0x2545f4914f6cdd1dull;
+    tpool = p;
+    return p;
+}
+
+enum order { O_FORWARD, O_REVERSE, O_SHUFFLE };
+
+static int order_parse()
+{
+    const char *e = getenv("KCPU_ORDER");
+    if (!e || !*e || !strcmp(e, "forward"))
+        return O_FORWARD;
+    if (!strcmp(e, "reverse"))
+        return O_REVERSE;
+    if (!strcmp(e, "shuffle"))
+        return O_SHUFFLE;
+    die("KCPU_ORDER=%s: use forward, reverse or shuffle", e);
+}
+
+static int order_get()
+{
+    static const int o = order_parse(); /* once, thread-safe */
+    return o;
+}
+
+static const char *state_name(int s)
+{
+    return s == F_RUN    ? "running"
+           : s == F_BAR  ? "waiting at __syncthreads"
+           : s == F_WARP ? "waiting at a warp op"
+                         : "exited";
+}
+
+/* The error prefix: kernel, launch site, block and thread. */
+[[noreturn]] static void fail_at(const fiber *f, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const block *b = f->b;
+    die("kernel %s (launched at %s:%d), block (%u,%u,%u), thread (%u,%u,%u): %s", b->where->name,
+        b->where->file, b->where->line, b->info.idx.x, b->info.idx.y, b->info.idx.z, f->tid.x,
+        f->tid.y, f->tid.z, msg);
+}
+
+static void fiber_main()
+{
+    fiber *f = (fiber *)cur;
+    block *b = f->b;
+    b->body(b->body_ctx);
+    f->state = F_DONE;
+    const warp *w = &b->w[f->lin / 32];
+    const unsigned bit = 1u << (f->lin % 32);
+    if (w->arrived && (w->mask & bit))
+        fail_at(f, "exited while lanes 0x%08x of its warp wait for it at a warp op (mask 0x%08x)",
+                w->arrived, w->mask);
+    ctx_switch(&f->c, &b->sched);
+    abort(); /* a finished fiber is never resumed */
+}
+
+static void yield(fiber *f, int state)
+{
+    f->state = state;
+    ctx_switch(&f->c, &f->b->sched);
+}
+
+void syncthreads()
+{
+    yield((fiber *)cur, F_BAR);
+}
+
+static void make_order(pool *p, int n)
+{
+    const int o = order_get();
+    for (int i = 0; i < n; i++)
+        p->order[i] = o == O_REVERSE ? n - 1 - i : i;
+    if (o == O_SHUFFLE)
+        for (int i = n - 1; i > 0; i--) {
+            p->rng ^= p->rng << 13, p->rng ^= p->rng >> 7, p->rng ^= p->rng << 17;
+            const int j = (int)(p->rng % (uint64_t)(i + 1)), t = p->order[i];
+            p->order[i] = p->order[j], p->order[j] = t;
+        }
+}
+
+/* After a pass that left nothing runnable: release the barrier, or report the deadlock. */
+static bool release_or_fail(block *b)
+{
+    int done = 0;
+    for (int i = 0; i < b->n; i++) {
+        fiber *f = &b->f[i];
+        if (f->state == F_DONE) {
+            done++;
+        } else if (f->state == F_WARP) {
+            const warp *w = &b->w[i / 32];
+            const unsigned missing = w->mask & ~w->arrived;
+            const int lane = missing ? __builtin_ctz(missing) : -1;
+            const int other = (i / 32) * 32 + lane;
+            fail_at(f, "waits at a warp op (mask 0x%08x) that lane %d never reaches (it is %s)",
+                    w->mask, lane, lane >= 0 && other < b->n ? state_name(b->f[other].state) : "?");
+        }
+    }
+    if (done == b->n)
+        return false;
+    if (done) { /* a barrier not every thread reaches: UB in CUDA, often a hang */
+        int bar = 0, ex = 0;
+        for (int i = 0; i < b->n; i++)
+            b->f[i].state == F_BAR ? bar = i : ex = i;
+        fail_at(&b->f[bar],
+                "waits at __syncthreads, which thread %d (and %d of the block's %d "
+                "threads in all) exited without reaching",
+                ex, done, b->n);
+    }
+    for (int i = 0; i < b->n; i++)
+        if (b->f[i].state == F_BAR)
+            b->f[i].state = F_RUN;
+    return true;
+}
+
+static void run_block(pool *p, block *b)
+{
+    const dim3 bd = b->info.dim;
+    for (int i = 0; i < b->n; i++) {
+        fiber *f = &b->f[i];
+        f->tid = uint3{i % bd.x, i / bd.x % bd.y, i / (bd.x * bd.y)};
+        f->blk = &b->info;
+        f->b = b;
+        f->lin = (unsigned)i;
+        f->state = F_RUN;
+        ctx_make(&f->c, p->stacks + (size_t)i * STACK_BYTES, STACK_BYTES, fiber_main);
+    }
+    for (int i = 0; i < (b->n + 31) / 32; i++)
+        b->w[i].arrived = 0;
+    do {
+        bool ran;
+        do {
+            ran = false;
+            make_order(p, b->n);
+            for (int k = 0; k < b->n; k++) {
+                fiber *f = &b->f[p->order[k]];
+                if (f->state != F_RUN)
+                    continue;
+                cur = f;
+                ctx_switch(&b->sched, &f->c);
+                ran = true;
+            }
+        } while (ran);
+    } while (release_or_fail(b));
+    cur = NULL;
+}
+
+void run_grid(const site &s, const cfg &c, void (*body)(void *), void *ctx)
+{
+    pool *p = pool_get();
+    block b;
+    b.where = &s;
+    b.body = body;
+    b.body_ctx = ctx;
+    b.f = p->f;
+    b.w = p->w;
+    b.n = (int)(c.block.x * c.block.y * c.block.z);
+    b.info.dim = c.block;
+    b.info.grid = c.grid;
+    for (unsigned z = 0; z < c.grid.z; z++)
+        for (unsigned y = 0; y < c.grid.y; y++)
+            for (unsigned x = 0; x < c.grid.x; x++) {
+                b.info.idx = uint3{x, y, z};
+                run_block(p, &b);
+            }
+}
+
+bool check_cfg(const site &s, const cfg &c)
+{
+    const uint64_t n = (uint64_t)c.block.x * c.block.y * c.block.z;
+    const char *bad = n == 0 || n > MAX_THREADS              ? "block of 1 .. 1024 threads"
+                      : c.block.z > 64                       ? "block.z <= 64"
+                      : !c.grid.x || !c.grid.y || !c.grid.z  ? "grid dimensions >= 1"
+                      : c.grid.x > 0x7fffffffu               ? "grid.x < 2^31"
+                      : c.grid.y > 65535 || c.grid.z > 65535 ? "grid.y, grid.z <= 65535"
+                      : c.shmem > 0                          ? "no dynamic shared memory"
+                                                             : NULL;
+    if (!bad)
+        return true;
+    warn("kernel %s (launched at %s:%d): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) "
+         "shmem %zu: needs %s",
+         s.name, s.file, s.line, c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z,
+         c.shmem, bad);
+    set_error(cudaErrorInvalidConfiguration);
+    return false;
+}
+
+void check_arg(const site &s, int i, const void *p)
+{
+    if (p && !is_device_ptr(p))
+        die("kernel %s (launched at %s:%d): argument %d (%p) is not device memory", s.name, s.file,
+            s.line, i + 1, p);
+}
+
+/* ---- warp collectives ------------------------------------------------------------------------ */
+
+static void warp_compute(warp *w)
+{
+    const int width = w->width;
+    for (int l = 0; l < 32; l++) {
+        if (!(w->mask & 1u << l))
+            continue;
+        int src = l;
+        switch (w->kind) {
+        case W_SHFL:
+            src = (l & ~(width - 1)) + (w->arg[l] & (width - 1));
+            break;
+        case W_SHFL_XOR:
+            src = l ^ w->arg[l];
+            if ((src & ~(width - 1)) != (l & ~(width - 1)))
+                src = l;
+            break;
+        case W_SHFL_UP:
+            src = (l & (width - 1)) >= w->arg[l] ? l - w->arg[l] : l;
+            break;
+        case W_SHFL_DOWN:
+            src = (l & (width - 1)) + w->arg[l] < width ? l + w->arg[l] : l;
+            break;
+        default:
+            break;
+        }
+        if (w->kind == W_BALLOT || w->kind == W_ANY || w->kind == W_ALL) {
+            unsigned bits = 0;
+            for (int j = 0; j < 32; j++)
+                if ((w->mask & 1u << j) && w->val[j])
+                    bits |= 1u << j;
+            w->res[l] = w->kind == W_BALLOT ? bits : w->kind == W_ANY ? bits != 0 : bits == w->mask;
+        } else {
+            w->res[l] = (w->mask & 1u << src) ? w->val[src] : w->val[l];
+        }
+    }
+}
+
+static const char *warp_name(int kind)
+{
+    static const char *const names[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
+                                        "__shfl_down_sync", "__ballot_sync",   "__any_sync",
+                                        "__all_sync"};
+    return names[kind];
+}
+
+uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, int size)
+{
+    fiber *f = (fiber *)cur;
+    block *b = f->b;
+    const int lane = (int)(f->lin % 32), base = (int)(f->lin / 32) * 32;
+    warp *w = &b->w[f->lin / 32];
+    if (!(mask & 1u << lane))
+        fail_at(f, "%s with mask 0x%08x that does not name its own lane %d", warp_name(kind), mask,
+                lane);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        fail_at(f, "%s with width %d", warp_name(kind), width);
+    const int top = 31 - __builtin_clz(mask);
+    if (base + top >= b->n)
+        fail_at(f, "%s with mask 0x%08x names lane %d, beyond the block's %d threads",
+                warp_name(kind), mask, top, b->n);
+    for (int l = 0; l < 32; l++)
+        if ((mask & 1u << l) && b->f[base + l].state == F_DONE)
+            fail_at(f, "%s (mask 0x%08x): lane %d exited before the warp op", warp_name(kind), mask,
+                    l);
+    if (!w->arrived) {
+        w->mask = mask, w->kind = kind, w->size = size, w->width = width;
+    } else if (w->mask != mask || w->kind != kind || w->size != size) {
+        const int first = __builtin_ctz(w->arrived);
+        fail_at(f, "%s (mask 0x%08x, %d bytes) meets lane %d at %s (mask 0x%08x, %d bytes)",
+                warp_name(kind), mask, size, first, warp_name(w->kind), w->mask, w->size);
+    }
+    w->val[lane] = val;
+    w->arg[lane] = arg;
+    w->arrived |= 1u << lane;
+    if (w->arrived == mask) { /* the last lane: everyone's result, wake the others */
+        warp_compute(w);
+        w->arrived = 0;
+        for (int l = 0; l < 32; l++)
+            if (l != lane && (mask & 1u << l))
+                b->f[base + l].state = F_RUN;
+        return w->res[lane];
+    }
+    yield(f, F_WARP);
+    return w->res[lane];
+}
+
+/* ---- messages -------------------------------------------------------------------------------- */
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kcpu: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    abort();
+}
+
+void warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kcpu: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+} // namespace kcpu
