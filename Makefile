@@ -370,7 +370,8 @@ install: $(DELTAD)
 	for u in deltad.service deltad@.service; do \
 	  sed 's|/usr/local|$(PREFIX)|g' systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
 	  chmod 644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; done
-	install -m 644 config/deltad.conf.example systemd/deltad.env.example $(DESTDIR)$(SHAREDIR)/
+	install -m 644 config/deltad.conf.example config/nginx-deltad.conf systemd/deltad.env.example \
+	  $(DESTDIR)$(SHAREDIR)/
 	if [ -f models/demo.gguf ]; then install -m 644 models/demo.gguf $(DESTDIR)$(SHAREDIR)/models/; fi
 	if [ -e $(DESTDIR)/etc/deltad/deltad.conf ]; then \
 	  echo "kept existing $(DESTDIR)/etc/deltad/deltad.conf"; \
