@@ -20,6 +20,11 @@
 #   BENCH_PROMPT (512)  BENCH_GEN (16 tokens per decode repetition)  BENCH_REPS (5)
 #   BENCH_DEPTHS ("128 4096")  BENCH_THREADS ("1 2")  BENCH_MODELS ("q8_0 q4_k moe")
 #   BENCH_TP ("2"; empty skips the section)
+#
+# Batched decode (issue 33): `deltad bench --parallel` on the Q8_0 model with the most threads of
+# BENCH_THREADS: B sequences decoding together at the first depth, aggregate and per-sequence
+# tok/s, B1 efficiency, the fractions of the bandwidth roofline and of the compute peak.
+#   BENCH_PARALLEL ("1,2,3,4,6,8,12,16,32"; empty skips the section)
 set -euo pipefail
 B=${1:?usage: tools/bench.sh BUILD_DIR}
 M=$B/bench-models
@@ -75,6 +80,16 @@ if [ -n "${BENCH_TP-2}" ]; then
     tp_run "$model" 1 "$n" "$depth"
     tp_run "$model" "$n" "$n" "$depth"
   done
+fi
+
+parres=""
+if [ -n "${BENCH_PARALLEL-1,2,3,4,6,8,12,16,32}" ]; then
+  model=$(model_file q8_0)
+  depth=${BENCH_DEPTHS:-128 4096}; depth=${depth%% *}
+  thr=${BENCH_THREADS:-1 2}; thr=${thr##* }
+  parres=$("$B/deltad" bench -m "$model" -t "$thr" -n "$ngen" -d "$depth" -r "$reps" \
+    --parallel "${BENCH_PARALLEL-1,2,3,4,6,8,12,16,32}")
+  echo "$parres"
 fi
 
 echo
@@ -139,4 +154,11 @@ BEGIN {
          kv($0, "tg_tok"), kv($0, "tg_tok") / tg1, ar ? kv($0, "ar_tg_us") : "-",
          ar ? kv($0, "ar_tg_wait_us") : "-", ar ? kv($0, "ar_tg_pct") : "-"
 }' "$tpres"
+fi
+
+if [ -n "$parres" ]; then
+  echo
+  echo "batched decode: $(basename "$(model_file q8_0)"), B sequences together (deltad bench --parallel):"
+  echo "$parres" | sed -n '/^ *B  *tok\/s/,$p' | grep -v '^result '
+  echo "$parres" | grep '^limits'
 fi

@@ -95,6 +95,8 @@ static const struct cmd_opt opts[] = {
      NULL},
     OWN("-r", B, "reps", CFG_INT, "5", 1, 1000, reps, NULL, "repetitions, median reported"),
     OWN("-d", B, "depth", CFG_INT, "0", 0, 1 << 20, depth, NULL, "context depth before decode"),
+    OWN(NULL, B, "parallel", CFG_STR, "", 0, 256, parallel, NULL,
+        "decode B sequences together for each B of this list (1,2,4,8): aggregate tok/s"),
     OWN(NULL, B, "spec", CFG_ENUM, "none", 0, 0, spec, "none|ngram|mtp|ngram,mtp|all",
         "compare decode with these speculation types"),
     TEXT(NULL, B, "text", text, "prompt text for --spec (special tokens parsed; \"\" = built in)"),

@@ -55,9 +55,10 @@ struct cmd_opts {
     int n_stop;
     /* ---- bench ---- */
     int64_t n_prompt, n_gen, reps, depth;
-    int spec;     /* --spec: enum cmd_spec */
-    char *text;   /* bench --spec: prompt text; "" = a built-in one */
-    int rollback; /* --rollback: enum cmd_rollback */
+    int spec;       /* --spec: enum cmd_spec */
+    char *text;     /* bench --spec: prompt text; "" = a built-in one */
+    int rollback;   /* --rollback: enum cmd_rollback */
+    char *parallel; /* bench --parallel "1,2,4": batch sizes to decode at; "" = off */
     /* ---- every subcommand ---- */
     int isa;    /* enum cmd_isa */
     int64_t tp; /* --tp N, an alias of --devices cpu:N */

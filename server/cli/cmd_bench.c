@@ -18,6 +18,8 @@
  *
  * The last line of a run, "result ...", is one key=value record for tools/bench.sh.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,13 +350,177 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
            b->pp_s > 0 ? 100.0 * b->ar_pp[0] / b->pp_s : 0.0);
 }
 
+/* ============================================================================================
+ * --parallel: B sequences decoding together (llama.cpp's batched-bench)
+ * ========================================================================================== */
+
+#define PAR_MAX_B 256
+
+/* "1,2,4,8" into bs[] (each 1..PAR_MAX_B, at most PAR_MAX_B entries); returns the count, or 0
+ * after printing what is wrong. */
+static int parse_parallel(const char *s, int64_t *bs)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 1 || v > PAR_MAX_B || (*end && *end != ',') ||
+            n == PAR_MAX_B) {
+            fprintf(stderr,
+                    "error: --parallel: expected a comma-separated list of batch sizes in "
+                    "[1, %d], got '%s'\n",
+                    PAR_MAX_B, s);
+            return 0;
+        }
+        bs[n++] = v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) { /* a trailing comma */
+            fprintf(stderr, "error: --parallel: trailing ',' in '%s'\n", s);
+            return 0;
+        }
+    }
+    if (!n)
+        fprintf(stderr, "error: --parallel: empty list\n");
+    return n;
+}
+
+/* Fill sequences 0..B-1 with `depth` prompt tokens each (each its own copy, in batches), then
+ * per repetition restore their recurrent state and decode n_gen steps of B tokens (one per
+ * sequence, logits for every row), timed. tok_s[r] = B * n_gen / seconds. */
+static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks, int64_t B,
+                   float *ckpt, double *tok_s)
+{
+    ASSERT(B >= 1 && B <= PAR_MAX_B);
+    const int64_t nb = o->batch < B ? B : o->batch, nf = fwd_ckpt_floats(e->fwd) + 1;
+    int64_t *pos = xmalloc((size_t)nb * sizeof *pos);
+    int32_t *seq = xmalloc((size_t)nb * sizeof *seq), *tok = xmalloc((size_t)nb * sizeof *tok);
+    uint8_t *want = xcalloc((size_t)nb, 1);
+    char err[512];
+    int rc = 0;
+    for (int64_t s = 0; s < B && !rc; s++) {
+        fwd_seq_clear(e->fwd, (int32_t)s);
+        for (int64_t i = 0; i < o->depth && !rc; i += o->batch) {
+            int64_t m = o->depth - i < o->batch ? o->depth - i : o->batch;
+            for (int64_t j = 0; j < m; j++)
+                pos[j] = i + j, seq[j] = (int32_t)s, want[j] = 0;
+            struct fwd_batch b = {
+                .n_tokens = m, .token = toks + i, .pos = pos, .seq = seq, .logits = want};
+            rc = fwd_decode(e->fwd, &b, err, sizeof err);
+        }
+        fwd_seq_save(e->fwd, (int32_t)s, ckpt + s * nf);
+    }
+    memset(want, 1, (size_t)B);
+    for (int64_t r = -1; r < o->reps && !rc; r++) { /* r = -1: an untimed warm-up pass */
+        for (int64_t s = 0; s < B; s++)
+            fwd_seq_restore(e->fwd, (int32_t)s, ckpt + s * nf);
+        const int64_t steps = r < 0 ? 1 : o->n_gen;
+        double t0 = dd_now();
+        for (int64_t i = 0; i < steps && !rc; i++) {
+            for (int64_t s = 0; s < B; s++) {
+                pos[s] = o->depth + i, seq[s] = (int32_t)s;
+                tok[s] = toks[(o->depth + i + 31 * s) % (o->depth + o->n_gen)];
+            }
+            struct fwd_batch b = {
+                .n_tokens = B, .token = tok, .pos = pos, .seq = seq, .logits = want};
+            rc = fwd_decode(e->fwd, &b, err, sizeof err);
+        }
+        if (r >= 0)
+            tok_s[r] = (double)(B * o->n_gen) / (dd_now() - t0);
+    }
+    if (rc)
+        fprintf(stderr, "error: forward: %s\n", err);
+    free(pos);
+    free(seq);
+    free(tok);
+    free(want);
+    return rc;
+}
+
+/*
+ * The table: per B the median aggregate and per-sequence tok/s, the efficiency against B times
+ * the B = 1 rate, and the fractions of two limits. Bandwidth: a step reads the weights once for
+ * all B tokens plus each sequence's KV and GDN state, so the roofline is B * bw / (weights +
+ * B * state). Compute: each token costs 2 * params multiply-adds (the in-cache peak of the
+ * activation type's instruction); where B * (the bandwidth roofline) passes the compute peak,
+ * decode is compute-bound, and the bench names that B.
+ */
+static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const int64_t *bs,
+                          int n_b, const int32_t *toks, struct triad *tr, struct dev *td,
+                          double peak, int threads)
+{
+    const struct model *m = e->model;
+    struct tok_cost c = per_token_cost(m);
+    const double weights = c.trunk_bytes + c.head_bytes,
+                 ops_tok = 2.0 * (c.trunk_params + c.head_params);
+    const double state = state_bytes(m, o->depth + o->n_gen / 2);
+    int64_t b_max = 1;
+    for (int i = 0; i < n_b; i++)
+        b_max = bs[i] > b_max ? bs[i] : b_max;
+    float *ckpt = xmalloc((size_t)(b_max * (fwd_ckpt_floats(e->fwd) + 1)) * sizeof(float));
+    double *runs = xmalloc((size_t)o->reps * sizeof *runs), bw = 0.0, rate1 = 0.0;
+    for (int r = 0; r < 3; r++) { /* the best of three: other work on the machine reads low */
+        double g = triad_gbs(tr, td, 3);
+        bw = g > bw ? g : bw;
+    }
+    const double compute_tok = peak / ops_tok; /* tok/s at the compute peak */
+    const double b_cross = compute_tok * weights / (bw * 1e9 - compute_tok * state);
+    printf("model        %s (%s, %.1f MiB weights, %.1f MiB read per decode step + %.2f MiB "
+           "state per sequence)\n",
+           m->path, model_arch_name(m->hp.arch), m->weight_bytes / 1048576.0, weights / 1048576.0,
+           state / 1048576.0);
+    printf("devices      %d CPU x %d threads, kernels %s, depth %lld, %lld steps, reps %lld "
+           "(medians)\n",
+           e->n_dev, dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->depth,
+           (long long)o->n_gen, (long long)o->reps);
+    printf("limits       bandwidth %.1f GB/s (triad); compute %.1f G%s/s = %.1f tok/s; "
+           "compute-bound from B = %.0f\n",
+           bw, peak / 1e9, kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP", compute_tok,
+           b_cross > 0 ? ceil(b_cross) : 1.0);
+    printf("%5s %12s %12s %10s %10s %10s\n", "B", "tok/s", "per seq", "vs B x B1", "roofline",
+           "compute");
+    int rc = 0;
+    for (int i = 0; i < n_b && !rc; i++) {
+        const int64_t B = bs[i];
+        rc = par_run(e, o, toks, B, ckpt, runs);
+        if (rc)
+            break;
+        const double agg = median(runs, o->reps);
+        const double roof = B * bw * 1e9 / (weights + B * state);
+        if (B == 1)
+            rate1 = agg;
+        char eff[32] = "-";
+        if (rate1 > 0)
+            snprintf(eff, sizeof eff, "%.2f", agg / (B * rate1));
+        printf("%5lld %12.2f %12.2f %10s %9.1f%% %9.1f%%\n", (long long)B, agg, agg / B, eff,
+               100.0 * agg / roof, 100.0 * agg / compute_tok);
+        printf("result parallel=%lld threads=%d tp=%d depth=%lld agg_tok=%.3f seq_tok=%.3f "
+               "eff=%s roof_pct=%.1f compute_pct=%.1f bw_gbs=%.2f\n",
+               (long long)B, threads, e->n_dev, (long long)o->depth, agg, agg / B, eff,
+               100.0 * agg / roof, 100.0 * agg / compute_tok, bw);
+        fflush(stdout);
+    }
+    free(runs);
+    free(ckpt);
+    return rc;
+}
+
 int cmd_bench(const struct cmd_opts *o)
 {
     if (o->spec != CMD_SPEC_NONE)
         return cmd_bench_spec(o);
+    int64_t bs[PAR_MAX_B];
+    int n_b = 0;
+    if (*o->parallel && !(n_b = parse_parallel(o->parallel, bs)))
+        return 2;
+    int64_t n_seq = 1;
+    for (int i = 0; i < n_b; i++)
+        n_seq = bs[i] > n_seq ? bs[i] : n_seq;
     struct cmd_engine e;
     int64_t n_ctx = (o->n_prompt > o->depth + o->n_gen ? o->n_prompt : o->depth + o->n_gen) + 1;
-    if (cmd_engine_open(&e, o) || cmd_engine_ready(&e, 1, n_ctx, o->batch)) {
+    if (cmd_engine_open(&e, o) ||
+        cmd_engine_ready(&e, n_seq, n_ctx, o->batch > n_seq ? o->batch : n_seq)) {
         cmd_engine_close(&e);
         return 1;
     }
@@ -383,11 +549,15 @@ int cmd_bench(const struct cmd_opts *o)
     /* warm-up, not counted: page tables of the mapping, caches, thread wake-up */
     int64_t n_warm = o->n_prompt < 32 ? o->n_prompt : 32;
     int rc = cmd_feed(&e, toks, n_warm, 0, o->batch, NULL, NULL);
-    if (!rc)
+    if (!rc && n_b) {
+        rc = bench_parallel(&e, o, bs, n_b, toks, &tr, td, peak, total);
+        n_b = -1; /* done: no prefill / decode run */
+    }
+    if (!rc && n_b == 0)
         rc = bench_prefill(&e, o, toks, &b);
-    if (!rc)
+    if (!rc && n_b == 0)
         rc = bench_decode(&e, o, toks, &tr, td, &b);
-    if (!rc)
+    if (!rc && n_b == 0)
         bench_print(&e, o, &b, peak);
     triad_free(&tr);
     if (td != e.dev)
