@@ -61,8 +61,8 @@ static cJSON *str_n(const char *s, size_t n)
 
 /* ---- errors ---------------------------------------------------------------------------- */
 
-/* code: the error's string id, else the HTTP status as a number (docs 6.3 allow both and
- * llama.cpp clients read the number). */
+/* code: the error's string id, else null: OpenAI's typed clients declare code as string |
+ * null (issue 32), so the HTTP status never goes there. */
 char *resp_error(const struct api_error *e, size_t *len)
 {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
@@ -75,7 +75,7 @@ char *resp_error(const struct api_error *e, size_t *len)
     if (e->code)
         cJSON_AddStringToObject(err, "code", e->code);
     else
-        cJSON_AddNumberToObject(err, "code", e->status);
+        cJSON_AddNullToObject(err, "code");
     if (e->n_ctx > 0) {
         cJSON_AddNumberToObject(err, "n_prompt_tokens", (double)e->n_prompt_tokens);
         cJSON_AddNumberToObject(err, "n_ctx", (double)e->n_ctx);

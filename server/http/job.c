@@ -316,15 +316,18 @@ static void *timer_main(void *arg)
 
 /* ---- draining the engine --------------------------------------------------------------- */
 
-/* Keep token infos (logprobs) of a choice; grows geometrically. */
-static void toks_append(struct choice *c, const struct eng_tok_info *t, int64_t n)
+/* Keep token infos (logprobs) of a choice; grows geometrically. End-of-generation tokens
+ * (<|im_end|>) are not part of the text, so OpenAI's logprobs, which cover the content tokens
+ * only, leave them out (issue 32). */
+static void toks_append(const job_t *j, struct choice *c, const struct eng_tok_info *t, int64_t n)
 {
     if (c->n_toks + n > c->cap_toks) {
         c->cap_toks = c->cap_toks * 2 > c->n_toks + n ? c->cap_toks * 2 : c->n_toks + n + 16;
         c->toks = xrealloc(c->toks, (size_t)c->cap_toks * sizeof *c->toks);
     }
-    memcpy(c->toks + c->n_toks, t, (size_t)n * sizeof *t);
-    c->n_toks += n;
+    for (int64_t i = 0; i < n; i++)
+        if (!tok_is_eog(j->env.tok, t[i].id))
+            c->toks[c->n_toks++] = t[i];
 }
 
 /* Bytes of output text the first n pending tokens stand for. */
@@ -391,7 +394,7 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
     struct choice *c = &j->ch[i];
     struct resp_toks k;
     if (j->meta.logprobs && d->n_toks)
-        toks_append(c, d->toks, d->n_toks);
+        toks_append(j, c, d->toks, d->n_toks);
     if (c->reply) {
         reply_feed(c->reply, d->text, d->len);
         if (d->done)
@@ -420,7 +423,7 @@ static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
     else
         dd_buf_put(&c->text, d->text ? d->text : "", d->len);
     if (j->meta.logprobs && d->n_toks)
-        toks_append(c, d->toks, d->n_toks);
+        toks_append(j, c, d->toks, d->n_toks);
     if (!d->done)
         return;
     if (c->reply)
