@@ -52,6 +52,8 @@ struct http_opts {
     int64_t n_ctx;        /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
     double sse_ping_s;    /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
     int reasoning_format; /* enum api_reasoning: the default for chat requests */
+    int64_t responses_store_max;  /* stored /v1/responses objects (0 = none) */
+    double responses_store_ttl_s; /* their lifetime */
 };
 
 typedef struct http http_t;
