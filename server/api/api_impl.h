@@ -48,6 +48,8 @@ int api__parse_translated(const cJSON *chat, const struct api_ctx *ctx, const ch
 /* The last chat message when it is an assistant turn, else a new empty one appended (chat
  * allows no two assistant turns in a row, so calls and text merge). Borrowed from msgs. */
 cJSON *api__assistant_turn(cJSON *msgs);
+/* Add a tool call {id, type: function, function: {name, arguments}} to that assistant turn. */
+void api__add_tool_call(cJSON *msgs, const char *id, const char *name, const char *args);
 /* A string of at most max bytes, required or not; -1 with a 400 naming param otherwise. */
 int api__need_str(const cJSON *o, const char *key, bool required, const char *param,
                   const char **out, struct api_error *e);

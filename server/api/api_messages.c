@@ -74,19 +74,9 @@ static int block(const cJSON *b, bool user, const char *param, cJSON *msgs, stru
         if (api__need_str(b, "id", true, param, &id, e) ||
             api__need_str(b, "name", true, param, &name, e) || !cJSON_IsObject(input))
             return bad(e, param, "a tool_use block needs a string id and name and an object input");
-        cJSON *m = api__assistant_turn(msgs);
-        cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-        if (!calls)
-            calls = cJSON_AddArrayToObject(m, "tool_calls");
-        cJSON *c = cJSON_CreateObject(), *fn;
-        cJSON_AddStringToObject(c, "id", id);
-        cJSON_AddStringToObject(c, "type", "function");
-        fn = cJSON_AddObjectToObject(c, "function");
-        cJSON_AddStringToObject(fn, "name", name);
         char *args = cJSON_PrintUnformatted(input);
-        cJSON_AddStringToObject(fn, "arguments", args);
+        api__add_tool_call(msgs, id, name, args);
         free(args);
-        cJSON_AddItemToArray(calls, c);
         return 0;
     }
     if (!strcmp(t, "tool_result") && user) {

@@ -111,6 +111,21 @@ cJSON *api__assistant_turn(cJSON *msgs)
     return m;
 }
 
+void api__add_tool_call(cJSON *msgs, const char *id, const char *name, const char *args)
+{
+    cJSON *m = api__assistant_turn(msgs);
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (!calls)
+        calls = cJSON_AddArrayToObject(m, "tool_calls");
+    cJSON *c = cJSON_CreateObject(), *fn;
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    fn = cJSON_AddObjectToObject(c, "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    cJSON_AddStringToObject(fn, "arguments", args);
+    cJSON_AddItemToArray(calls, c);
+}
+
 /* A message item (type "message", or an easy input message without type). */
 static int item_message(const cJSON *it, int i, cJSON *msgs, struct api_error *e)
 {
@@ -153,17 +168,7 @@ static int item_call(const cJSON *it, int i, cJSON *msgs, struct api_error *e)
         return bad_item(e, i, "name", "must be a string and is required");
     if (api__need_str(it, "arguments", true, "", &args, e))
         return bad_item(e, i, "arguments", "must be a string (JSON text) and is required");
-    cJSON *m = api__assistant_turn(msgs);
-    cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-    if (!calls)
-        calls = cJSON_AddArrayToObject(m, "tool_calls");
-    cJSON *c = cJSON_CreateObject(), *fn;
-    cJSON_AddStringToObject(c, "id", id);
-    cJSON_AddStringToObject(c, "type", "function");
-    fn = cJSON_AddObjectToObject(c, "function");
-    cJSON_AddStringToObject(fn, "name", name);
-    cJSON_AddStringToObject(fn, "arguments", args);
-    cJSON_AddItemToArray(calls, c);
+    api__add_tool_call(msgs, id, name, args);
     return 0;
 }
 

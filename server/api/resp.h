@@ -99,6 +99,11 @@ void resp_sse_done(struct dd_buf *b);
 
 /* ---- other front ends (resp_responses.c, resp_messages.c) -------------------------------- */
 
+/* A JSON string of s[0..n) (s may be NULL), made valid UTF-8. */
+cJSON *resp_str(const char *s, size_t n);
+/* Append o as "event: TYPE\ndata: JSON\n\n" (the Responses and Messages framing); deletes o. */
+void resp_sse_event(struct dd_buf *b, const char *type, cJSON *o);
+
 /* A piece of a parsed reply (reply.h): text, reasoning, the start of a tool call (its id and
  * name), more of its arguments. */
 enum resp_part {

@@ -27,27 +27,6 @@ struct front {
     struct dd_buf text;
 };
 
-static cJSON *str_n(const char *s, size_t n)
-{
-    char *z = json_utf8_sanitize(s ? s : "", s ? n : 0, NULL);
-    cJSON *v = cJSON_CreateString(z);
-    free(z);
-    return v;
-}
-
-static void emit(struct dd_buf *b, const char *type, cJSON *o)
-{
-    char *s = cJSON_PrintUnformatted(o);
-    ASSERT(s);
-    cJSON_Delete(o);
-    dd_buf_puts(b, "event: ");
-    dd_buf_puts(b, type);
-    dd_buf_puts(b, "\ndata: ");
-    dd_buf_puts(b, s);
-    dd_buf_puts(b, "\n\n");
-    free(s);
-}
-
 static cJSON *event(const char *type)
 {
     cJSON *o = cJSON_CreateObject();
@@ -72,12 +51,12 @@ static cJSON *block_json(const struct front *f, bool full)
     } else if (f->kind == RESP_PART_REASONING) {
         cJSON_AddStringToObject(b, "type", "thinking");
         cJSON_AddItemToObject(b, "thinking",
-                              full ? str_n(f->text.p, f->text.len) : cJSON_CreateString(""));
+                              full ? resp_str(f->text.p, f->text.len) : cJSON_CreateString(""));
         cJSON_AddStringToObject(b, "signature", "");
     } else {
         cJSON_AddStringToObject(b, "type", "text");
         cJSON_AddItemToObject(b, "text",
-                              full ? str_n(f->text.p, f->text.len) : cJSON_CreateString(""));
+                              full ? resp_str(f->text.p, f->text.len) : cJSON_CreateString(""));
     }
     return b;
 }
@@ -96,7 +75,7 @@ static void block_open(struct front *f, struct dd_buf *b, int kind, const char *
     cJSON *o = event("content_block_start");
     cJSON_AddNumberToObject(o, "index", cJSON_GetArraySize(f->content));
     cJSON_AddItemToObject(o, "content_block", block_json(f, false));
-    emit(b, "content_block_start", o);
+    resp_sse_event(b, "content_block_start", o);
 }
 
 static void block_close(struct front *f, struct dd_buf *b)
@@ -105,7 +84,7 @@ static void block_close(struct front *f, struct dd_buf *b)
         return;
     cJSON *o = event("content_block_stop");
     cJSON_AddNumberToObject(o, "index", cJSON_GetArraySize(f->content));
-    emit(b, "content_block_stop", o);
+    resp_sse_event(b, "content_block_stop", o);
     cJSON_AddItemToArray(f->content, block_json(f, true));
     f->kind = -1;
 }
@@ -125,8 +104,8 @@ static void f_open(struct resp_front *base, struct dd_buf *b)
     struct front *f = (struct front *)base;
     cJSON *o = event("message_start");
     cJSON_AddItemToObject(o, "message", cJSON_Duplicate(f->obj, true));
-    emit(b, "message_start", o);
-    emit(b, "ping", event("ping"));
+    resp_sse_event(b, "message_start", o);
+    resp_sse_event(b, "ping", event("ping"));
 }
 
 static void f_part(struct resp_front *base, struct dd_buf *b, enum resp_part kind, const char *id,
@@ -147,15 +126,15 @@ static void f_part(struct resp_front *base, struct dd_buf *b, enum resp_part kin
     d = cJSON_AddObjectToObject(o, "delta");
     if (f->kind == RESP_PART_CALL_START) {
         cJSON_AddStringToObject(d, "type", "input_json_delta");
-        cJSON_AddItemToObject(d, "partial_json", str_n(s, n));
+        cJSON_AddItemToObject(d, "partial_json", resp_str(s, n));
     } else if (f->kind == RESP_PART_REASONING) {
         cJSON_AddStringToObject(d, "type", "thinking_delta");
-        cJSON_AddItemToObject(d, "thinking", str_n(s, n));
+        cJSON_AddItemToObject(d, "thinking", resp_str(s, n));
     } else {
         cJSON_AddStringToObject(d, "type", "text_delta");
-        cJSON_AddItemToObject(d, "text", str_n(s, n));
+        cJSON_AddItemToObject(d, "text", resp_str(s, n));
     }
-    emit(b, "content_block_delta", o);
+    resp_sse_event(b, "content_block_delta", o);
 }
 
 /* stop_reason from how the generation ended. */
@@ -187,8 +166,8 @@ static void f_close(struct resp_front *base, struct dd_buf *b, const struct resp
     cJSON_AddItemToObject(d, "stop_sequence",
                           end->stop_seq ? cJSON_CreateString(end->stop_seq) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "usage", usage_json(end->u.prompt, end->u.completion, end->u.cached));
-    emit(b, "message_delta", o);
-    emit(b, "message_stop", event("message_stop"));
+    resp_sse_event(b, "message_delta", o);
+    resp_sse_event(b, "message_stop", event("message_stop"));
 }
 
 static char *f_object(struct resp_front *base, size_t *len)
@@ -245,7 +224,7 @@ char *resp_messages_error(const struct api_error *e, size_t *len)
 
 static void f_fail(struct resp_front *base, struct dd_buf *b, int status, const char *message)
 {
-    emit(b, "error", error_json(status, message));
+    resp_sse_event(b, "error", error_json(status, message));
 }
 
 static void f_destroy(struct resp_front *base)

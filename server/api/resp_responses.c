@@ -43,27 +43,11 @@ struct front {
 
 /* ---- small builders ------------------------------------------------------------------- */
 
-static cJSON *str_n(const char *s, size_t n)
-{
-    char *z = json_utf8_sanitize(s ? s : "", s ? n : 0, NULL);
-    cJSON *v = cJSON_CreateString(z);
-    free(z);
-    return v;
-}
-
 /* Append "event: type\ndata: {type, ..., sequence_number}\n\n" and delete o. */
 static void emit(struct front *f, struct dd_buf *b, const char *type, cJSON *o)
 {
     cJSON_AddNumberToObject(o, "sequence_number", (double)f->seq++);
-    char *s = cJSON_PrintUnformatted(o);
-    ASSERT(s);
-    cJSON_Delete(o);
-    dd_buf_puts(b, "event: ");
-    dd_buf_puts(b, type);
-    dd_buf_puts(b, "\ndata: ");
-    dd_buf_puts(b, s);
-    dd_buf_puts(b, "\n\n");
-    free(s);
+    resp_sse_event(b, type, o);
 }
 
 static cJSON *event(const char *type)
@@ -90,7 +74,8 @@ static cJSON *part_json(const struct front *f, bool full)
     cJSON *p = cJSON_CreateObject();
     bool msg = f->kind == IT_MESSAGE;
     cJSON_AddStringToObject(p, "type", msg ? "output_text" : "reasoning_text");
-    cJSON_AddItemToObject(p, "text", full ? str_n(f->text.p, f->text.len) : cJSON_CreateString(""));
+    cJSON_AddItemToObject(p, "text",
+                          full ? resp_str(f->text.p, f->text.len) : cJSON_CreateString(""));
     if (msg) {
         cJSON_AddArrayToObject(p, "annotations");
         cJSON_AddArrayToObject(p, "logprobs");
@@ -109,7 +94,7 @@ static cJSON *item_json(const struct front *f, bool full)
         cJSON_AddStringToObject(it, "call_id", f->call_id);
         cJSON_AddStringToObject(it, "name", f->name);
         cJSON_AddItemToObject(it, "arguments",
-                              full ? str_n(f->text.p, f->text.len) : cJSON_CreateString(""));
+                              full ? resp_str(f->text.p, f->text.len) : cJSON_CreateString(""));
         cJSON_AddStringToObject(it, "status", status);
         return it;
     }
@@ -175,7 +160,7 @@ static void keep_for_store(struct front *f)
         cJSON_AddStringToObject(c, "type", "function");
         fn = cJSON_AddObjectToObject(c, "function");
         cJSON_AddStringToObject(fn, "name", f->name);
-        cJSON_AddItemToObject(fn, "arguments", str_n(f->text.p, f->text.len));
+        cJSON_AddItemToObject(fn, "arguments", resp_str(f->text.p, f->text.len));
         cJSON_AddItemToArray(calls, c);
     }
 }
@@ -189,13 +174,13 @@ static void item_close(struct front *f, struct dd_buf *b)
     if (f->kind == IT_CALL) {
         o = item_event(f, "response.function_call_arguments.done", false);
         cJSON_AddStringToObject(o, "name", f->name);
-        cJSON_AddItemToObject(o, "arguments", str_n(f->text.p, f->text.len));
+        cJSON_AddItemToObject(o, "arguments", resp_str(f->text.p, f->text.len));
         emit(f, b, "response.function_call_arguments.done", o);
     } else {
         bool msg = f->kind == IT_MESSAGE;
         const char *done = msg ? "response.output_text.done" : "response.reasoning_text.done";
         o = item_event(f, done, true);
-        cJSON_AddItemToObject(o, "text", str_n(f->text.p, f->text.len));
+        cJSON_AddItemToObject(o, "text", resp_str(f->text.p, f->text.len));
         if (msg)
             cJSON_AddArrayToObject(o, "logprobs");
         emit(f, b, done, o);
@@ -269,7 +254,7 @@ static void f_part(struct resp_front *base, struct dd_buf *b, enum resp_part kin
                        : f->kind == IT_MESSAGE ? "response.output_text.delta"
                                                : "response.reasoning_text.delta";
     cJSON *o = item_event(f, type, f->kind != IT_CALL);
-    cJSON_AddItemToObject(o, "delta", str_n(s, n));
+    cJSON_AddItemToObject(o, "delta", resp_str(s, n));
     if (f->kind == IT_MESSAGE)
         cJSON_AddArrayToObject(o, "logprobs");
     emit(f, b, type, o);
