@@ -75,18 +75,19 @@ fi
 
 node_dir=tests/e2e/node
 npm_line="npm install --prefix $node_dir --no-audit --no-fund --loglevel=error"
-if [ -d "$node_dir/node_modules/openai" ]; then
-  echo "deps: ✓ openai npm package"
+have_npm_pkgs() { [ -d "$node_dir/node_modules/openai" ] && [ -d "$node_dir/node_modules/@anthropic-ai/sdk" ]; }
+if have_npm_pkgs; then
+  echo "deps: ✓ openai and @anthropic-ai/sdk npm packages"
 else
   if command -v npm >/dev/null 2>&1; then
-    echo "deps: $npm_line (for test_openai_client.sh and test_chat_tools.sh)"
+    echo "deps: $npm_line (for test_openai_client.sh, test_chat_tools.sh, test_responses_messages.sh)"
     timeout 300 $npm_line >&2 || true
   fi
-  if [ -d "$node_dir/node_modules/openai" ]; then
-    echo "deps: ✓ openai npm package"
+  if have_npm_pkgs; then
+    echo "deps: ✓ openai and @anthropic-ai/sdk npm packages"
   else
-    echo "deps: ✗ openai npm package: tests/e2e/test_openai_client.sh and" \
-      "tests/e2e/test_chat_tools.sh will be skipped. Install it with:" >&2
+    echo "deps: ✗ npm packages: tests/e2e/test_openai_client.sh, test_chat_tools.sh and" \
+      "test_responses_messages.sh will be skipped. Install them with:" >&2
     command -v npm >/dev/null 2>&1 || echo "  sudo apt-get install -y nodejs npm" >&2
     echo "  $npm_line" >&2
   fi

@@ -39,4 +39,19 @@ void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_p
 int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
                     struct api_error *e);
 
+/* The other front ends (api_responses.c, api_messages.c): parse a chat request they built from
+ * their own body (chat, borrowed) like a /v1/chat/completions body; error params that name a
+ * chat field are renamed by the pairs in rename ({"messages", "input", ..., NULL}).
+ * Defined in api_responses.c. */
+int api__parse_translated(const cJSON *chat, const struct api_ctx *ctx, const char *const *rename,
+                          struct api_req *out, struct api_error *e);
+/* The last chat message when it is an assistant turn, else a new empty one appended (chat
+ * allows no two assistant turns in a row, so calls and text merge). Borrowed from msgs. */
+cJSON *api__assistant_turn(cJSON *msgs);
+/* Add a tool call {id, type: function, function: {name, arguments}} to that assistant turn. */
+void api__add_tool_call(cJSON *msgs, const char *id, const char *name, const char *args);
+/* A string of at most max bytes, required or not; -1 with a 400 naming param otherwise. */
+int api__need_str(const cJSON *o, const char *key, bool required, const char *param,
+                  const char **out, struct api_error *e);
+
 #endif

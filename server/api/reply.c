@@ -205,6 +205,19 @@ bool reply_sse(reply_t *r, struct dd_buf *b, const struct resp_meta *m, int64_t 
     return any;
 }
 
+void reply_parts(reply_t *r, reply_part_fn fn, void *ud)
+{
+    static const enum resp_part kinds[] = {RESP_PART_CONTENT, RESP_PART_REASONING,
+                                           RESP_PART_CALL_START, RESP_PART_CALL_ARGS};
+    for (int i = 0; i < r->n_ev; i++) {
+        const struct event *e = &r->ev[i];
+        const struct call *c = e->kind == EV_CALL_START ? &r->calls[e->call] : NULL;
+        fn(ud, kinds[e->kind], c ? c->id : NULL, c ? c->name : NULL, r->ev_text.p + e->off, e->len);
+    }
+    r->n_ev = 0;
+    dd_buf_truncate(&r->ev_text, 0);
+}
+
 void reply_choice(reply_t *r, struct resp_choice *c)
 {
     free(r->views);

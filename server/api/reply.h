@@ -45,6 +45,12 @@ void reply_finish(reply_t *r);
  * Returns true when a chunk was written, i.e. toks were sent. */
 bool reply_sse(reply_t *r, struct dd_buf *b, const struct resp_meta *m, int64_t index,
                const struct resp_toks *toks);
+/* Other front ends (responses, messages): hand every part parsed since the last call to fn
+ * instead of writing chat chunks. id and name are set for RESP_PART_CALL_START only; the
+ * pieces are borrowed for the call. */
+typedef void (*reply_part_fn)(void *ud, enum resp_part kind, const char *id, const char *name,
+                              const char *s, size_t n);
+void reply_parts(reply_t *r, reply_part_fn fn, void *ud);
 /* Whole response: the message parts into c (text, reasoning, calls, content_null); the other
  * fields of c are left alone. */
 void reply_choice(reply_t *r, struct resp_choice *c);

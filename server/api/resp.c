@@ -51,18 +51,30 @@ static void sse(struct dd_buf *b, cJSON *o)
 }
 
 /* A string item from bytes that need not be NUL-terminated (valid UTF-8 by contract). */
-static cJSON *str_n(const char *s, size_t n)
+cJSON *resp_str(const char *s, size_t n)
 {
-    char *z = json_utf8_sanitize(s, n, NULL);
+    char *z = json_utf8_sanitize(s ? s : "", s ? n : 0, NULL);
     cJSON *v = cJSON_CreateString(z);
     free(z);
     return v;
 }
 
+void resp_sse_event(struct dd_buf *b, const char *type, cJSON *o)
+{
+    size_t n;
+    char *s = print(o, &n);
+    dd_buf_puts(b, "event: ");
+    dd_buf_puts(b, type);
+    dd_buf_puts(b, "\ndata: ");
+    dd_buf_put(b, s, n);
+    dd_buf_puts(b, "\n\n");
+    free(s);
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
-/* code: the error's string id, else the HTTP status as a number (docs 6.3 allow both and
- * llama.cpp clients read the number). */
+/* code: the error's string id, else null: OpenAI's typed clients declare code as string |
+ * null (issue 32), so the HTTP status never goes there. */
 char *resp_error(const struct api_error *e, size_t *len)
 {
     cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
@@ -75,7 +87,7 @@ char *resp_error(const struct api_error *e, size_t *len)
     if (e->code)
         cJSON_AddStringToObject(err, "code", e->code);
     else
-        cJSON_AddNumberToObject(err, "code", e->status);
+        cJSON_AddNullToObject(err, "code");
     if (e->n_ctx > 0) {
         cJSON_AddNumberToObject(err, "n_prompt_tokens", (double)e->n_prompt_tokens);
         cJSON_AddNumberToObject(err, "n_ctx", (double)e->n_ctx);
@@ -102,7 +114,7 @@ static cJSON *tok_entry(const tok_t *t, int32_t id, float lp)
         n = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", id);
-    cJSON_AddItemToObject(o, "token", str_n(p ? p : "", n));
+    cJSON_AddItemToObject(o, "token", resp_str(p ? p : "", n));
     cJSON_AddNumberToObject(o, "logprob", finite_lp(lp));
     cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
     for (size_t i = 0; i < n; i++)
@@ -139,7 +151,7 @@ static cJSON *legacy_logprobs(const tok_t *t, const struct resp_toks *k)
         const struct eng_tok_info *ti = &k->t[i];
         size_t n = 0;
         const char *p = tok_piece(t, ti->id, &n);
-        cJSON_AddItemToArray(tokens, str_n(p ? p : "", p ? n : 0));
+        cJSON_AddItemToArray(tokens, resp_str(p ? p : "", p ? n : 0));
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(finite_lp(ti->logprob)));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
         off += p ? n : 0;
@@ -215,8 +227,8 @@ static cJSON *call_json(const struct resp_call *c)
     cJSON_AddStringToObject(o, "id", c->id);
     cJSON_AddStringToObject(o, "type", "function");
     cJSON *fn = cJSON_AddObjectToObject(o, "function");
-    cJSON_AddItemToObject(fn, "name", str_n(c->name, strlen(c->name)));
-    cJSON_AddItemToObject(fn, "arguments", str_n(c->args, c->args_len));
+    cJSON_AddItemToObject(fn, "name", resp_str(c->name, strlen(c->name)));
+    cJSON_AddItemToObject(fn, "arguments", resp_str(c->args, c->args_len));
     return o;
 }
 
@@ -229,10 +241,10 @@ static cJSON *message_json(const struct resp_choice *c)
     if (c->content_null)
         cJSON_AddNullToObject(msg, "content");
     else
-        cJSON_AddItemToObject(msg, "content", str_n(c->text, c->len));
+        cJSON_AddItemToObject(msg, "content", resp_str(c->text, c->len));
     cJSON_AddNullToObject(msg, "refusal");
     if (c->reasoning)
-        cJSON_AddItemToObject(msg, "reasoning_content", str_n(c->reasoning, c->reasoning_len));
+        cJSON_AddItemToObject(msg, "reasoning_content", resp_str(c->reasoning, c->reasoning_len));
     if (c->n_calls > 0) {
         cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
         for (int64_t i = 0; i < c->n_calls; i++)
@@ -249,7 +261,7 @@ static cJSON *final_choice(const struct resp_meta *m, const struct resp_choice *
     if (m->kind == API_CHAT) {
         cJSON_AddItemToObject(ch, "message", message_json(c));
     } else {
-        cJSON_AddItemToObject(ch, "text", str_n(c->text, c->len));
+        cJSON_AddItemToObject(ch, "text", resp_str(c->text, c->len));
     }
     add_logprobs(ch, m, &c->toks);
     cJSON_AddStringToObject(ch, "finish_reason", c->finish);
@@ -298,9 +310,9 @@ void resp_sse_text(struct dd_buf *b, const struct resp_meta *m, int64_t index, c
     ASSERT(len > 0);
     cJSON *ch, *o = chunk(m, index, &ch);
     if (m->kind == API_CHAT)
-        cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "delta"), "content", str_n(text, len));
+        cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "delta"), "content", resp_str(text, len));
     else
-        cJSON_AddItemToObject(ch, "text", str_n(text, len));
+        cJSON_AddItemToObject(ch, "text", resp_str(text, len));
     add_logprobs(ch, m, toks && toks->n ? toks : NULL);
     cJSON_AddNullToObject(ch, "finish_reason");
     sse(b, o);
@@ -312,7 +324,7 @@ void resp_sse_reasoning(struct dd_buf *b, const struct resp_meta *m, int64_t ind
     ASSERT(len > 0);
     cJSON *ch, *o = chunk(m, index, &ch);
     cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
-    cJSON_AddItemToObject(delta, "reasoning_content", str_n(text, len));
+    cJSON_AddItemToObject(delta, "reasoning_content", resp_str(text, len));
     add_logprobs(ch, m, toks && toks->n ? toks : NULL);
     cJSON_AddNullToObject(ch, "finish_reason");
     sse(b, o);
@@ -334,8 +346,8 @@ void resp_sse_tool_call(struct dd_buf *b, const struct resp_meta *m, int64_t ind
     }
     cJSON *fn = cJSON_AddObjectToObject(tc, "function");
     if (name)
-        cJSON_AddItemToObject(fn, "name", str_n(name, strlen(name)));
-    cJSON_AddItemToObject(fn, "arguments", str_n(arguments, args_len));
+        cJSON_AddItemToObject(fn, "name", resp_str(name, strlen(name)));
+    cJSON_AddItemToObject(fn, "arguments", resp_str(arguments, args_len));
     cJSON_AddItemToArray(cJSON_AddArrayToObject(delta, "tool_calls"), tc);
     add_logprobs(ch, m, toks && toks->n ? toks : NULL);
     cJSON_AddNullToObject(ch, "finish_reason");

@@ -97,6 +97,53 @@ void resp_sse_usage(struct dd_buf *b, const struct resp_meta *m, const struct re
 void resp_sse_error(struct dd_buf *b, const char *type, const char *message);
 void resp_sse_done(struct dd_buf *b);
 
+/* ---- other front ends (resp_responses.c, resp_messages.c) -------------------------------- */
+
+/* A JSON string of s[0..n) (s may be NULL), made valid UTF-8. */
+cJSON *resp_str(const char *s, size_t n);
+/* Append o as "event: TYPE\ndata: JSON\n\n" (the Responses and Messages framing); deletes o. */
+void resp_sse_event(struct dd_buf *b, const char *type, cJSON *o);
+
+/* A piece of a parsed reply (reply.h): text, reasoning, the start of a tool call (its id and
+ * name), more of its arguments. */
+enum resp_part {
+    RESP_PART_CONTENT,
+    RESP_PART_REASONING,
+    RESP_PART_CALL_START,
+    RESP_PART_CALL_ARGS
+};
+
+/* How a generation ended, for a front end's terminal events and object. */
+struct resp_end {
+    const char *finish;   /* "stop" | "length" | "tool_calls" | "cancelled" */
+    const char *stop_seq; /* the stop sequence that ended it, or NULL */
+    struct resp_usage u;
+    bool failed; /* an engine error or a shutdown: the object's status is failed */
+    const char *error;
+};
+
+/* A front end other than chat completions: its SSE events and objects, built from the same
+ * reply parts. The job calls open once, part for every piece, then close (streaming: the
+ * terminal events go to b; without streaming b is scratch), then object for the body. Errors
+ * take the front end's own shape. Owned by the job (destroy). Connection thread only, except
+ * cancelled (any thread). */
+struct resp_front;
+struct resp_front_ops {
+    void (*open)(struct resp_front *f, struct dd_buf *b);
+    void (*part)(struct resp_front *f, struct dd_buf *b, enum resp_part kind, const char *id,
+                 const char *name, const char *s, size_t n);
+    void (*close)(struct resp_front *f, struct dd_buf *b, const struct resp_end *end);
+    char *(*object)(struct resp_front *f, size_t *len);
+    /* a failure after the 200: the stream's error event(s) */
+    void (*fail)(struct resp_front *f, struct dd_buf *b, int status, const char *message);
+    char *(*error)(const struct api_error *e, size_t *len);
+    bool (*cancelled)(struct resp_front *f); /* a cancel was asked for (may be NULL) */
+    void (*destroy)(struct resp_front *f);
+};
+struct resp_front {
+    const struct resp_front_ops *ops;
+};
+
 /* GET /v1/models (one == false) or /v1/models/{id} (one == true). meta fields are added when
  * n_vocab > 0. */
 char *resp_models(const char *name, int64_t created, int64_t n_vocab, int64_t n_ctx_train,

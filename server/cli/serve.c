@@ -250,6 +250,8 @@ static void http_opts_from(const struct cfg *c, struct http_opts *o)
         .retry_after_s = (int)c->retry_after,
         .n_ctx = c->ctx,
         .reasoning_format = c->reasoning_format,
+        .responses_store_max = c->responses_store_max,
+        .responses_store_ttl_s = c->responses_store_ttl,
     };
 }
 

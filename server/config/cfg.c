@@ -105,6 +105,11 @@ const struct cfg_row cfg__rows[] = {
      "max_tokens when a request gives none (0 = until end or the context is full)"},
     {"drain_timeout", CFG_FLOAT, "30", 0, 3600, R, OFF(drain_timeout), NULL,
      "seconds SIGTERM waits for running requests before cancelling them"},
+    {"responses_store_max", CFG_INT, "1000", 0, 1000000, R, OFF(responses_store_max), NULL,
+     "/v1/responses kept in memory for GET and previous_response_id (0 = none; oldest "
+     "evicted first)"},
+    {"responses_store_ttl", CFG_FLOAT, "3600", 1, 2592000, R, OFF(responses_store_ttl), NULL,
+     "seconds a stored /v1/responses object is kept"},
     /* ---- chat templates and output parsing ---- */
     {"chat_template_file", CFG_STR, "", 0, 4096, R, OFF(chat_template_file), NULL,
      "Jinja chat template to use instead of the model's (\"\" = the GGUF's, else ChatML)"},

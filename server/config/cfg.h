@@ -71,9 +71,11 @@ struct cfg {
     int spec_rollback; /* enum cfg_spec_rollback */
     /* ---- requests and admission ---- */
     int64_t queue_max;
-    int64_t queue_full_status; /* 429 or 503 */
-    int64_t retry_after;       /* seconds, Retry-After on a full queue */
-    double request_timeout;    /* seconds, 0 = none */
+    int64_t queue_full_status;   /* 429 or 503 */
+    int64_t retry_after;         /* seconds, Retry-After on a full queue */
+    double request_timeout;      /* seconds, 0 = none */
+    int64_t responses_store_max; /* stored /v1/responses objects, 0 = none */
+    double responses_store_ttl;  /* seconds */
     int64_t max_tokens_default;
     double drain_timeout; /* seconds */
     /* ---- chat ---- */

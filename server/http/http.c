@@ -35,12 +35,17 @@
 
 #include <microhttpd.h>
 
-#include "engine/util.h"     // defines: LOG_I, xcalloc, dd_now
-#include "job.h"             // defines: job_start, job_poll, job_end
-#include "metrics.h"         // defines: metrics_request, metrics_render
-#include "server/api/api.h"  // defines: api_parse, api_tokenize, struct api_error
-#include "server/api/json.h" // defines: json_hooks_install
-#include "server/api/resp.h" // defines: resp_error, resp_models, resp_slots
+#include "engine/util.h"               // defines: LOG_I, xcalloc, dd_now
+#include "job.h"                       // defines: job_start, job_poll, job_end
+#include "metrics.h"                   // defines: metrics_request, metrics_render
+#include "server/api/api.h"            // defines: api_parse, api_tokenize, struct api_error
+#include "server/api/api_messages.h"   // defines: api_messages_parse, api_messages_count
+#include "server/api/api_responses.h"  // defines: api_responses_parse
+#include "server/api/json.h"           // defines: json_hooks_install
+#include "server/api/resp.h"           // defines: resp_error, resp_models, resp_slots
+#include "server/api/resp_messages.h"  // defines: resp_messages_create, resp_messages_error
+#include "server/api/resp_responses.h" // defines: resp_responses_create
+#include "server/api/store.h"          // defines: store_create, store_get
 
 /* The server's life; only ever moves forward. Handlers read it with acquire ordering so that
  * eng / model, written before READY is stored with release, are visible once READY is seen. */
@@ -59,6 +64,7 @@ struct http {
     int64_t created;           /* Unix seconds of start-up, for /v1/models */
     int port;                  /* the bound port (o.port may be 0) */
     job_pool_t *pool;          /* generation jobs and their wakers */
+    store_t *store;            /* stored /v1/responses objects */
     metrics_t *metrics;
 };
 
@@ -67,7 +73,21 @@ struct http {
 /* The route table is the single place that decides method, authentication and the metrics
  * label of every path; the unprefixed aliases share everything with their /v1 twin so that
  * an alias can never bypass the key. */
-enum route_id { R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_SLOTS, R_TOK, R_DETOK };
+enum route_id {
+    R_CHAT,
+    R_COMPL,
+    R_MODELS,
+    R_MODEL,
+    R_HEALTH,
+    R_METRICS,
+    R_SLOTS,
+    R_TOK,
+    R_DETOK,
+    R_RESP,    /* POST /v1/responses */
+    R_RESP_ID, /* GET, DELETE /v1/responses/{id}; POST /v1/responses/{id}/cancel */
+    R_MSG,     /* POST /v1/messages (Anthropic) */
+    R_MSG_COUNT,
+};
 enum { AUTH_API = 1, AUTH_OPT = 2 }; /* always / only with auth_metrics */
 
 struct route {
@@ -77,23 +97,28 @@ struct route {
     bool post; /* POST, else GET (and HEAD) */
     int auth;
     enum metrics_ep ep;
+    bool anthropic; /* errors in Anthropic's shape */
 };
 
 static const struct route routes[] = {
-    {"/v1/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT},
-    {"/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT},
-    {"/v1/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS},
-    {"/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS},
-    {"/v1/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS},
-    {"/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS},
-    {"/v1/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS},
-    {"/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS},
-    {"/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH},
-    {"/v1/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH},
-    {"/metrics", false, R_METRICS, false, AUTH_OPT, METRICS_EP_METRICS},
-    {"/slots", false, R_SLOTS, false, AUTH_OPT, METRICS_EP_SLOTS},
-    {"/tokenize", false, R_TOK, true, AUTH_API, METRICS_EP_TOKENIZE},
-    {"/detokenize", false, R_DETOK, true, AUTH_API, METRICS_EP_DETOKENIZE},
+    {"/v1/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT, false},
+    {"/chat/completions", false, R_CHAT, true, AUTH_API, METRICS_EP_CHAT, false},
+    {"/v1/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS, false},
+    {"/completions", false, R_COMPL, true, AUTH_API, METRICS_EP_COMPLETIONS, false},
+    {"/v1/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS, false},
+    {"/models", false, R_MODELS, false, AUTH_API, METRICS_EP_MODELS, false},
+    {"/v1/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS, false},
+    {"/models/", true, R_MODEL, false, AUTH_API, METRICS_EP_MODELS, false},
+    {"/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH, false},
+    {"/v1/health", false, R_HEALTH, false, 0, METRICS_EP_HEALTH, false},
+    {"/metrics", false, R_METRICS, false, AUTH_OPT, METRICS_EP_METRICS, false},
+    {"/slots", false, R_SLOTS, false, AUTH_OPT, METRICS_EP_SLOTS, false},
+    {"/tokenize", false, R_TOK, true, AUTH_API, METRICS_EP_TOKENIZE, false},
+    {"/detokenize", false, R_DETOK, true, AUTH_API, METRICS_EP_DETOKENIZE, false},
+    {"/v1/responses", false, R_RESP, true, AUTH_API, METRICS_EP_RESPONSES, false},
+    {"/v1/responses/", true, R_RESP_ID, false, AUTH_API, METRICS_EP_RESPONSES, false},
+    {"/v1/messages", false, R_MSG, true, AUTH_API, METRICS_EP_MESSAGES, true},
+    {"/v1/messages/count_tokens", false, R_MSG_COUNT, true, AUTH_API, METRICS_EP_MESSAGES, true},
 };
 
 /* The route for a path (MHD passes it without the query string), or NULL. */
@@ -212,7 +237,7 @@ static enum MHD_Result reply_error(struct hreq *q, struct MHD_Connection *c,
                                    const struct api_error *e)
 {
     size_t len;
-    char *body = resp_error(e, &len);
+    char *body = q->rt && q->rt->anthropic ? resp_messages_error(e, &len) : resp_error(e, &len);
     char retry[16];
     snprintf(retry, sizeof retry, "%d", q->h->o.retry_after_s > 0 ? q->h->o.retry_after_s : 1);
     bool busy = e->status == 429 || e->status == 503;
@@ -442,6 +467,123 @@ static enum MHD_Result do_generate(struct hreq *q, struct MHD_Connection *c)
     return q->stream ? start_stream(q, c) : poll_job(q, c);
 }
 
+/* ---- the Responses and Messages APIs ------------------------------------------------------ */
+
+/* /v1/responses/{id}: GET and DELETE; POST only for {id}/cancel. */
+static bool resp_id_method_ok(const struct hreq *q)
+{
+    const char *m = q->method;
+    size_t n = strlen(q->path);
+    bool cancel = n > 7 && strcmp(q->path + n - 7, "/cancel") == 0;
+    if (cancel)
+        return strcmp(m, "POST") == 0;
+    return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 || strcmp(m, "DELETE") == 0;
+}
+
+/* Submit the parsed request with its front end (transferred) and answer like do_generate. */
+static enum MHD_Result run_front(struct hreq *q, struct MHD_Connection *c, struct api_req *req,
+                                 struct resp_front *front)
+{
+    http_t *h = q->h;
+    struct api_error e;
+    struct job_env env = {h->eng, h->model->tok, h->model_name, h->metrics};
+    double deadline = h->o.request_timeout_s > 0 ? dd_now() + h->o.request_timeout_s : 0;
+    q->stream = req->stream;
+    int rc = job_start_front(h->pool, &env, c, req, q->id, front, deadline, &q->job, &e);
+    api_req_free(req);
+    if (rc == DD_EFULL)
+        return queue_full(q, c);
+    if (rc)
+        return reply_error(q, c, &e);
+    return q->stream ? start_stream(q, c) : poll_job(q, c);
+}
+
+/* POST /v1/responses. */
+static enum MHD_Result do_responses(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    struct api_ctx ctx = api_ctx_of(h);
+    struct api_req req;
+    struct api_responses_req rr;
+    struct api_error e;
+    if (api_responses_parse(q->body, q->len, &ctx, h->store, &req, &rr, &e))
+        return reply_error(q, c, &e);
+    free(q->body);
+    q->body = NULL;
+    hex_id(q->id, sizeof q->id, "resp_");
+    struct resp_front *f = resp_responses_create(q->id, h->model_name, (int64_t)time(NULL), rr.echo,
+                                                 rr.messages, rr.store, h->store);
+    api_responses_req_free(&rr);
+    return run_front(q, c, &req, f);
+}
+
+/* GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel (the response keeps what
+ * was generated; its status becomes cancelled). An unknown, evicted or expired id is a 404. */
+static enum MHD_Result do_response_id(struct hreq *q, struct MHD_Connection *c, const char *url)
+{
+    char id[128];
+    snprintf(id, sizeof id, "%s", url + strlen(q->rt->path));
+    bool cancel = strcmp(q->method, "POST") == 0;
+    size_t n = strlen(id);
+    if (cancel && n >= 7)
+        id[n - 7] = '\0'; /* "{id}/cancel" */
+    size_t len;
+    char *obj = NULL;
+    bool found;
+    if (strcmp(q->method, "DELETE") == 0) {
+        found = store_delete(q->h->store, id);
+        obj = found ? resp_responses_deleted(id, &len) : NULL;
+    } else {
+        if (cancel)
+            store_cancel(q->h->store, id);
+        found = store_get(q->h->store, id, &obj, NULL);
+        len = obj ? strlen(obj) : 0;
+    }
+    if (!found) {
+        struct api_error e;
+        api_error_set(&e, 404, "not_found_error", "not_found", NULL,
+                      "Response with id '%.100s' not found.", id);
+        return reply_error(q, c, &e);
+    }
+    if (cancel && strstr(obj, "\"status\":\"in_progress\"")) {
+        cJSON *o = cJSON_Parse(obj);
+        free(obj);
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "status", cJSON_CreateString("cancelled"));
+        obj = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        len = strlen(obj);
+    }
+    return reply_json(q, c, 200, obj, len);
+}
+
+/* POST /v1/messages (Anthropic). */
+static enum MHD_Result do_messages(struct hreq *q, struct MHD_Connection *c)
+{
+    http_t *h = q->h;
+    struct api_ctx ctx = api_ctx_of(h);
+    struct api_req req;
+    struct api_messages_req mr;
+    struct api_error e;
+    if (api_messages_parse(q->body, q->len, &ctx, &req, &mr, &e))
+        return reply_error(q, c, &e);
+    free(q->body);
+    q->body = NULL;
+    hex_id(q->id, sizeof q->id, "msg_");
+    struct resp_front *f = resp_messages_create(q->id, h->model_name, &mr);
+    api_messages_req_free(&mr);
+    return run_front(q, c, &req, f);
+}
+
+/* POST /v1/messages/count_tokens: the prompt's tokens, {"input_tokens": N}. */
+static enum MHD_Result do_count_tokens(struct hreq *q, struct MHD_Connection *c)
+{
+    struct api_ctx ctx = api_ctx_of(q->h);
+    struct api_error e;
+    size_t len;
+    char *body = api_messages_count(&ctx, q->body, q->len, &len, &e);
+    return body ? reply_json(q, c, 200, body, len) : reply_error(q, c, &e);
+}
+
 /* ---- the access handler ---------------------------------------------------------------- */
 
 /* First call: everything decidable from the request line and headers. Errors found here are
@@ -456,14 +598,18 @@ static enum MHD_Result on_headers(struct hreq *q, struct MHD_Connection *c)
     if (strcmp(q->method, "OPTIONS") == 0)
         return preflight(q, c);
     bool get = strcmp(q->method, "GET") == 0 || strcmp(q->method, "HEAD") == 0;
-    if (rt->post ? strcmp(q->method, "POST") != 0 : !get) {
+    if (rt->id == R_RESP_ID ? !resp_id_method_ok(q)
+        : rt->post          ? strcmp(q->method, "POST") != 0
+                            : !get) {
         struct api_error e;
         api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                       "%s is not allowed on %s", q->method, rt->path);
         size_t len;
-        char *body = resp_error(&e, &len);
+        char *body = rt->anthropic ? resp_messages_error(&e, &len) : resp_error(&e, &len);
         return reply(q, c, 405, "application/json", body, len, "Allow",
-                     rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
+                     rt->id == R_RESP_ID ? "GET, DELETE, POST, OPTIONS"
+                     : rt->post          ? "POST, OPTIONS"
+                                         : "GET, HEAD, OPTIONS");
     }
     if (!auth_ok(h, c, rt))
         return fail(q, c, 401, "authentication_error", "invalid_api_key",
@@ -548,6 +694,8 @@ static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const c
         return do_metrics(q, c);
     case R_SLOTS:
         return do_slots(q, c);
+    case R_RESP_ID:
+        return do_response_id(q, c, url);
     default:
         break;
     }
@@ -556,6 +704,12 @@ static enum MHD_Result on_body(struct hreq *q, struct MHD_Connection *c, const c
         return unavailable(q, c, st);
     if (q->rt->id == R_TOK || q->rt->id == R_DETOK)
         return do_tokenize(q, c);
+    if (q->rt->id == R_RESP)
+        return do_responses(q, c);
+    if (q->rt->id == R_MSG)
+        return do_messages(q, c);
+    if (q->rt->id == R_MSG_COUNT)
+        return do_count_tokens(q, c);
     return do_generate(q, c);
 }
 
@@ -703,6 +857,7 @@ static struct MHD_Daemon *start_daemon(http_t *h, const struct sockaddr *sa, int
 static void http_free(http_t *h)
 {
     job_pool_destroy(h->pool);
+    store_destroy(h->store);
     metrics_destroy(h->metrics);
     free((char *)h->o.host);
     free((char *)h->o.api_key);
@@ -725,6 +880,8 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
     snprintf(h->model_name, sizeof h->model_name, "%s", o->model_name ? o->model_name : "");
     h->created = (int64_t)time(NULL);
     h->pool = job_pool_create(o->sse_ping_s > 0 ? o->sse_ping_s : 15);
+    h->store = store_create(o->responses_store_max,
+                            o->responses_store_ttl_s > 0 ? o->responses_store_ttl_s : 3600);
     h->metrics = metrics_create();
     struct sockaddr_storage ss;
     socklen_t sl;

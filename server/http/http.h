@@ -5,6 +5,8 @@
  *   POST /v1/chat/completions   POST /v1/completions      GET /v1/models  GET /v1/models/{id}
  *   GET  /health  /v1/health    GET /metrics  GET /slots  POST /tokenize  POST /detokenize
  *   (+ the unprefixed aliases /chat/completions, /completions, /models, /models/{id})
+ *   POST /v1/responses  GET, DELETE /v1/responses/{id}  POST /v1/responses/{id}/cancel
+ *   POST /v1/messages  POST /v1/messages/count_tokens  (Anthropic; errors in its shape)
  *
  * Around every route: a bounded body (413 over the cap, even while it arrives), the API key
  * (constant-time compare; every route except health, and /metrics and /slots only when
@@ -52,6 +54,8 @@ struct http_opts {
     int64_t n_ctx;        /* positions per slot (the engine's n_ctx); 0 = the model's n_ctx_train */
     double sse_ping_s;    /* ": keep-alive" SSE comment after this many silent seconds; <= 0 = 15 */
     int reasoning_format; /* enum api_reasoning: the default for chat requests */
+    int64_t responses_store_max;  /* stored /v1/responses objects (0 = none) */
+    double responses_store_ttl_s; /* their lifetime */
 };
 
 typedef struct http http_t;

@@ -80,6 +80,10 @@ struct choice {
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int64_t drafted_tokens, accepted_tokens;
     reply_t *reply; /* chat with reasoning or tool-call parsing, else NULL */
+    /* other front ends (j->front): the raw text and, with stop strings, every token's text, to
+     * tell which stop string ended the output (the engine reports only "stop") */
+    struct dd_buf raw, tok_text;
+    bool eog; /* an end-of-generation token was sampled */
 };
 
 /* A generation request. The fields above the "connection thread only" line are set at
@@ -101,7 +105,11 @@ struct job {
     char **echo_texts;     /* [n_choices / n_per_prompt] prompt copies, or NULL */
     cJSON *tools;          /* the request's tools, for the tool-call parsers, or NULL */
     struct job_hook *hook; /* test-hook build only: the fixed output (see hook_attach), or NULL */
-    struct dd_buf out;     /* streaming: produced, not yet handed to MHD */
+    struct resp_front *front; /* responses / messages: their events and objects, or NULL */
+    char **stops;             /* [n_stops] the request's stop strings (front ends), owned */
+    int n_stops;
+    bool user_cancel;  /* the front end asked to cancel (POST /v1/responses/{id}/cancel) */
+    struct dd_buf out; /* streaming: produced, not yet handed to MHD */
     size_t out_off;
     bool started;    /* streaming: the opening events were written */
     bool ended;      /* the terminal event is in `out` */
@@ -316,15 +324,27 @@ static void *timer_main(void *arg)
 
 /* ---- draining the engine --------------------------------------------------------------- */
 
-/* Keep token infos (logprobs) of a choice; grows geometrically. */
-static void toks_append(struct choice *c, const struct eng_tok_info *t, int64_t n)
+/* Keep token infos (logprobs) of a choice; grows geometrically. End-of-generation tokens
+ * (<|im_end|>) are not part of the text, so OpenAI's logprobs, which cover the content tokens
+ * only, leave them out (issue 32). */
+static void toks_append(const job_t *j, struct choice *c, const struct eng_tok_info *t, int64_t n)
 {
     if (c->n_toks + n > c->cap_toks) {
         c->cap_toks = c->cap_toks * 2 > c->n_toks + n ? c->cap_toks * 2 : c->n_toks + n + 16;
         c->toks = xrealloc(c->toks, (size_t)c->cap_toks * sizeof *c->toks);
     }
-    memcpy(c->toks + c->n_toks, t, (size_t)n * sizeof *t);
-    c->n_toks += n;
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *p = tok_piece(j->env.tok, t[i].id, &len);
+        if (j->front && p)
+            dd_buf_put(&c->tok_text, p, len);
+        if (!tok_is_eog(j->env.tok, t[i].id))
+            c->toks[c->n_toks++] = t[i];
+        else
+            c->eog = true;
+    }
+    if (j->front)
+        c->n_toks = 0; /* front ends report no logprobs: only the text was needed */
 }
 
 /* Bytes of output text the first n pending tokens stand for. */
@@ -385,13 +405,42 @@ static void record_done(job_t *j, struct choice *c, const struct eng_delta *d)
     }
 }
 
+/* A reply part, to the front end (streaming: the events stay in j->out). */
+static void front_part(void *ud, enum resp_part kind, const char *id, const char *name,
+                       const char *s, size_t n)
+{
+    job_t *j = ud;
+    j->front->ops->part(j->front, &j->out, kind, id, name, s, n);
+}
+
+/* Responses / messages, streamed or not: the reply parser's parts go to the front end, which
+ * keeps what its object needs (without streaming, its events are dropped). */
+static void front_delta(job_t *j, struct choice *c, const struct eng_delta *d)
+{
+    if (j->meta.logprobs && d->n_toks)
+        toks_append(j, c, d->toks, d->n_toks);
+    dd_buf_put(&c->raw, d->text ? d->text : "", d->len);
+    reply_feed(c->reply, d->text, d->len);
+    if (d->done)
+        reply_finish(c->reply);
+    reply_parts(c->reply, front_part, j);
+    if (!j->stream)
+        dd_buf_truncate(&j->out, 0);
+    if (d->done)
+        record_done(j, c, d);
+}
+
 /* Streaming: turn one delta of choice i into SSE events. */
 static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
 {
     struct choice *c = &j->ch[i];
     struct resp_toks k;
+    if (j->front) {
+        front_delta(j, c, d);
+        return;
+    }
     if (j->meta.logprobs && d->n_toks)
-        toks_append(c, d->toks, d->n_toks);
+        toks_append(j, c, d->toks, d->n_toks);
     if (c->reply) {
         reply_feed(c->reply, d->text, d->len);
         if (d->done)
@@ -415,12 +464,16 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
 static void collect_delta(job_t *j, int64_t i, const struct eng_delta *d)
 {
     struct choice *c = &j->ch[i];
+    if (j->front) {
+        front_delta(j, c, d);
+        return;
+    }
     if (c->reply)
         reply_feed(c->reply, d->text, d->len);
     else
         dd_buf_put(&c->text, d->text ? d->text : "", d->len);
     if (j->meta.logprobs && d->n_toks)
-        toks_append(c, d->toks, d->n_toks);
+        toks_append(j, c, d->toks, d->n_toks);
     if (!d->done)
         return;
     if (c->reply)
@@ -511,6 +564,21 @@ static void hook_free(job_t *j)
 static bool drain(job_t *j)
 {
     bool any = false;
+    if (j->front && j->front->ops->cancelled && !j->user_cancel &&
+        j->front->ops->cancelled(j->front)) {
+        j->user_cancel = true; /* what was generated stays; the rest is cancelled */
+        for (int64_t i = 0; i < j->n_choices; i++) {
+            struct choice *c = &j->ch[i];
+            if (c->done)
+                continue;
+            if (c->r)
+                eng_req_cancel(c->r);
+            c->done = true;
+            reply_finish(c->reply);
+            reply_parts(c->reply, front_part, j);
+        }
+        return true;
+    }
     for (int64_t i = 0; i < j->n_choices; i++) {
         struct choice *c = &j->ch[i];
         struct eng_delta d;
@@ -555,11 +623,59 @@ static struct resp_usage usage(const job_t *j)
     return u;
 }
 
+/* ---- other front ends ------------------------------------------------------------------ */
+
+/* The stop string that ended choice c: the engine stops at the first stop string in the
+ * tokens' text, so the one found earliest there is it (the output text cannot be compared
+ * byte for byte: invalid UTF-8 became U+FFFD in it). NULL for end-of-generation. */
+static const char *stop_matched(const job_t *j, const struct choice *c)
+{
+    const char *best = NULL, *at = NULL;
+    for (int i = 0; !c->eog && c->tok_text.len && i < j->n_stops; i++) {
+        const char *p = memmem(c->tok_text.p, c->tok_text.len, j->stops[i], strlen(j->stops[i]));
+        if (p && (!at || p < at)) {
+            at = p;
+            best = j->stops[i];
+        }
+    }
+    return best;
+}
+
+/* How the (single) choice ended, for the front end. */
+static struct resp_end front_end(const job_t *j)
+{
+    const struct choice *c = &j->ch[0];
+    struct resp_end e = {.finish = finish_name(c), .u = usage(j)};
+    if (j->user_cancel)
+        e.finish = "cancelled";
+    else if (c->finish == ENG_FINISH_STOP && j->n_stops)
+        e.stop_seq = stop_matched(j, c);
+    return e;
+}
+
+/* The terminal events of a front end's stream: its close, or its failure. */
+static void front_close(job_t *j, bool closing)
+{
+    if (closing || j->failed) {
+        j->front->ops->fail(j->front, &j->out, closing ? 503 : j->fail_status,
+                            closing ? "the server is shutting down" : j->fail_msg);
+    } else {
+        struct resp_end e = front_end(j);
+        j->front->ops->close(j->front, &j->out, &e);
+    }
+    j->ended = true;
+}
+
 /* ---- streaming ------------------------------------------------------------------------- */
 
 /* The opening events: a role chunk per chat choice, the echoed prompt per completion choice. */
 static void stream_open(job_t *j)
 {
+    if (j->front) {
+        j->front->ops->open(j->front, &j->out);
+        j->started = true;
+        return;
+    }
     for (int64_t i = 0; i < j->n_choices; i++) {
         struct choice *c = &j->ch[i];
         if (j->meta.kind == API_CHAT)
@@ -573,6 +689,10 @@ static void stream_open(job_t *j)
 /* The terminal events once every choice is done, or an error (no [DONE]) on failure. */
 static void stream_close(job_t *j, bool closing)
 {
+    if (j->front) {
+        front_close(j, closing);
+        return;
+    }
     if (closing || j->failed) {
         bool down = closing || j->fail_status == 503;
         resp_sse_error(&j->out, down ? "unavailable_error" : "server_error",
@@ -677,6 +797,16 @@ static char *final_body(job_t *j, int *status, size_t *len)
     return body;
 }
 
+/* A front end's object of a finished non-streaming job. */
+static char *front_body(job_t *j, int *status, size_t *len)
+{
+    struct resp_end e = front_end(j);
+    j->front->ops->close(j->front, &j->out, &e);
+    dd_buf_truncate(&j->out, 0);
+    *status = 200;
+    return j->front->ops->object(j->front, len);
+}
+
 /* The same loop as the streaming reader, with the whole body as the only output. */
 int job_poll(job_t *j, int *status, char **body, size_t *len)
 {
@@ -693,11 +823,15 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
             api_error_set(&e, st, st == 503 ? "unavailable_error" : "server_error", NULL, NULL,
                           "%s", j->failed ? j->fail_msg : "the server is shutting down");
             *status = e.status;
-            *body = resp_error(&e, len);
+            *body = j->front ? j->front->ops->error(&e, len) : resp_error(&e, len);
+            if (j->front) { /* a stored response records the failure too */
+                j->front->ops->fail(j->front, &j->out, e.status, e.message);
+                dd_buf_truncate(&j->out, 0);
+            }
             return 1;
         }
         if (all_done(j)) {
-            *body = final_body(j, status, len);
+            *body = j->front ? front_body(j, status, len) : final_body(j, status, len);
             return 1;
         }
         if (park(j))
@@ -712,21 +846,28 @@ int job_poll(job_t *j, int *status, char **body, size_t *len)
 static void chat_outputs(job_t *j, const struct api_req *req)
 {
     j->tools = req->tools_json ? cJSON_Parse(req->tools_json) : NULL;
-    struct reply_opts o = {req->reasoning, req->think_open, req->tool_calls,
-                           req->max_calls, req->stream,     j->tools};
+    /* front ends always parse, and always take the parts as events */
+    struct reply_opts o = {req->reasoning, req->think_open,         req->tool_calls,
+                           req->max_calls, req->stream || j->front, j->tools};
     for (int64_t i = 0; i < j->n_choices; i++)
-        if (req->reasoning || req->tool_calls)
+        if (req->reasoning || req->tool_calls || j->front)
             j->ch[i].reply = reply_create(&o);
+    if (j->front) {
+        j->stops = req->n_stop ? xcalloc((size_t)req->n_stop, sizeof *j->stops) : NULL;
+        for (int i = 0; i < req->n_stop; i++)
+            j->stops[j->n_stops++] = xstrdup(req->stop[i]);
+    }
     hook_attach(j, req);
 }
 
 /* Allocate the job and its choices; echo texts are copied once per prompt (choices of one
  * prompt share it). Choice i answers prompt i / n with seed offset i % n. */
 static job_t *job_new(job_pool_t *p, const struct job_env *env, struct MHD_Connection *c,
-                      const struct api_req *req, const char *id)
+                      const struct api_req *req, const char *id, struct resp_front *front)
 {
     job_t *j = xcalloc(1, sizeof *j);
     j->pool = p;
+    j->front = front;
     j->env = *env;
     j->conn = c;
     const union MHD_ConnectionInfo *ci =
@@ -792,7 +933,14 @@ int job_start(job_pool_t *p, const struct job_env *env, struct MHD_Connection *c
               const struct api_req *req, const char *id, double deadline, job_t **out,
               struct api_error *e)
 {
-    job_t *j = job_new(p, env, c, req, id);
+    return job_start_front(p, env, c, req, id, NULL, deadline, out, e);
+}
+
+int job_start_front(job_pool_t *p, const struct job_env *env, struct MHD_Connection *c,
+                    const struct api_req *req, const char *id, struct resp_front *front,
+                    double deadline, job_t **out, struct api_error *e)
+{
+    job_t *j = job_new(p, env, c, req, id, front);
     int rc = submit_all(j, req, deadline, e);
     if (rc) {
         /* withdraw the choices already submitted; not a client cancel, so not counted */
@@ -827,11 +975,18 @@ void job_end(job_t *j)
         if (c->r)
             eng_req_release(c->r);
         dd_buf_free(&c->text);
+        dd_buf_free(&c->raw);
+        dd_buf_free(&c->tok_text);
         free(c->toks);
         reply_destroy(c->reply);
     }
     cJSON_Delete(j->tools);
     hook_free(j);
+    if (j->front)
+        j->front->ops->destroy(j->front);
+    for (int i = 0; i < j->n_stops; i++)
+        free(j->stops[i]);
+    free(j->stops);
     if (cancelled)
         metrics_cancelled(j->env.metrics);
     for (int64_t i = 0; j->echo_texts && i < j->n_choices / j->n_per_prompt; i++)

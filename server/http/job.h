@@ -33,6 +33,7 @@
 #include "engine/sched/eng.h" // defines: eng_t
 #include "metrics.h"          // defines: metrics_t
 #include "server/api/api.h"   // defines: struct api_req, struct api_error
+#include "server/api/resp.h"  // defines: struct resp_front
 
 typedef struct job job_t;
 typedef struct job_pool job_pool_t;
@@ -69,6 +70,13 @@ void job_pool_shutdown(job_pool_t *p);
 int job_start(job_pool_t *p, const struct job_env *env, struct MHD_Connection *c,
               const struct api_req *req, const char *id, double deadline, job_t **out,
               struct api_error *e);
+
+/* job_start for a front end other than chat completions (responses, messages): req is the
+ * translated chat request (one choice); front (transferred, destroyed with the job, also on
+ * failure) writes the events and the object. */
+int job_start_front(job_pool_t *p, const struct job_env *env, struct MHD_Connection *c,
+                    const struct api_req *req, const char *id, struct resp_front *front,
+                    double deadline, job_t **out, struct api_error *e);
 
 /* Streaming: the 200 response whose reader produces the SSE events (the caller adds headers,
  * queues it and destroys its reference). */

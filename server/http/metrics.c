@@ -37,6 +37,8 @@ static const char *const ep_names[METRICS_EP_COUNT] = {
     "/slots",
     "/tokenize",
     "/detokenize",
+    "/v1/responses",
+    "/v1/messages",
     "other",
 };
 

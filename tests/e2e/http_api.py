@@ -46,6 +46,7 @@ def expect_error(port, path, body, status, etype=None, param=None, what="", head
     good = st == status and isinstance(e.get("message"), str) and "type" in e
     good = good and (etype is None or e.get("type") == etype)
     good = good and (param is None or e.get("param") == param)
+    good = good and isinstance(e.get("code"), (str, type(None)))  # issue 32: never a number
     C.ok(good, "%s -> %d %s %s" % (what or json.dumps(body)[:80], status, etype, param),
          "got %d %s" % (st, json.dumps(obj)[:300]))
     return st, hd, obj
@@ -369,6 +370,19 @@ def check_logprobs(d, bias):
     n = sum(len((json.loads(p)["choices"][0].get("logprobs") or {}).get("content", []))
             for _, p in ev[:-1])
     C.ok(n == 4, "streamed logprobs cover every token", n)
+    # issue 32: the end-of-turn token is not content, so it has no logprobs entry (streamed
+    # and not); a bias forcing it first leaves an empty content and no entries
+    eog = {k: 100 for k in bias}
+    _, _, r = post_json(d.port, CHAT, {"messages": USER, "max_tokens": 4, "logit_bias": eog,
+                                       "logprobs": True})
+    lp = (r["choices"][0].get("logprobs") or {}).get("content", [])
+    C.ok(r["choices"][0]["message"]["content"] == "" and lp == [],
+         "chat logprobs leave out the end-of-turn token", r["choices"][0])
+    st, _, ev = stream(d.port, CHAT, {"messages": USER, "max_tokens": 4, "logit_bias": eog,
+                                      "logprobs": True, "stream": True})
+    n = sum(len((json.loads(p)["choices"][0].get("logprobs") or {}).get("content", []))
+            for _, p in ev[:-1])
+    C.ok(n == 0, "streamed chat logprobs leave out the end-of-turn token", n)
     _, _, c = post_json(d.port, COMPL, {"prompt": "abc", "max_tokens": 4, "logprobs": 2,
                                         "logit_bias": bias})
     lp = c["choices"][0]["logprobs"]

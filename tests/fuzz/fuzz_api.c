@@ -1,7 +1,9 @@
 /*
  * fuzz_api — libFuzzer target for the HTTP request path after the body is received: the exact
  * functions server/http/http.c calls per route (api_parse for /v1/chat/completions and
- * /v1/completions, api_tokenize, api_detokenize), with the JSON body guards, validation, chat
+ * /v1/completions, api_tokenize, api_detokenize; with bit 64 of byte 0 the Responses and
+ * Messages parsers, api_responses_parse and api_messages_parse / _count, whose objects are then
+ * built by their front ends), with the JSON body guards, validation, chat
  * rendering and tokenization behind them, then the response builders of server/api/resp.c fed with
  * what a generation of the parsed prompt would produce.
  *
@@ -31,10 +33,16 @@
 #include "engine/model/tok.h" // defines: tok_stream_push, tok_n_vocab
 #include "fz_model.h"         // defines: fz_model_load
 #include "server/api/api.h"   // defines: api_parse, api_tokenize, api_detokenize, api_req_params
-#include "server/api/json.h"  // defines: json_utf8_valid
-#include "server/api/resp.h"  // defines: resp_error, resp_sse_*, resp_completion
+#include "server/api/api_messages.h"   // defines: api_messages_parse, api_messages_count
+#include "server/api/api_responses.h"  // defines: api_responses_parse
+#include "server/api/json.h"           // defines: json_utf8_valid
+#include "server/api/resp.h"           // defines: resp_error, resp_sse_*, resp_completion
+#include "server/api/resp_messages.h"  // defines: resp_messages_create
+#include "server/api/resp_responses.h" // defines: resp_responses_create
+#include "server/api/store.h"          // defines: store_create
 
 static const struct model *g_model;
+static store_t *g_store; /* responses kept across inputs, so previous_response_id can hit */
 
 /* Reports a failed invariant the way libFuzzer notices: a crash, with the reason first. */
 static void require(int ok, const char *what)
@@ -50,6 +58,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     g_model = fz_model_load("DELTAD_FUZZ_MODEL", "build/cpu/models/tiny-qwen35.gguf");
+    g_store = store_create(8, 3600);
     return 0;
 }
 
@@ -180,9 +189,65 @@ static void check_req(const struct api_req *r, const struct api_ctx *ctx)
     emulate_output(r, &r->prompts[0]);
 }
 
+/* A front end's whole life on a fixed output: open, parts of every kind, close, object. */
+static void run_front(struct resp_front *f)
+{
+    struct dd_buf b = {0};
+    f->ops->open(f, &b);
+    f->ops->part(f, &b, RESP_PART_REASONING, NULL, NULL, "hm", 2);
+    f->ops->part(f, &b, RESP_PART_CONTENT, NULL, NULL, "hi", 2);
+    f->ops->part(f, &b, RESP_PART_CALL_START, "call_1", "f", "", 0);
+    f->ops->part(f, &b, RESP_PART_CALL_ARGS, NULL, NULL, "{\"a\":1}", 7);
+    struct resp_end end = {.finish = "stop", .u = {.prompt = 3, .completion = 4}};
+    f->ops->close(f, &b, &end);
+    size_t len;
+    char *o = f->ops->object(f, &len);
+    cJSON_Delete(require_json(o, len));
+    free(o);
+    dd_buf_free(&b);
+    f->ops->destroy(f);
+}
+
+/* Bit 64 of byte 0: route 0 /v1/responses, 1 /v1/messages, else /v1/messages/count_tokens. */
+static void fronts(int route, const struct api_ctx *ctx, const char *body, size_t len)
+{
+    struct api_req r;
+    struct api_error e;
+    if (route == 0) {
+        struct api_responses_req rr;
+        if (api_responses_parse(body, len, ctx, g_store, &r, &rr, &e)) {
+            check_error(&e);
+            return;
+        }
+        check_req(&r, ctx);
+        run_front(
+            resp_responses_create("resp_fuzz", "m", 0, rr.echo, rr.messages, rr.store, g_store));
+        api_responses_req_free(&rr);
+    } else if (route == 1) {
+        struct api_messages_req mr;
+        if (api_messages_parse(body, len, ctx, &r, &mr, &e)) {
+            check_error(&e);
+            return;
+        }
+        check_req(&r, ctx);
+        run_front(resp_messages_create("msg_fuzz", "m", &mr));
+    } else {
+        size_t n;
+        char *out = api_messages_count(ctx, body, len, &n, &e);
+        if (out)
+            cJSON_Delete(require_json(out, n));
+        else
+            check_error(&e);
+        free(out);
+        return;
+    }
+    api_req_free(&r);
+}
+
 /* The limits byte 0 selects: route, context size, nesting limit, default max_tokens. */
 struct variant {
-    int route; /* 0 chat, 1 completions, 2 /tokenize, 3 /detokenize */
+    int route;   /* 0 chat, 1 completions, 2 /tokenize, 3 /detokenize */
+    bool fronts; /* bit 64: the Responses and Messages routes instead (see fronts) */
     struct api_ctx ctx;
 };
 
@@ -190,6 +255,7 @@ static struct variant variant_of(uint8_t b)
 {
     static const int64_t n_ctx[4] = {8, 64, 512, 4096};
     struct variant v = {b & 3,
+                        (b & 64) != 0,
                         {g_model, n_ctx[(b >> 2) & 3], 4, (b & 32) ? 16 : 0, (b & 16) ? 8 : 64}};
     return v;
 }
@@ -203,7 +269,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *body = malloc(len ? len : 1); /* exact size: MHD bodies have no NUL after them */
     memcpy(body, data + 1, len);
     struct api_error e;
-    if (v.route < 2) {
+    if (v.fronts) {
+        fronts(v.route, &v.ctx, body, len);
+    } else if (v.route < 2) {
         struct api_req r;
         if (api_parse(v.route == 0 ? API_CHAT : API_COMPLETION, body, len, &v.ctx, &r, &e)) {
             check_error(&e);

@@ -46,7 +46,7 @@ TEST(error_object)
     api_error_set(&e, 400, "invalid_request_error", NULL, "temperature", "bad %s", "value");
     char *s = resp_error(&e, NULL);
     CHECK_STR_EQ(s, "{\"error\":{\"message\":\"bad value\",\"type\":\"invalid_request_error\","
-                    "\"param\":\"temperature\",\"code\":400}}");
+                    "\"param\":\"temperature\",\"code\":null}}");
     free(s);
     api_error_set(&e, 401, "authentication_error", "invalid_api_key", NULL, "no");
     s = resp_error(&e, NULL);
