@@ -237,6 +237,7 @@ static void http_opts_from(const struct cfg *c, struct http_opts *o)
         .auth_metrics = c->auth_metrics,
         .max_conns = (int)c->max_conns,
         .idle_timeout_s = (int)c->idle_timeout,
+        .receive_timeout_s = c->receive_timeout,
         .max_body = (size_t)c->max_body,
         .max_json_depth = (int)c->max_json_depth,
         .cors_origin = *c->cors_origin ? c->cors_origin : NULL,

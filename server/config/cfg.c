@@ -41,6 +41,9 @@ const struct cfg_row cfg__rows[] = {
      "open connections at most; more are refused"},
     {"idle_timeout", CFG_INT, "30", 1, 3600, R, OFF(idle_timeout), NULL,
      "seconds a connection may stay silent before it is closed"},
+    {"receive_timeout", CFG_FLOAT, "10", 0.5, 3600, R, OFF(receive_timeout), NULL,
+     "seconds a request may take to arrive complete, headers and body (a new connection's "
+     "from its accept); slower ones are closed"},
     {"max_body", CFG_INT, "8M", 1024, 1 << 30, R, OFF(max_body), NULL,
      "largest request body in bytes (K/M/G suffixes); larger ones get 413"},
     {"max_json_depth", CFG_INT, "64", 1, 1000, R, OFF(max_json_depth), NULL,

@@ -43,8 +43,9 @@ struct cfg {
     int64_t port;
     int64_t http_threads;
     int64_t max_conns;
-    int64_t idle_timeout; /* seconds */
-    int64_t max_body;     /* bytes */
+    int64_t idle_timeout;   /* seconds */
+    double receive_timeout; /* seconds for a request to arrive complete */
+    int64_t max_body;       /* bytes */
     int64_t max_json_depth;
     char *cors_origin; /* "" = no CORS headers */
     /* ---- authentication ---- */

@@ -22,7 +22,9 @@
 #include "http.h" // defines: http_start, struct http_opts
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +69,11 @@ struct http {
     job_pool_t *pool;          /* generation jobs and their wakers */
     store_t *store;            /* stored /v1/responses objects */
     metrics_t *metrics;
+    /* open connections, oldest first (see "connections" below); conn_mu guards the list and
+     * every hconn's since / busy */
+    pthread_mutex_t conn_mu;
+    struct hconn *conn_head, *conn_tail;
+    int n_conns;
 };
 
 /* ---- routes ---------------------------------------------------------------------------- */
@@ -133,6 +141,159 @@ static const struct route *route_find(const char *url)
     return NULL;
 }
 
+/* ---- connections ---------------------------------------------------------------------- */
+
+/*
+ * Every open connection, in accept order (MHD_OPTION_NOTIFY_CONNECTION), so that a client that
+ * holds a connection without finishing its request cannot keep others out:
+ *  - receive_timeout: a request must arrive complete, headers and body, within it (a new
+ *    connection's first request counted from the accept, a kept-alive one's from its headers):
+ *    the connection's MHD timeout is cut to what is left when the headers are in, and a body
+ *    still arriving past the deadline closes the connection;
+ *  - max_conns: MHD admits a few more than max_conns; when a new connection makes it
+ *    max_conns + 1, the one that has waited longest without a complete request (since its
+ *    accept, or since its last answer on a kept-alive connection) is shut down. Connections
+ *    whose request is being answered are never picked; with none to pick, the new one goes.
+ * MHD announces CLOSED before it closes the socket, so a shutdown() under conn_mu never hits a
+ * descriptor that was closed and reused.
+ */
+struct hconn {
+    struct hconn *prev, *next;
+    int fd;
+    double since;    /* waiting for a complete request since (dd_now) */
+    double deadline; /* the current request must be complete by then; 0 = not started */
+    bool busy;       /* a complete request is being answered */
+    bool evicted;    /* shut down to admit a newer connection (logged once) */
+    int64_t n_done;  /* requests answered on it */
+};
+
+static struct hconn *conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The connection's MHD timeout (silence) for the rest of a request that must arrive within
+ * `left` seconds: the shorter of the two; idle_timeout alone when left <= 0. */
+static void conn_set_timeout(http_t *h, struct MHD_Connection *c, double left)
+{
+    double s = h->o.idle_timeout_s > 0 ? (double)h->o.idle_timeout_s : 0.0;
+    if (left > 0 && (s == 0.0 || left < s))
+        s = left;
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)ceil(s));
+}
+
+/* The oldest connection without a complete request, other than `not`; conn_mu held. */
+static struct hconn *conn_victim(http_t *h, const struct hconn * not )
+{
+    struct hconn *best = NULL;
+    for (struct hconn *x = h->conn_head; x; x = x->next)
+        if (x != not &&!x->busy && !x->evicted && (!best || x->since < best->since))
+            best = x;
+    return best;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_t *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct hconn *x = xcalloc(1, sizeof *x);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        x->fd = ci ? ci->connect_fd : -1;
+        x->since = dd_now();
+        *socket_context = x;
+        pthread_mutex_lock(&h->conn_mu);
+        x->prev = h->conn_tail;
+        *(x->prev ? &x->prev->next : &h->conn_head) = x;
+        h->conn_tail = x;
+        struct hconn *v = NULL;
+        if (h->o.max_conns > 0 && ++h->n_conns > h->o.max_conns) {
+            v = conn_victim(h, x);
+            v = v ? v : x;
+            v->evicted = true;
+            if (v->fd >= 0)
+                shutdown(v->fd, SHUT_RDWR); /* its MHD thread sees the end and closes it */
+        } else if (h->o.max_conns <= 0) {
+            h->n_conns++;
+        }
+        double waited = v ? dd_now() - v->since : 0.0;
+        pthread_mutex_unlock(&h->conn_mu);
+        if (h->o.receive_timeout_s > 0) /* the first request's headers too */
+            conn_set_timeout(h, c, h->o.receive_timeout_s);
+        if (v) /* debug only: a request it had started gets its access-log line, "evicted" */
+            LOG_D("max_conns %d reached: closed %s connection that waited %.1f s without a "
+                  "complete request",
+                  h->o.max_conns, v == x ? "the new" : "the", waited);
+        return;
+    }
+    struct hconn *x = *socket_context;
+    if (!x)
+        return;
+    pthread_mutex_lock(&h->conn_mu);
+    *(x->prev ? &x->prev->next : &h->conn_head) = x->next;
+    *(x->next ? &x->next->prev : &h->conn_tail) = x->prev;
+    h->n_conns--;
+    pthread_mutex_unlock(&h->conn_mu);
+    free(x);
+    *socket_context = NULL;
+}
+
+/* The headers of a request are in: start its receive deadline (a new connection's counts from
+ * the accept) and cut the connection's idle timeout to what is left of it. False when the
+ * deadline has already passed. */
+static bool conn_request_start(http_t *h, struct MHD_Connection *c)
+{
+    struct hconn *x = conn_of(c);
+    if (!x || h->o.receive_timeout_s <= 0)
+        return true;
+    const double now = dd_now();
+    pthread_mutex_lock(&h->conn_mu);
+    x->deadline = (x->n_done ? now : x->since) + h->o.receive_timeout_s;
+    const double left = x->deadline - now;
+    pthread_mutex_unlock(&h->conn_mu);
+    if (left <= 0)
+        return false;
+    conn_set_timeout(h, c, left);
+    return true;
+}
+
+/* Still within the receive deadline (a body arriving)? */
+static bool conn_in_time(http_t *h, struct MHD_Connection *c)
+{
+    struct hconn *x = conn_of(c);
+    return !x || !x->deadline || dd_now() <= x->deadline;
+}
+
+/* The request is complete: the connection is busy answering it, with the normal idle timeout. */
+static void conn_request_complete(http_t *h, struct MHD_Connection *c)
+{
+    struct hconn *x = conn_of(c);
+    if (!x)
+        return;
+    pthread_mutex_lock(&h->conn_mu);
+    x->busy = true;
+    x->deadline = 0;
+    pthread_mutex_unlock(&h->conn_mu);
+    conn_set_timeout(h, c, 0);
+}
+
+/* The request is over: the connection waits for the next one from now. */
+static void conn_request_done(http_t *h, struct MHD_Connection *c)
+{
+    struct hconn *x = conn_of(c);
+    if (!x)
+        return;
+    pthread_mutex_lock(&h->conn_mu);
+    x->busy = false;
+    x->deadline = 0;
+    x->since = dd_now();
+    x->n_done++;
+    pthread_mutex_unlock(&h->conn_mu);
+}
+
 /* ---- per-request state ----------------------------------------------------------------- */
 
 /* One HTTP request (MHD's per-request context). Owned by the MHD thread of its connection;
@@ -147,6 +308,7 @@ struct hreq {
     char *body;     /* [len] received bytes (cap allocated), at most max_body */
     size_t len, cap;
     bool too_large;   /* the body went over max_body */
+    bool late;        /* closed: the body was still arriving past receive_timeout */
     bool oom;         /* the body buffer could not grow (dd_try_realloc): 503 */
     bool responded;   /* a response is queued: later calls only drain MHD */
     bool stream;      /* the job answers with SSE */
@@ -723,6 +885,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!q) {
         q = hreq_new(cls, url, method);
         *req_cls = q;
+        if (!conn_request_start(q->h, c))
+            return MHD_NO; /* the headers took longer than receive_timeout */
         return on_headers(q, c);
     }
     if (q->job && !q->stream)
@@ -732,8 +896,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return q->discarded > q->h->o.max_body ? MHD_NO : MHD_YES;
     }
-    if (*upload_data_size)
+    if (*upload_data_size) {
+        if (!conn_in_time(q->h, c)) {
+            q->late = true;
+            return MHD_NO; /* the body is still arriving past receive_timeout */
+        }
         return on_data(q, c, upload_data, upload_data_size);
+    }
+    conn_request_complete(q->h, c);
     return on_body(q, c, url);
 }
 
@@ -780,6 +950,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
 {
     http_t *h = cls;
     struct hreq *q = *req_cls;
+    conn_request_done(h, c);
     if (!q)
         return;
     if (q->job) {
@@ -790,8 +961,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     int status = q->status ? q->status : 499; /* 499: the client left before an answer */
     char addr[64];
     client_addr(c, addr, sizeof addr);
+    const struct hconn *x = conn_of(c);
+    const char *how = q->late ? "receive-timeout"
+                      : x && x->evicted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK
+                          ? "evicted"
+                          : toe_name(toe);
     LOG_I("%s %s %s %d %zuB %.3fs id=%s %s", addr, q->method, q->path, status, q->bytes,
-          dd_now() - q->t0, q->id, toe_name(toe));
+          dd_now() - q->t0, q->id, how);
     metrics_request(h->metrics, q->rt ? q->rt->ep : METRICS_EP_OTHER, status);
     free(q->body);
     free(q);
@@ -809,7 +985,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = '\0';
-    LOG_I("libmicrohttpd: %s", msg); /* mostly clients going away: routine, not a warning */
+    /* mostly clients going away: routine, not a warning; a connection's own end is already
+     * in the access-log line of its request, so those messages are debug only, and so is the
+     * one for an access handler's MHD_NO (deltad returns it only to close a connection on
+     * purpose: a body past max_body or receive_timeout, also in the access log) */
+    if (strncmp(msg, "Connection ", 11) == 0 ||
+        strncmp(msg, "Application reported internal error", 35) == 0)
+        LOG_D("libmicrohttpd: %s", msg);
+    else
+        LOG_I("libmicrohttpd: %s", msg);
 }
 
 static char *dup_or_null(const char *s)
@@ -844,18 +1028,21 @@ static struct MHD_Daemon *start_daemon(http_t *h, const struct sockaddr *sa, int
                      MHD_USE_ERROR_LOG | (unsigned)family;
     flags |= MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL : MHD_USE_POLL;
     unsigned threads = h->o.threads > 0 ? (unsigned)h->o.threads : 4;
-    unsigned limit = h->o.max_conns > 0 ? (unsigned)h->o.max_conns : 1000;
+    /* room above max_conns, so that on_connection sees the new connection and makes room */
+    unsigned limit = h->o.max_conns > 0 ? (unsigned)h->o.max_conns + 16u : 1000;
     unsigned idle = h->o.idle_timeout_s > 0 ? (unsigned)h->o.idle_timeout_s : 0;
-    return MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-        MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
-        limit, MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, h, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_THREAD_POOL_SIZE,
+                            threads, MHD_OPTION_CONNECTION_LIMIT, limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
 }
 
 /* Free everything http_start allocated (the daemon is already stopped or never started). */
 static void http_free(http_t *h)
 {
+    pthread_mutex_destroy(&h->conn_mu);
     job_pool_destroy(h->pool);
     store_destroy(h->store);
     metrics_destroy(h->metrics);
@@ -883,6 +1070,7 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
     h->store = store_create(o->responses_store_max,
                             o->responses_store_ttl_s > 0 ? o->responses_store_ttl_s : 3600);
     h->metrics = metrics_create();
+    pthread_mutex_init(&h->conn_mu, NULL);
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);

@@ -41,6 +41,7 @@ struct http_opts {
     bool auth_metrics;          /* also require the key on /metrics and /slots */
     int max_conns;              /* connection limit, <= 0 = MHD's default */
     int idle_timeout_s;         /* per-connection idle timeout, <= 0 = none */
+    double receive_timeout_s;   /* a request's headers and body arrive within this, <= 0 = none */
     size_t max_body;            /* request body cap in bytes (413 above) */
     int max_json_depth;         /* JSON nesting limit (400 above), <= 0 = 64 */
     const char *cors_origin;    /* NULL or "" = no CORS headers; "*" or one origin */
