@@ -1,13 +1,13 @@
 /*
  * device — the compute device interface: a const operations table plus an opaque context
  * (STYLE rule 7, after ggml-backend). The forward pass calls only the static inline wrappers
- * below; implementations: dev_cpu.c + dev_cpu_ops.c (a thread pool bound to a core set) and
- * dev_cuda.c.
+ * below; implementations: dev_cpu.c + dev_cpu_ops.c (a thread pool bound to a core set),
+ * dev_strict.c (the CPU device behind memory the host cannot touch, for tests) and dev_cuda.c.
  *
  * Memory: a device owns buffers (buf_alloc: an opaque handle plus the device address of the
  * first byte). A device address is a typed pointer the host must never dereference, as with
  * cudaMalloc: pointer arithmetic on it is fine, reading through it is not. The CPU device's
- * device memory is host memory it owns.
+ * device memory is host memory it owns; the strict device's faults when the host touches it.
  * Weights (struct dev_mat) are device addresses too. upload / download / copy / memset and
  * every op are ordered on the device's stream and may return before they finish; sync waits
  * for all of them (a download's host bytes are valid after sync).
@@ -584,5 +584,10 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
  * transferred (dev_destroy each). Errors name the problem (e.g. more devices than cores). */
 int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
                          size_t errlen);
+
+/* The strict test device (dev_strict.c): inner (transferred) behind buffers the host cannot
+ * touch outside the device's own calls (PROT_NONE between them), so a host dereference of an
+ * activation or cache address faults. Weights stay inner's. Transferred: dev_destroy. */
+int dev_strict_create(struct dev *inner, struct dev **out, char *err, size_t errlen);
 
 #endif
