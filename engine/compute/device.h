@@ -198,7 +198,8 @@ struct dev_ops {
     const char *name;
     void (*destroy)(struct dev *d);
     /* ---- memory (see the top) ---- */
-    /* A buffer of bytes at an align-aligned device address *addr. Returns 0 or DD_ENOMEM. */
+    /* A buffer of bytes at an align-aligned device address *addr, reading as zeros (the cache
+     * relies on it). Returns 0 or DD_ENOMEM (user-sized: refused, never aborted). */
     int (*buf_alloc)(struct dev *d, size_t bytes, size_t align, struct dev_buf **buf, void **addr);
     void (*buf_free)(struct dev *d, struct dev_buf *buf);
     void (*upload)(struct dev *d, void *dst, const void *src, size_t bytes);   /* host -> dev */
