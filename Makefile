@@ -347,7 +347,7 @@ fuzz: fuzz-build
 # `Macros:` option that fixes this needs clang-format 17.
 FORMAT_SKIP := $(wildcard kernels/cpu/*_avx2.c kernels/cpu/*_avx512.c kernels/cpu/simd*.h)
 FORMAT_SRC  := $(filter-out $(FORMAT_SKIP),$(sort $(wildcard engine/*.[ch] engine/*/*.[ch] \
-               kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh \
+               kernels/*.h kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh \
                server/*/*.[ch] tools/*.c tests/unit/*.[ch] tests/fuzz/*.c \
                tools/kcpu/*.cpp tools/kcpu/*.h tools/kcpu/*.cu tools/kcpu/include/*.h)))
 

@@ -6,24 +6,23 @@
  * all products split across threads by cost, every thread over all tokens, so each weight row
  * is streamed from memory once per call).
  *
- * Memory: the activation scratch is sized by reserve() at start-up; matmul allocates nothing.
+ * The forward ops are in dev_cpu_ops.c. Buffers are host memory the device owns (zeroed,
+ * aligned); upload / download / copy / memset are memcpy / memset, and every call completes
+ * before it returns (no sync needed).
+ *
+ * Memory: the activation and attention scratch are sized by reserve() / reserve_multi() /
+ * reserve_attn() at start-up; no op allocates.
  * Thread: driven by one thread (the engine thread), which is thread 0 of every dispatch.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "dev_cpu_impl.h"   // defines: struct cpu_dev, dev_cpu__*
 #include "device.h"         // defines: struct dev, dev_cpu_create
 #include "engine/util.h"    // defines: xcalloc, xaligned_alloc, dd_errf
 #include "kernels/cpu/kq.h" // defines: kq_matmul, kq_quantize_act
 #include "topo.h"           // defines: topo_split, topo_bind_unit
 #include "tpool.h"          // defines: tpool_run, tpool_barrier
-
-struct cpu_dev {
-    struct dev base;
-    tpool_t *pool;
-    void *act; /* activation scratch, act_cap bytes */
-    size_t act_cap;
-};
 
 /*
  * One matmul_multi in flight, planned by the calling thread before the dispatch: the distinct
@@ -50,7 +49,7 @@ struct mm_plan {
 
 static struct cpu_dev *cpu_of(struct dev *d)
 {
-    return (struct cpu_dev *)d;
+    return dev_cpu__of(d);
 }
 
 /* Row granularity of the output split: keeps every thread's rows on whole cache lines of y,
@@ -132,7 +131,7 @@ static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
     return p->n_src++;
 }
 
-static void cpu_matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
+void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
 {
     struct cpu_dev *cd = cpu_of(d);
     ASSERT(n >= 0 && n <= DEV_MM_MAX);
@@ -152,7 +151,7 @@ static void cpu_matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
 static void cpu_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y)
 {
     struct dev_mm m = {.w = *w, .x = x, .T = T, .y = y};
-    cpu_matmul_multi(d, &m, 1);
+    dev_cpu__matmul_multi(d, &m, 1);
 }
 
 static int grow_act(struct cpu_dev *cd, size_t need)
@@ -174,6 +173,67 @@ static int cpu_reserve(struct dev *d, int64_t max_tokens, int64_t max_in)
 {
     /* the widest activation format is f32 (F32/F16/BF16 weights) */
     return grow_act(cpu_of(d), (size_t)max_tokens * (size_t)max_in * sizeof(float) + 64);
+}
+
+static int cpu_reserve_attn(struct dev *d, int64_t n_ctx, int64_t grp)
+{
+    struct cpu_dev *cd = cpu_of(d);
+    int64_t n = grp * n_ctx < DEV_CPU_ATTN_SCRATCH ? grp * n_ctx : DEV_CPU_ATTN_SCRATCH;
+    n = n > n_ctx ? n : n_ctx;
+    if (n <= cd->attn_scratch_n)
+        return 0;
+    free(cd->attn_scratch);
+    cd->attn_scratch = xaligned_alloc((size_t)(cd->n_threads * n) * sizeof(float));
+    cd->attn_scratch_n = n;
+    return 0;
+}
+
+/* ---- buffers: host memory from calloc (zeroed, lazily for large ones), aligned by hand ---- */
+
+struct cpu_buf {
+    void *raw;
+};
+
+static int cpu_buf_alloc(struct dev *d, size_t bytes, size_t align, struct dev_buf **buf,
+                         void **addr)
+{
+    (void)d;
+    align = align < 64 ? 64 : align;
+    struct cpu_buf *b = xcalloc(1, sizeof *b);
+    b->raw = calloc(1, bytes + align); /* user-sized: refused, not aborted (STYLE rule 16) */
+    if (!b->raw) {
+        free(b);
+        return DD_ENOMEM;
+    }
+    *addr = (void *)(((uintptr_t)b->raw + align - 1) & ~(uintptr_t)(align - 1));
+    *buf = (struct dev_buf *)b;
+    return 0;
+}
+
+static void cpu_buf_free(struct dev *d, struct dev_buf *buf)
+{
+    (void)d;
+    struct cpu_buf *b = (struct cpu_buf *)buf;
+    free(b->raw);
+    free(b);
+}
+
+static void cpu_move(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    (void)d;
+    memmove(dst, src, bytes);
+}
+
+static void cpu_memset(struct dev *d, void *dst, int byte, size_t bytes)
+{
+    (void)d;
+    memset(dst, byte, bytes);
+}
+
+static bool cpu_supports(const struct dev *d, enum dev_op op, enum kq_type t)
+{
+    (void)d, (void)op;
+    return t == KQ_F32 || kq_type_supported(t) || t == KQ_Q4_KX;
 }
 
 static void cpu_parallel(struct dev *d, dev_task_fn fn, void *ctx)
@@ -208,6 +268,7 @@ static void cpu_destroy(struct dev *d)
     struct cpu_dev *cd = cpu_of(d);
     tpool_destroy(cd->pool);
     free(cd->act);
+    free(cd->attn_scratch);
     free(cd);
 }
 
@@ -215,15 +276,40 @@ static const struct dev_ops cpu_ops = {
     .api_version = DEV_API_VERSION,
     .name = "cpu",
     .destroy = cpu_destroy,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_free = cpu_buf_free,
+    .upload = cpu_move,
+    .download = cpu_move,
+    .copy = cpu_move,
+    .memset = cpu_memset,
+    .supports = cpu_supports,
     .reserve = cpu_reserve,
     .matmul = cpu_matmul,
-    .matmul_multi = cpu_matmul_multi,
+    .matmul_multi = dev_cpu__matmul_multi,
     .reserve_multi = cpu_reserve_multi,
     .parallel = cpu_parallel,
     .barrier = cpu_barrier,
     .n_threads = cpu_n_threads,
     .bind_host = cpu_bind_host,
     .weight_layout = cpu_weight_layout,
+    .reserve_attn = cpu_reserve_attn,
+    .embed = dev_cpu__embed,
+    .rope_table = dev_cpu__rope_table,
+    .rmsnorm = dev_cpu__rmsnorm,
+    .attn_store = dev_cpu__attn_store,
+    .attn = dev_cpu__attn,
+    .gdn_gates = dev_cpu__gdn_gates,
+    .conv1d = dev_cpu__conv1d,
+    .gdn = dev_cpu__gdn,
+    .swiglu = dev_cpu__swiglu,
+    .shexp_gate = dev_cpu__shexp_gate,
+    .moe_route = dev_cpu__moe_route,
+    .moe_gather = dev_cpu__moe_gather,
+    .moe_combine = dev_cpu__moe_combine,
+    .matmul_id = dev_cpu__matmul_id,
+    .gather_rows = dev_cpu__gather_rows,
+    .scatter_rows = dev_cpu__scatter_rows,
+    .argmax = dev_cpu__argmax,
 };
 
 int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,
@@ -233,6 +319,9 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
         dd_errf(err, errlen, "cpu device: thread count %d out of range 0..1024", n_threads);
         return DD_EINVAL;
     }
+    int rc = dev_check_api(&cpu_ops, err, errlen);
+    if (rc)
+        return rc;
     struct cpu_dev *cd = xcalloc(1, sizeof *cd);
     cd->base.ops = &cpu_ops;
     cd->base.ctx = cd;
@@ -242,6 +331,7 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
         free(cd);
         return DD_ENOMEM;
     }
+    cd->n_threads = tpool_size(cd->pool);
     *out = &cd->base;
     return 0;
 }

@@ -1,6 +1,10 @@
 /*
- * dev_cuda — the CUDA device (contract in dev_cuda.h): matmuls on one GPU through the launchers
- * of kernels/cuda (kcuda.h); every other op of the forward pass stays on the calling thread.
+ * dev_cuda — the CUDA device (contract in dev_cuda.h): buffers in GPU memory and the forward
+ * ops that have a kernel in kernels/cuda, through the launchers of kcuda.h, all ordered on one
+ * stream. supports() names them: matmul (every weight type kcuda computes), embed, rmsnorm,
+ * SwiGLU, GDN gates, conv1d, the gated delta rule, MoE routing and combine, argmax. The other
+ * entries are NULL (supports() is false for them): the device is not a full forward device
+ * yet, and devices = cuda stays refused.
  *
  * Weights: the device table hands over host views into the mmap. The first matmul with a view
  * uploads it (its n_out rows of row_bytes) and remembers the device copy in a hash table keyed
@@ -14,9 +18,9 @@
  * still matches the host bytes; otherwise the view is uploaded again. The samples cost a few
  * cache lines per matmul; a change that misses every sample goes unnoticed, so a caller that
  * rewrites a view in place must not rely on this.
- * Activations: per product, x is uploaded into a device buffer, the product runs (matrix-vector
- * kernel for up to KC_MATVEC_MAX_T rows, dequantise + cuBLAS above), and y is downloaded.
- * Buffers grow on demand (the first steps of each shape allocate; later steps do not).
+ * Activations: device addresses (buf_alloc: cudaMalloc, zeroed on the stream); a product runs
+ * the matrix-vector kernel for up to KC_MATVEC_MAX_T rows, dequantise + cuBLAS above, without
+ * a host round trip. Weights are still host views uploaded on first use (above).
  *
  * Thread: the engine thread only. A CUDA failure aborts (kcuda.h, STYLE rule 18c).
  */
@@ -53,8 +57,6 @@ struct cuda_dev {
     int gpu;
     struct wslot *w; /* open addressing, cap a power of two, at most half full */
     size_t w_cap, w_n, w_bytes;
-    float *x, *y; /* device activation buffers */
-    size_t x_cap, y_cap;
     cpu_set_t near; /* PUs near the GPU (has_near): where its host thread runs */
     bool has_near;
 };
@@ -158,20 +160,9 @@ static const void *weight_dev(struct cuda_dev *cd, const struct dev_mat *w)
     return p;
 }
 
-/* A device buffer of at least need bytes in *buf (capacity *cap). */
-static float *grow(struct cuda_dev *cd, float **buf, size_t *cap, size_t need)
+static struct kc_mat kmat(struct cuda_dev *cd, const struct dev_mat *w)
 {
-    if (need <= *cap)
-        return *buf;
-    kc_stream_sync(cd->s);
-    kc_free(*buf);
-    *buf = kc_malloc(need);
-    if (!*buf) {
-        LOG_E("cuda device %d: cannot allocate %.1f MiB of activations", cd->gpu, need / 1048576.0);
-        abort();
-    }
-    *cap = need;
-    return *buf;
+    return (struct kc_mat){weight_dev(cd, w), w->type, w->n_in, w->n_out, w->row_bytes};
 }
 
 static void cuda_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y)
@@ -179,22 +170,177 @@ static void cuda_matmul(struct dev *d, const struct dev_mat *w, const float *x, 
     struct cuda_dev *cd = cuda_of(d);
     if (T <= 0 || w->n_out <= 0)
         return;
-    const size_t xb = (size_t)(T * w->n_in) * sizeof(float);
-    const size_t yb = (size_t)(T * w->n_out) * sizeof(float);
     if (w->n_in <= 0) { /* an empty slice of a shard: the product is 0 */
-        memset(y, 0, yb);
+        kc_memset(cd->s, y, 0, (size_t)(T * w->n_out) * sizeof(float));
         return;
     }
-    struct kc_mat m = {weight_dev(cd, w), w->type, w->n_in, w->n_out, w->row_bytes};
-    float *dx = grow(cd, &cd->x, &cd->x_cap, xb), *dy = grow(cd, &cd->y, &cd->y_cap, yb);
+    struct kc_mat m = kmat(cd, w);
     if (T > KC_MATVEC_MAX_T && kc_stream_reserve(cd->s, kc_matmul_scratch_bytes(&m, T))) {
         LOG_E("cuda device %d: cannot allocate GEMM scratch", cd->gpu);
         abort();
     }
-    kc_upload(cd->s, dx, x, xb);
-    kc_matmul(cd->s, &m, dx, w->n_in, T, dy, w->n_out);
-    kc_download(cd->s, y, dy, yb);
-    kc_stream_sync(cd->s);
+    kc_matmul(cd->s, &m, x, w->n_in, T, y, w->n_out);
+}
+
+/* ---- buffers: cudaMalloc'd, zeroed on the stream; over-allocated for alignments above 256 ---- */
+
+struct cuda_buf {
+    void *raw;
+};
+
+static int cuda_buf_alloc(struct dev *d, size_t bytes, size_t align, struct dev_buf **buf,
+                          void **addr)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    const size_t extra = align > 256 ? align : 0;
+    struct cuda_buf *b = xcalloc(1, sizeof *b);
+    b->raw = kc_malloc(bytes + extra ? bytes + extra : 1);
+    if (!b->raw) {
+        free(b);
+        return DD_ENOMEM;
+    }
+    kc_memset(cd->s, b->raw, 0, bytes + extra);
+    uintptr_t a = (uintptr_t)b->raw;
+    *addr = (void *)(extra ? (a + align - 1) & ~(uintptr_t)(align - 1) : a);
+    *buf = (struct dev_buf *)b;
+    return 0;
+}
+
+static void cuda_buf_free(struct dev *d, struct dev_buf *buf)
+{
+    struct cuda_buf *b = (struct cuda_buf *)buf;
+    kc_stream_sync(cuda_of(d)->s);
+    kc_free(b->raw);
+    free(b);
+}
+
+static void cuda_upload(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    kc_upload(cuda_of(d)->s, dst, src, bytes);
+}
+
+static void cuda_download(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    kc_download(cuda_of(d)->s, dst, src, bytes);
+}
+
+static void cuda_copy(struct dev *d, void *dst, const void *src, size_t bytes)
+{
+    kc_copy(cuda_of(d)->s, dst, src, bytes);
+}
+
+static void cuda_memset(struct dev *d, void *dst, int byte, size_t bytes)
+{
+    kc_memset(cuda_of(d)->s, dst, byte, bytes);
+}
+
+static void cuda_sync(struct dev *d)
+{
+    kc_stream_sync(cuda_of(d)->s);
+}
+
+/* ---- the forward ops with a kernel (the others are NULL; see supports) ---- */
+
+static bool cuda_supports(const struct dev *d, enum dev_op op, enum kq_type t)
+{
+    (void)d;
+    switch (op) {
+    case DEV_OP_MATMUL:
+    case DEV_OP_EMBED:
+        return t == KQ_F32 || t == KQ_F16 || t == KQ_BF16 || t == KQ_Q8_0 || t == KQ_Q4_0 ||
+               t == KQ_Q4_K || t == KQ_Q5_K || t == KQ_Q6_K;
+    case DEV_OP_RMSNORM:
+    case DEV_OP_SWIGLU:
+    case DEV_OP_GDN_GATES:
+    case DEV_OP_CONV1D:
+    case DEV_OP_GDN:
+    case DEV_OP_MOE_ROUTE:
+    case DEV_OP_MOE_COMBINE:
+    case DEV_OP_ARGMAX:
+        return t == KQ_F32;
+    default:
+        return false;
+    }
+}
+
+static void cuda_embed(struct dev *d, const struct dev_mat *w, const struct dev_batch *b, float *x)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    struct kc_mat m = kmat(cd, w);
+    kc_embed(cd->s, &m, b->token, b->T, x);
+}
+
+static void cuda_rmsnorm(struct dev *d, const struct dev_norm *a)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    for (int64_t t = 0; a->add && t < a->T; t++) /* rows of n at stride ld_x */
+        kc_add(cd->s, a->x + t * a->ld_x, a->add + t * a->ld_x, a->n);
+    if (a->ld_x == a->ld_y) {
+        kc_rmsnorm(cd->s, a->x, a->w, a->y, a->T, 1, a->ld_x, 0, a->n, a->eps);
+        return;
+    }
+    for (int64_t t = 0; t < a->T; t++) /* different strides (the MTP concat): row by row */
+        kc_rmsnorm(cd->s, a->x + t * a->ld_x, a->w, a->y + t * a->ld_y, 1, 1, 0, 0, a->n, a->eps);
+}
+
+static void cuda_swiglu(struct dev *d, float *g, const float *u, int64_t n, int64_t w)
+{
+    kc_swiglu(cuda_of(d)->s, g, u, n * w);
+}
+
+static void cuda_gdn_gates(struct dev *d, const struct dev_gdn *g)
+{
+    kc_gdn_gates(cuda_of(d)->s, g->bl, g->al, g->ba, g->a_log, g->dt_bias, g->b->T, g->Hv, g->Hk,
+                 g->beta, g->decay);
+}
+
+/* The cache's GDN state (struct dev_gdn_state) as kcuda addresses it; struct dev_run and
+ * struct kc_run have the same layout (t0, t1, seq, src). */
+static struct kc_gdn_state kc_state(const struct dev_gdn_state *st)
+{
+    return (struct kc_gdn_state){.conv = st->base,
+                                 .ssm = st->base + st->conv_elems,
+                                 .group_stride = st->group_stride,
+                                 .seq_stride = st->seq_stride,
+                                 .n_groups = st->n_groups};
+}
+
+_Static_assert(sizeof(struct dev_run) == sizeof(struct kc_run), "dev_run is kc_run");
+
+static void cuda_conv1d(struct dev *d, const struct dev_gdn *g)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    struct kc_gdn_state st = kc_state(&g->st);
+    kc_conv1d_silu(cd->s, g->u, g->conv_w, g->C, g->conv_k, (const struct kc_run *)g->b->runs,
+                   g->b->n_runs, &st, g->y);
+    kc_l2norm(cd->s, g->y, g->b->T, 2 * g->Hk, g->C, g->S, g->S, g->eps); /* the q and k heads */
+}
+
+static void cuda_gdn(struct dev *d, const struct dev_gdn *g)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    struct kc_gdn_state st = kc_state(&g->st);
+    kc_gdn(cd->s, g->y, g->C, g->Hk, g->Hv, g->S, g->kmap_mod, g->beta, g->decay,
+           (const struct kc_run *)g->b->runs, g->b->n_runs, &st, g->o);
+    kc_rmsnorm_gate(cd->s, g->o, g->norm_w, g->z, g->b->T * g->Hv, g->S, g->eps);
+}
+
+static void cuda_moe_route(struct dev *d, const struct dev_moe *m)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    kc_moe_route(cd->s, m->logits, m->T, m->n_expert, m->k, m->route_e, m->route_w);
+    kc_moe_dispatch(cd->s, m->route_e, m->T, m->k, m->n_expert, m->e_off, m->slot, m->e_row);
+}
+
+static void cuda_moe_combine(struct dev *d, const struct dev_moe *m)
+{
+    kc_moe_combine(cuda_of(d)->s, m->sh, m->sh_gate, m->route_w, m->slot, m->eout, m->T, m->k, m->E,
+                   m->out);
+}
+
+static void cuda_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+{
+    kc_argmax(cuda_of(d)->s, x, rows, n, out);
 }
 
 static int cuda_n_threads(const struct dev *d)
@@ -209,8 +355,6 @@ static void cuda_destroy(struct dev *d)
     for (size_t i = 0; i < cd->w_cap; i++)
         if (cd->w[i].host)
             kc_free(cd->w[i].dev);
-    kc_free(cd->x);
-    kc_free(cd->y);
     kc_stream_destroy(cd->s);
     free(cd->w);
     free(cd);
@@ -253,13 +397,33 @@ static const struct dev_ops cuda_ops = {
     .api_version = DEV_API_VERSION,
     .name = "cuda",
     .destroy = cuda_destroy,
+    .buf_alloc = cuda_buf_alloc,
+    .buf_free = cuda_buf_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .copy = cuda_copy,
+    .memset = cuda_memset,
+    .sync = cuda_sync,
+    .supports = cuda_supports,
     .matmul = cuda_matmul,
     .n_threads = cuda_n_threads,
     .bind_host = cuda_bind_host,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .swiglu = cuda_swiglu,
+    .gdn_gates = cuda_gdn_gates,
+    .conv1d = cuda_conv1d,
+    .gdn = cuda_gdn,
+    .moe_route = cuda_moe_route,
+    .moe_combine = cuda_moe_combine,
+    .argmax = cuda_argmax,
 };
 
 int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
 {
+    int rc = dev_check_api(&cuda_ops, err, errlen);
+    if (rc)
+        return rc;
     struct cuda_dev *cd = xcalloc(1, sizeof *cd);
     if (kc_stream_create(gpu, 64u << 20, &cd->s, err, errlen)) {
         free(cd);
@@ -276,7 +440,7 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
               CPU_COUNT(&cd->near), numa);
     char desc[256];
     kc_device_describe(gpu, desc, sizeof desc);
-    LOG_I("cuda device %d: %s (matmuls on the GPU, other ops on the host)", gpu, desc);
+    LOG_I("cuda device %d: %s", gpu, desc);
     *out = &cd->base;
     return 0;
 }

@@ -10,27 +10,24 @@
  * gate/up; router + shared expert; all routed experts' gate/up, then all downs), so the input
  * is quantised once and the device splits the rows of all of them in one dispatch. The
  * sequence-dependent parts (attention over each sequence's KV rows, the causal conv and the
- * gated delta rule over each sequence's run) loop over runs; they and the per-row elementwise
- * work (norms, RoPE, gates, SwiGLU, the MoE sum) run on the device's threads when a step has
- * enough of it (par_items), and on the calling thread for decode-sized steps. The GDN
- * recurrence is the sequential f32 form, token by token, so a verify-sized batch gives exactly
- * what feeding the tokens one by one gives. The first token of a run reads its state from
- * snapshot group rs_idx, later tokens update group 0 in place; the last min(T, n_groups)
- * states are kept as snapshot groups for rollback.
+ * gated delta rule over each sequence's run) are device ops over the batch's runs, uploaded
+ * with the tokens at the start of a step (struct dev_batch). Every op goes through the device
+ * (device.h) on device addresses: this code never reads or writes an activation, cache row or
+ * weight itself. The first token of a run reads its recurrent state from snapshot group
+ * rs_idx, later tokens update group 0; the last min(T, n_groups) states are kept as snapshot
+ * groups for rollback.
  *
- * Invariants: a row's arithmetic in every op here is the same whatever else is in the batch
- * and however the work is split (the matmul kernels have their own rules, see kq.h);
- * fwd_decode/fwd_mtp allocate nothing, all buffers come from fwd__dev_create.
- * Thread: the engine thread; parallel parts run on the device's workers over disjoint slices.
+ * Invariants: a row's arithmetic in every op is the same whatever else is in the batch and
+ * however the work is split (the device's rule); fwd_decode/fwd_mtp allocate nothing, every
+ * buffer is a part of the device's one allocation (fwd_plan, fwd__dev_create).
+ * Thread: the engine thread (or a group's host thread), driving its device.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"            // defines: comm_allreduce
-#include "engine/util.h"     // defines: xcalloc, xaligned_alloc, dd_errf
-#include "fwd_impl.h"        // defines: struct fwd_dev, struct fwd_run, fwd__dev_*
-#include "kernels/cpu/kop.h" // defines: kop_rmsnorm, kop_add, kop_rope_table
+#include "engine/util.h" // defines: xcalloc, xaligned_alloc, dd_errf
+#include "fwd_impl.h"    // defines: struct fwd_dev, struct fwd_run, fwd__dev_*
 
 /* ============================================================================================
  * Helpers
@@ -42,89 +39,64 @@ void fwd__matmul(struct fwd_dev *f, const struct model_w *w, const float *x, int
     dev_matmul(f->dev, &d, x, T, y);
 }
 
-/*
- * Parallel loops over items. fn(f, arg, i0, i1) runs on each thread's contiguous share of
- * [0, n), or on the calling thread alone when the loop's work (n * work, in elements) is below
- * PAR_MIN_WORK, where a dispatch would cost more than it saves (decode-sized elementwise work).
- * What fn computes per item never depends on the split.
- */
-#define PAR_MIN_WORK (1 << 15)
-
-struct items_task {
-    struct fwd_dev *f;
-    fwd__items_fn fn;
-    const void *arg;
-    int64_t n;
-};
-
-static void items_worker(void *ctx, int ith, int nth)
-{
-    const struct items_task *t = ctx;
-    int64_t lo, hi;
-    dev_split(t->n, ith, nth, 1, &lo, &hi);
-    if (lo < hi)
-        t->fn(t->f, t->arg, lo, hi);
-}
-
-void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn, const void *arg)
-{
-    if (f->n_threads == 1 || n * work < PAR_MIN_WORK) {
-        fn(f, arg, 0, n);
-        return;
-    }
-    struct items_task t = {.f = f, .fn = fn, .arg = arg, .n = n};
-    dev_parallel(f->dev, items_worker, &t);
-}
-
 /* y rows = rmsnorm(x rows) * w: rows of n elements at strides ld_x, ld_y. */
-struct norm_arg {
-    const float *x;
-    const float *w; /* NULL: no weight */
-    float *y;
-    int64_t n, ld_x, ld_y;
-    bool add_mix; /* first x += mix (x is f->x) */
-};
-
-static void norm_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_t t1)
+static void rmsnorm_rows(struct fwd_dev *f, float *x, const struct model_w *w, float *y, int64_t n,
+                         int64_t ld_x, int64_t ld_y)
 {
-    const struct norm_arg *a = arg;
-    for (int64_t t = t0; t < t1; t++) {
-        if (a->add_mix)
-            kop_add(f->x + t * a->n, f->mix + t * a->n, a->n);
-        kop_rmsnorm(a->x + t * a->ld_x, a->w, a->y + t * a->ld_y, a->n, f->m->hp.eps);
-    }
-}
-
-static void rmsnorm_rows(struct fwd_dev *f, const float *x, const struct model_w *w, float *y,
-                         int64_t n, int64_t ld_x, int64_t ld_y)
-{
-    struct norm_arg a = {
-        .x = x, .w = w ? w->data : NULL, .y = y, .n = n, .ld_x = ld_x, .ld_y = ld_y};
-    fwd__par_items(f, f->b->n_tokens, n, norm_items, &a);
+    struct dev_norm a = {.x = x,
+                         .w = w ? w->data : NULL,
+                         .y = y,
+                         .T = f->db.T,
+                         .n = n,
+                         .ld_x = ld_x,
+                         .ld_y = ld_y,
+                         .eps = f->m->hp.eps};
+    dev_rmsnorm(f->dev, &a);
 }
 
 /* The residual add of a pending block output, then y = rmsnorm(x) * w (one pass per row). */
 static void add_norm(struct fwd_dev *f, const struct model_w *w, float *y)
 {
     const int64_t E = f->m->hp.n_embd;
-    struct norm_arg a = {
-        .x = f->x, .w = w->data, .y = y, .n = E, .ld_x = E, .ld_y = E, .add_mix = f->mix_pending};
-    fwd__par_items(f, f->b->n_tokens, E, norm_items, &a);
+    struct dev_norm a = {.x = f->x,
+                         .add = f->mix_pending ? f->mix : NULL,
+                         .w = w->data,
+                         .y = y,
+                         .T = f->db.T,
+                         .n = E,
+                         .ld_x = E,
+                         .ld_y = E,
+                         .eps = f->m->hp.eps};
+    dev_rmsnorm(f->dev, &a);
     f->mix_pending = false;
 }
 
-static void embed_items(struct fwd_dev *f, const void *arg, int64_t t0, int64_t t1)
+/* Upload batch b (and its runs, with the state group each starts from) for the ops. */
+static void upload_batch(struct fwd_dev *f, const struct fwd_batch *b)
 {
-    const struct model_w *w = &f->m->tok_embd;
-    float *x = (float *)arg;
-    for (int64_t t = t0; t < t1; t++)
-        kq_dequantize_row(w->type, (const char *)w->data + (size_t)f->b->token[t] * w->nb1,
-                          x + t * w->ne[0], w->ne[0]);
+    const int64_t T = b->n_tokens;
+    for (int64_t r = 0; r < f->n_runs; r++)
+        f->runs_h[r] = (struct dev_run){.t0 = (int32_t)f->runs[r].t0,
+                                        .t1 = (int32_t)f->runs[r].t1,
+                                        .seq = (int32_t)f->runs[r].seq,
+                                        .src = f->cache.rs_idx[f->runs[r].seq]};
+    dev_upload(f->dev, f->d_tok, b->token, (size_t)T * sizeof *f->d_tok);
+    dev_upload(f->dev, f->d_seq, b->seq, (size_t)T * sizeof *f->d_seq);
+    dev_upload(f->dev, f->d_pos, b->pos, (size_t)T * sizeof *f->d_pos);
+    dev_upload(f->dev, f->d_runs, f->runs_h, (size_t)f->n_runs * sizeof *f->d_runs);
+    f->db = (struct dev_batch){.T = T,
+                               .n_runs = f->n_runs,
+                               .token = f->d_tok,
+                               .seq = f->d_seq,
+                               .pos = f->d_pos,
+                               .runs = f->d_runs};
+    f->b = b;
 }
 
 static void embed_rows(struct fwd_dev *f, float *x)
 {
-    fwd__par_items(f, f->b->n_tokens, f->m->hp.n_embd, embed_items, x);
+    struct dev_mat w = fwd__mat(&f->m->tok_embd);
+    dev_embed(f->dev, &w, &f->db, x);
 }
 
 /* ============================================================================================
@@ -135,15 +107,14 @@ static void embed_rows(struct fwd_dev *f, float *x)
 static void reduce(struct fwd_dev *f, float *buf, int64_t n)
 {
     if (f->comm)
-        comm_allreduce(f->comm, f->rank, buf, n);
+        dev_allreduce(f->dev, f->comm, f->rank, buf, n);
 }
 
 /* The rotation table of every row's position, shared by all attention layers of the step. */
 static void rope_tables(struct fwd_dev *f)
 {
     const struct model_hparams *hp = &f->m->hp;
-    for (int64_t t = 0; t < f->b->n_tokens; t++)
-        kop_rope_table(hp->n_rot, f->b->pos[t], hp->rope_base, f->rope + t * hp->n_rot);
+    dev_rope_table(f->dev, &f->db, hp->n_rot, hp->rope_base, f->rope);
 }
 
 /* Does row t of batch b produce a logits row (b->logits, or by default the last of its run)? */
@@ -160,10 +131,11 @@ static void output_head(struct fwd_dev *f, const struct model_w *norm)
     const int64_t E = f->m->hp.n_embd;
     add_norm(f, norm, f->hidden);
     f->n_logits = 0;
-    for (int64_t t = 0; t < b->n_tokens; t++) {
+    for (int64_t t = 0; t < b->n_tokens; t++)
         if (wants_logits(b, t))
-            memcpy(f->hsel + f->n_logits++ * E, f->hidden + t * E, (size_t)E * sizeof(float));
-    }
+            f->rows_h[f->n_logits++] = (int32_t)t;
+    dev_upload(f->dev, f->d_rows, f->rows_h, (size_t)f->n_logits * sizeof *f->d_rows);
+    dev_gather_rows(f->dev, f->hsel, f->hidden, f->d_rows, f->n_logits, E);
     if (f->n_logits)
         fwd__matmul(f, &f->m->output, f->hsel, f->n_logits, f->logits);
 }
@@ -177,7 +149,7 @@ static void block(struct fwd_dev *f, int64_t il)
     add_norm(f, &l->attn_norm, f->xn);
     bool empty = l->recurrent ? l->ssm_hk == 0 : l->n_head_kv == 0; /* a zero-size shard */
     if (empty)
-        memset(f->mix, 0, (size_t)(T * E) * sizeof(float));
+        dev_memset(f->dev, f->mix, 0, (size_t)(T * E) * sizeof(float));
     else if (l->recurrent)
         fwd__gdn_layer(f, il, f->xn, f->mix);
     else
@@ -193,10 +165,10 @@ static void block(struct fwd_dev *f, int64_t il)
 void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                      int64_t n_runs)
 {
-    f->b = b;
     f->runs = runs;
     f->n_runs = n_runs;
     f->mix_pending = false;
+    upload_batch(f, b);
     embed_rows(f, f->x);
     rope_tables(f);
     for (int64_t il = 0; il < f->m->hp.n_layer; il++)
@@ -204,6 +176,8 @@ void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct 
     output_head(f, &f->m->output_norm);
     for (int64_t r = 0; r < f->n_runs; r++)
         cache_seq_advanced(&f->cache, f->runs[r].seq, f->runs[r].t1 - f->runs[r].t0);
+    f->n_hidden = b->n_tokens;
+    f->hidden_fresh = false;
     f->b = NULL;
 }
 
@@ -227,15 +201,15 @@ static bool kv_only_rows(struct fwd_dev *f)
         f->sub_pos[n] = b->pos[t];
         f->sub_seq[n] = b->seq[t];
         f->sub_want[n] = 1;
-        f->sub_row[n++] = t;
+        f->sub_row[n++] = (int32_t)t;
     }
     if (n == T)
         return false;
     add_norm(f, &f->m->layers[il].attn_norm, f->xn);
     fwd__attn_kv(f, il, f->xn);
-    for (int64_t i = 0; i < n; i++) /* sub_row[i] >= i: each source row is read before it is
-                                       overwritten */
-        memmove(f->x + i * E, f->x + f->sub_row[i] * E, (size_t)E * sizeof(float));
+    dev_upload(f->dev, f->d_sub_row, f->sub_row, (size_t)n * sizeof *f->d_sub_row);
+    /* sub_row[i] >= i: each source row is read before it is overwritten */
+    dev_gather_rows(f->dev, f->x, f->x, f->d_sub_row, n, E);
     f->sub = (struct fwd_batch){.n_tokens = n,
                                 .token = f->sub_tok,
                                 .pos = f->sub_pos,
@@ -248,17 +222,18 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
                   int64_t n_runs, const float *h_prev)
 {
     const struct model_hparams *hp = &f->m->hp;
-    f->b = b;
     f->runs = runs;
     f->n_runs = n_runs;
     f->mix_pending = false;
     const int64_t T = b->n_tokens, E = hp->n_embd, il = hp->n_layer;
     const struct model_layer *l = &f->m->layers[il];
+    upload_batch(f, b);
+    dev_upload(f->dev, f->h_prev, h_prev, (size_t)(T * E) * sizeof(float));
     /* c = [enorm(embed(x_p)) | hnorm(h_{p-1})] -> eh_proj -> one decoder block */
     embed_rows(f, f->mix);
     rope_tables(f);
     rmsnorm_rows(f, f->mix, &l->enorm, f->xn, E, E, 2 * E);
-    rmsnorm_rows(f, h_prev, &l->hnorm, f->xn + E, E, E, 2 * E);
+    rmsnorm_rows(f, f->h_prev, &l->hnorm, f->xn + E, E, E, 2 * E);
     fwd__matmul(f, &l->eh_proj, f->xn, T, f->x);
     const struct model_w *norm =
         l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm;
@@ -268,23 +243,20 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
     } else if (f->sub.n_tokens == 0) {
         f->n_logits = 0;
     } else { /* the wanted rows' block; their hidden rows go back to their batch rows */
-        f->b = &f->sub;
+        upload_batch(f, &f->sub);
         rope_tables(f);
         block(f, il);
         output_head(f, norm);
-        for (int64_t i = f->sub.n_tokens - 1; i >= 0; i--)
-            memmove(f->hidden + f->sub_row[i] * E, f->hidden + i * E, (size_t)E * sizeof(float));
+        dev_scatter_rows(f->dev, f->hidden, f->hidden, f->d_sub_row, f->sub.n_tokens, E);
     }
+    f->n_hidden = T;
+    f->hidden_fresh = false;
     f->b = NULL;
 }
 
 /* ============================================================================================
  * Lifecycle
  * ========================================================================================== */
-
-/* Attention scores per thread (floats): a whole query-head group at the usual depths, one head
- * at a time at the longest ones. */
-#define ATTN_SCRATCH (256 << 10)
 
 static int64_t max3(int64_t a, int64_t b, int64_t c)
 {
@@ -325,6 +297,87 @@ static size_t multi_act_bytes(const struct model *m, int64_t T)
     return need;
 }
 
+/* The activation widths of a step (see struct fwd_dev). */
+struct widths {
+    int64_t w0, w1, w2, w3, ws, hv, k, tk, ffx, ff;
+};
+
+static struct widths widths_of(const struct model *m, int64_t T)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, Hv = hp->ssm_hv, S = hp->ssm_s;
+    const int64_t q_out = hp->n_head * hp->head_dim * 2, kv = hp->n_head_kv * hp->head_dim;
+    struct widths w = {.ff = max3(hp->n_ff, hp->n_ff_exp, hp->n_ff_shexp)};
+    w.w0 = max3(q_out, hp->conv_ch, w.ff);
+    w.w1 = max3(kv, hp->conv_ch, w.ff);
+    w.w2 = max3(max3(kv, Hv * S, 2 * Hv), hp->n_expert ? E : 1, 1);
+    w.w3 = max3(hp->n_head * hp->head_dim, Hv * S, 1);
+    w.ws = max3(2 * Hv, hp->n_expert, 1);
+    w.hv = Hv ? Hv : 1;
+    w.k = hp->n_expert_used ? hp->n_expert_used : 1;
+    w.tk = hp->n_expert ? T * w.k : 1;
+    w.ffx = hp->n_expert ? hp->n_ff_exp : 1;
+    return w;
+}
+
+/* Every activation part: name, elements, element size. Parts are 64-byte aligned. */
+#define ACT_PARTS(X, T, E, V, w, Nx, R)                                                            \
+    X(x, T *E, float)                                                                              \
+    X(xn, T * 2 * E, float)                                                                        \
+    X(mix, T *E, float)                                                                            \
+    X(big0, T *w.w0, float)                                                                        \
+    X(big1, T *w.w1, float)                                                                        \
+    X(big2, T *w.w2, float)                                                                        \
+    X(big3, T *w.w3, float)                                                                        \
+    X(small, T *w.ws, float)                                                                       \
+    X(beta, T *w.hv, float)                                                                        \
+    X(decay, T *w.hv, float)                                                                       \
+    X(rope, T *R, float)                                                                           \
+    X(route_w, T *w.k, float)                                                                      \
+    X(route_e, T *w.k, int32_t)                                                                    \
+    X(slot, T *w.k, int32_t)                                                                       \
+    X(e_off, Nx + 1, int32_t)                                                                      \
+    X(e_row, T *w.k, int32_t)                                                                      \
+    X(gath, w.tk *E, float)                                                                        \
+    X(eg, w.tk *w.ffx, float)                                                                      \
+    X(eu, w.tk *w.ffx, float)                                                                      \
+    X(eout, w.tk *E, float)                                                                        \
+    X(sh_gate, T, float)                                                                           \
+    X(hidden, T *E, float)                                                                         \
+    X(h_prev, T *E, float)                                                                         \
+    X(hsel, T *E, float)                                                                           \
+    X(logits, T *V, float)                                                                         \
+    X(d_tok, T, int32_t)                                                                           \
+    X(d_seq, T, int32_t)                                                                           \
+    X(d_rows, T, int32_t)                                                                          \
+    X(d_sub_row, T, int32_t)                                                                       \
+    X(d_pos, T, int64_t)                                                                           \
+    X(d_runs, T, struct dev_run)
+
+void fwd_plan(const struct model *m, const struct fwd_params *p, struct dev_plan *plan)
+{
+    const struct model_hparams *hp = &m->hp;
+    const int64_t T = p->max_tokens, E = hp->n_embd, V = m->vocab_hi - m->vocab_lo;
+    const struct widths w = widths_of(m, T);
+    cache_plan(m, p->n_seq, p->n_ctx, p->draft_max, plan);
+#define PLAN_ADD(nm, n, type) dev_plan_add(plan, #nm, (size_t)(n) * sizeof(type), 64);
+    ACT_PARTS(PLAN_ADD, T, E, V, w, hp->n_expert, hp->n_rot)
+#undef PLAN_ADD
+}
+
+/* The device addresses of the activation parts, carved from base. */
+static void carve(struct fwd_dev *f, char *base)
+{
+    int i = 0;
+    while (strcmp(f->plan.part[i].name, "x") != 0)
+        i++;
+#define CARVE(nm, n, type)                                                                         \
+    ASSERT(strcmp(f->plan.part[i].name, #nm) == 0);                                                \
+    f->nm = (type *)(void *)(base + f->plan.part[i++].offset);
+    ACT_PARTS(CARVE, 0, 0, 0, (struct widths){0}, 0, 0)
+#undef CARVE
+}
+
 int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_params *p,
                     struct comm *comm, int rank, struct fwd_dev **out, char *err, size_t errlen)
 {
@@ -344,56 +397,37 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
     f->p = *p;
     f->comm = comm;
     f->rank = rank;
-    int rc = cache_create(&f->cache, m, p->n_seq, p->n_ctx, p->draft_max, err, errlen);
+    fwd_plan(m, p, &f->plan);
+    char *base = NULL;
+    int rc = dev_buf_alloc(d, f->plan.total, f->plan.align, &f->buf, (void **)&base);
     if (rc) {
+        const size_t cache = cache_bytes_needed(m, p->n_seq, p->n_ctx, p->draft_max);
+        dd_errf(err, errlen,
+                "cannot allocate %.1f MiB on device %s: the cache %.1f MiB for %lld sequences x "
+                "%lld tokens with %lld snapshot groups, activations %.1f MiB",
+                f->plan.total / 1048576.0, d->ops->name, cache / 1048576.0, (long long)p->n_seq,
+                (long long)p->n_ctx, (long long)(1 + p->draft_max),
+                (f->plan.total - cache) / 1048576.0);
         free(f);
-        return rc;
+        return DD_EFULL;
     }
+    cache_init(&f->cache, m, d, p->n_seq, p->n_ctx, p->draft_max, &f->plan, base);
+    carve(f, base);
     const int64_t T = p->max_tokens, E = hp->n_embd, Hv = hp->ssm_hv, S = hp->ssm_s;
-    const int64_t q_out = hp->n_head * hp->head_dim * 2, kv = hp->n_head_kv * hp->head_dim;
-    const int64_t ff = max3(hp->n_ff, hp->n_ff_exp, hp->n_ff_shexp);
-    const int64_t w0 = max3(q_out, hp->conv_ch, ff), w1 = max3(kv, hp->conv_ch, ff);
-    const int64_t w2 = max3(max3(kv, Hv * S, 2 * Hv), hp->n_expert ? E : 1, 1);
-    const int64_t w3 = max3(hp->n_head * hp->head_dim, Hv * S, 1);
-    const int64_t ws = max3(2 * Hv, hp->n_expert, 1), k = hp->n_expert_used ? hp->n_expert_used : 1;
-    const int64_t Tk = hp->n_expert ? T * k : 1, ffx = hp->n_expert ? hp->n_ff_exp : 1;
     const int64_t grp = hp->n_head_kv ? hp->n_head / hp->n_head_kv : 1;
-    f->n_threads = dev_n_threads(d);
-    f->x = xaligned_alloc((size_t)(T * E) * sizeof(float));
-    f->xn = xaligned_alloc((size_t)(T * 2 * E) * sizeof(float));
-    f->mix = xaligned_alloc((size_t)(T * E) * sizeof(float));
-    f->big0 = xaligned_alloc((size_t)(T * w0) * sizeof(float));
-    f->big1 = xaligned_alloc((size_t)(T * w1) * sizeof(float));
-    f->big2 = xaligned_alloc((size_t)(T * w2) * sizeof(float));
-    f->big3 = xaligned_alloc((size_t)(T * w3) * sizeof(float));
-    f->small = xaligned_alloc((size_t)(T * ws) * sizeof(float));
-    f->beta = xaligned_alloc((size_t)(T * (Hv ? Hv : 1)) * sizeof(float));
-    f->decay = xaligned_alloc((size_t)(T * (Hv ? Hv : 1)) * sizeof(float));
-    f->rope = xaligned_alloc((size_t)(T * hp->n_rot) * sizeof(float));
-    f->route_w = xcalloc((size_t)(T * k), sizeof(float));
-    f->route_e = xcalloc((size_t)(T * k), sizeof(int32_t));
-    f->slot = xcalloc((size_t)(T * k), sizeof(int32_t));
-    f->e_off = xcalloc((size_t)(hp->n_expert + 1), sizeof(int32_t));
-    f->e_row = xcalloc((size_t)(T * k), sizeof(int32_t));
-    f->gath = xaligned_alloc((size_t)(Tk * E) * sizeof(float));
-    f->eg = xaligned_alloc((size_t)(Tk * ffx) * sizeof(float));
-    f->eu = xaligned_alloc((size_t)(Tk * ffx) * sizeof(float));
-    f->eout = xaligned_alloc((size_t)(Tk * E) * sizeof(float));
-    f->sh_gate = xaligned_alloc((size_t)T * sizeof(float));
-    f->hidden = xaligned_alloc((size_t)(T * E) * sizeof(float));
+    f->runs_h = xcalloc((size_t)T, sizeof *f->runs_h);
+    f->rows_h = xcalloc((size_t)T, sizeof *f->rows_h);
     f->sub_tok = xcalloc((size_t)T, sizeof *f->sub_tok);
     f->sub_seq = xcalloc((size_t)T, sizeof *f->sub_seq);
     f->sub_pos = xcalloc((size_t)T, sizeof *f->sub_pos);
     f->sub_row = xcalloc((size_t)T, sizeof *f->sub_row);
     f->sub_want = xcalloc((size_t)T, sizeof *f->sub_want);
-    f->hsel = xaligned_alloc((size_t)(T * E) * sizeof(float));
-    f->logits = xaligned_alloc((size_t)(T * hp->n_vocab) * sizeof(float));
-    f->attn_scratch_n = grp * p->n_ctx < ATTN_SCRATCH ? grp * p->n_ctx : ATTN_SCRATCH;
-    f->attn_scratch_n = f->attn_scratch_n > p->n_ctx ? f->attn_scratch_n : p->n_ctx;
-    f->attn_scratch = xaligned_alloc((size_t)(f->n_threads * f->attn_scratch_n) * sizeof(float));
+    f->hidden_h = xaligned_alloc((size_t)(T * E) * sizeof(float));
+    const int64_t ff = widths_of(m, T).ff;
     int64_t max_in = max3(2 * E, ff, max3(hp->n_head * hp->head_dim, Hv * S, 1));
     rc = dev_reserve(d, T, max_in);
     rc = rc ? rc : dev_reserve_multi(d, multi_act_bytes(m, T));
+    rc = rc ? rc : dev_reserve_attn(d, p->n_ctx, grp);
     if (rc) {
         dd_errf(err, errlen, "device: cannot reserve scratch for %lld tokens", (long long)T);
         fwd__dev_destroy(f);
@@ -407,13 +441,10 @@ void fwd__dev_destroy(struct fwd_dev *f)
 {
     if (!f)
         return;
-    cache_destroy(&f->cache);
-    void *bufs[] = {f->x,       f->xn,      f->mix,     f->big0,    f->big1,
-                    f->big2,    f->big3,    f->small,   f->beta,    f->decay,
-                    f->rope,    f->route_w, f->route_e, f->slot,    f->e_off,
-                    f->e_row,   f->gath,    f->eg,      f->eu,      f->eout,
-                    f->sh_gate, f->hidden,  f->hsel,    f->logits,  f->attn_scratch,
-                    f->sub_tok, f->sub_seq, f->sub_pos, f->sub_row, f->sub_want};
+    cache_deinit(&f->cache);
+    dev_buf_free(f->dev, f->buf);
+    void *bufs[] = {f->runs_h,  f->rows_h,  f->sub_tok,  f->sub_seq,
+                    f->sub_pos, f->sub_row, f->sub_want, f->hidden_h};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     free(f);
@@ -430,9 +461,20 @@ const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows)
     return f->logits;
 }
 
-const float *fwd__dev_hidden(const struct fwd_dev *f)
+const float *fwd__dev_hidden(struct fwd_dev *f)
 {
-    return f->hidden;
+    if (!f->hidden_fresh) {
+        dev_download(f->dev, f->hidden_h, f->hidden,
+                     (size_t)(f->n_hidden * f->m->hp.n_embd) * sizeof(float));
+        dev_sync(f->dev);
+        f->hidden_fresh = true;
+    }
+    return f->hidden_h;
+}
+
+struct dev *fwd__dev_device(const struct fwd_dev *f)
+{
+    return f->dev;
 }
 
 const struct model *fwd__dev_model(const struct fwd_dev *f)

@@ -10,7 +10,10 @@
  * in [0, n_ctx); token ids in [0, n_vocab). The caller owns positions: writing a run that starts
  * at position p truncates the sequence's KV to p (attention reads rows 0..p only).
  *
- * Memory: every buffer is sized by fwd_create from max_tokens; fwd_decode allocates nothing.
+ * Memory: one allocation plan per device (fwd_plan: the cache's parts and the activations,
+ * sized from n_seq, n_ctx, draft_max, max_tokens and the device's shard) is allocated once by
+ * fwd_create; fwd_decode allocates nothing. Logits and hidden rows come back to the host on
+ * demand (fwd_logits, fwd_hidden download them from the devices).
  * Thread safety: one engine thread drives a fwd_ctx; the device's workers do the parallel parts.
  */
 #ifndef DELTAD_FORWARD_H
@@ -39,6 +42,10 @@ struct fwd_batch {
 };
 
 struct fwd_ctx;
+
+/* The parts of one device's allocation plan for model m (the whole model or a device's shard):
+ * the cache's (cache_plan) and the activations'. */
+void fwd_plan(const struct model *m, const struct fwd_params *p, struct dev_plan *plan);
 
 /* One device. Borrowed: m and d must outlive the context. The cache is owned by the context. */
 int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
@@ -79,8 +86,9 @@ int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t e
 int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
             size_t errlen);
 
-const float *fwd_logits(const struct fwd_ctx *f); /* [n_out][n_vocab] */
+/* Host copies of the last step's rows, valid until the next step (downloaded on first use). */
+const float *fwd_logits(struct fwd_ctx *f); /* [n_out][n_vocab] */
 int64_t fwd_n_logits(const struct fwd_ctx *f);
-const float *fwd_hidden(const struct fwd_ctx *f); /* [n_tokens][n_embd] */
+const float *fwd_hidden(struct fwd_ctx *f); /* [n_tokens][n_embd] */
 
 #endif

@@ -4,7 +4,7 @@
  * The group validates the batch once, splits it into per-sequence runs, and has every device
  * run the whole step on its shard at the same time: device d on host thread d of a small pool
  * (the caller is host thread 0). Devices meet inside the step at the allreduces (comm.c). The
- * logits slices of the devices are gathered into one [rows][n_vocab] buffer.
+ * logits slices of the devices are downloaded into one host [rows][n_vocab] buffer when asked.
  *
  * Invariants: every device's cache has the same per-sequence bookkeeping (rs_idx, valid),
  * because every cache operation goes to all of them. Thread: the engine thread.
@@ -31,8 +31,9 @@ struct fwd_ctx {
     bool bound[MAX_DEV];          /* host thread d was bound near device d (its first step) */
     struct fwd_run *runs;         /* [max_tokens] */
     int64_t n_runs;
-    float *logits; /* [max_tokens][n_vocab] gathered rows (n > 1) */
+    float *logits; /* [max_tokens][n_vocab] host: the devices' rows, gathered on demand */
     int64_t n_logits;
+    bool logits_fresh; /* logits holds the last step's rows */
     /* the step in flight, read by the host threads */
     const struct fwd_batch *b;
     const float *h_prev; /* NULL: trunk step; else an MTP step */
@@ -93,19 +94,26 @@ static void host_step(void *ctx, int ith, int nth)
         fwd__dev_decode(f->dev[ith], f->b, f->runs, f->n_runs);
 }
 
-/* Copy every device's vocab slice of the logits rows into the gathered buffer. */
+/* Download every device's vocab slice of the logits rows into the host buffer. */
 static void gather_logits(struct fwd_ctx *f)
 {
     const int64_t V = f->m->hp.n_vocab;
     for (int d = 0; d < f->n; d++) {
         const struct model *sm = fwd__dev_model(f->dev[d]);
+        struct dev *dv = fwd__dev_device(f->dev[d]);
         const int64_t w = sm->vocab_hi - sm->vocab_lo;
         int64_t rows;
         const float *src = fwd__dev_logits(f->dev[d], &rows);
         f->n_logits = rows;
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(f->logits + r * V + sm->vocab_lo, src + r * w, (size_t)w * sizeof(float));
+        if (w == V)
+            dev_download(dv, f->logits, src, (size_t)(rows * V) * sizeof(float));
+        else
+            for (int64_t r = 0; r < rows; r++)
+                dev_download(dv, f->logits + r * V + sm->vocab_lo, src + r * w,
+                             (size_t)w * sizeof(float));
+        dev_sync(dv);
     }
+    f->logits_fresh = true;
 }
 
 static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
@@ -120,8 +128,7 @@ static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h
         host_step(f, 0, 1);
     else
         tpool_run(f->hosts, host_step, f);
-    if (f->n > 1)
-        gather_logits(f);
+    f->logits_fresh = false;
     f->b = NULL;
     return 0;
 }
@@ -141,10 +148,11 @@ int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, c
     return run_step(f, b, h_prev, err, errlen);
 }
 
-const float *fwd_logits(const struct fwd_ctx *f)
+const float *fwd_logits(struct fwd_ctx *f)
 {
-    int64_t rows;
-    return f->n == 1 ? fwd__dev_logits(f->dev[0], &rows) : f->logits;
+    if (!f->logits_fresh)
+        gather_logits(f);
+    return f->logits;
 }
 
 int64_t fwd_n_logits(const struct fwd_ctx *f)
@@ -154,7 +162,7 @@ int64_t fwd_n_logits(const struct fwd_ctx *f)
     return rows;
 }
 
-const float *fwd_hidden(const struct fwd_ctx *f)
+const float *fwd_hidden(struct fwd_ctx *f)
 {
     return fwd__dev_hidden(f->dev[0]);
 }
@@ -258,12 +266,12 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
     f->p = *p;
     f->n = n_dev;
     f->runs = xcalloc((size_t)p->max_tokens, sizeof *f->runs);
+    f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
     int rc = 0;
     if (n_dev > 1) {
         f->comm = comm_create_host(n_dev);
         comm_reserve(f->comm, p->max_tokens * m->hp.n_embd);
         f->hosts = tpool_create(n_dev, NULL, "deltad-tp");
-        f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
         if (!f->hosts) {
             dd_errf(err, errlen, "cannot create the device host threads");
             rc = DD_ENOMEM;

@@ -25,7 +25,9 @@ struct fwd_run {
     int64_t seq;
 };
 
-/* One device's forward state: its model (or shard), cache and activation buffers. */
+/* One device's forward state: its model (or shard), cache and activation buffers. Every
+ * buffer marked [dev] is a device address (never dereferenced here); all of them are parts of
+ * the device's one allocation (fwd_plan). */
 
 struct fwd_dev {
     const struct model *m; /* the whole model, or this device's shard of it */
@@ -34,12 +36,21 @@ struct fwd_dev {
     struct cache cache;
     struct comm *comm; /* NULL for a single device */
     int rank;
+    struct dev_plan plan;
+    struct dev_buf *buf; /* the one allocation: every part of plan */
     /* per-step batch view (borrowed from the group for the duration of a step) */
     const struct fwd_batch *b;
     const struct fwd_run *runs;
     int64_t n_runs;
     bool mix_pending; /* mix holds a block output not yet added to x */
-    /* activations, rows of the batch */
+    /* the batch on the device (db: what the ops read) and its host staging */
+    struct dev_batch db;
+    int32_t *d_tok, *d_seq, *d_rows, *d_sub_row; /* [dev] [T] */
+    int64_t *d_pos;                              /* [dev] [T] */
+    struct dev_run *d_runs;                      /* [dev] [T] */
+    struct dev_run *runs_h;                      /* [T] host staging */
+    int32_t *rows_h;                             /* [T] host: rows that want logits */
+    /* activations [dev], rows of the batch */
     float *x;     /* [T][E] residual stream */
     float *xn;    /* [T][2E] normalised input of a block (2E for the MTP concat) */
     float *mix;   /* [T][E] block output */
@@ -51,7 +62,7 @@ struct fwd_dev {
     float *beta;  /* [T][Hv] */
     float *decay; /* [T][Hv] */
     float *rope;  /* [T][n_rot] the rotation table of each row's position */
-    /* MoE: the rows routed to each expert, gathered in expert order ("slots") */
+    /* MoE [dev]: the rows routed to each expert, gathered in expert order ("slots") */
     float *route_w;   /* [T][k] routing weights */
     int32_t *route_e; /* [T][k] routing experts, ascending per row */
     int32_t *slot;    /* [T][k] the slot of (row, i) */
@@ -61,18 +72,20 @@ struct fwd_dev {
     float *eg, *eu;   /* [T * k][ff_exp] expert gate / up (then SwiGLU) by slot */
     float *eout;      /* [T * k][E] expert down projections by slot */
     float *sh_gate;   /* [T] sigmoid gate of the shared expert */
-    float *hidden;    /* [T][E] post-output_norm hidden of every row */
-    /* MTP: the batch of the rows that want logits (the others only fill the KV cache) */
+    float *hidden;    /* [dev] [T][E] post-output_norm hidden of every row */
+    float *h_prev;    /* [dev] [T][E] the MTP step's input hidden rows */
+    /* MTP: the batch of the rows that want logits (the others only fill the KV cache); host */
     struct fwd_batch sub;
     int32_t *sub_tok, *sub_seq; /* [T] */
-    int64_t *sub_pos, *sub_row; /* [T]; sub_row: the row in the full batch */
+    int64_t *sub_pos;           /* [T] */
+    int32_t *sub_row;           /* [T] the row in the full batch */
     uint8_t *sub_want;          /* [T] all 1 */
-    float *hsel;                /* [T][E] rows that want logits */
-    float *logits;              /* [T][V] */
+    float *hsel;                /* [dev] [T][E] rows that want logits */
+    float *logits;              /* [dev] [T][V] */
     int64_t n_logits;
-    float *attn_scratch;    /* [n_threads][attn_scratch_n] attention scores */
-    int64_t attn_scratch_n; /* n_ctx <= it <= grp * n_ctx, at most ATTN_SCRATCH when n_ctx is */
-    int n_threads;
+    int64_t n_hidden;  /* rows of hidden after the last step */
+    float *hidden_h;   /* [T][E] host copy of hidden, downloaded on demand */
+    bool hidden_fresh; /* hidden_h holds the last step's rows */
 };
 
 /* ---- helpers shared by the files of one device's forward pass ---- */
@@ -90,10 +103,6 @@ static inline struct dev_mm fwd__mm(const struct model_w *w, const float *x, int
 }
 
 void fwd__matmul(struct fwd_dev *f, const struct model_w *w, const float *x, int64_t T, float *y);
-
-/* Parallel loop over n items of `work` elements each (see fwd.c). */
-typedef void (*fwd__items_fn)(struct fwd_dev *f, const void *arg, int64_t i0, int64_t i1);
-void fwd__par_items(struct fwd_dev *f, int64_t n, int64_t work, fwd__items_fn fn, const void *arg);
 
 /* The layer kinds (fwd_mix.c, fwd_ffn.c): xn [T][E] -> out [T][E], partial over the
  * devices of a group (the caller reduces). */
@@ -114,9 +123,11 @@ void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct 
 void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                   int64_t n_runs, const float *h_prev);
 struct cache *fwd__dev_cache(struct fwd_dev *f);
-/* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model]. */
+/* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model], a device address. */
 const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
-const float *fwd__dev_hidden(const struct fwd_dev *f); /* [T][n_embd], replicated */
+/* The last step's hidden rows [T][n_embd] (replicated), downloaded to the host on demand. */
+const float *fwd__dev_hidden(struct fwd_dev *f);
+struct dev *fwd__dev_device(const struct fwd_dev *f);
 const struct model *fwd__dev_model(const struct fwd_dev *f);
 
 #endif

@@ -2,8 +2,9 @@
  * cache — KV rows and GDN snapshot groups per sequence (contract in cache.h).
  *
  * Layout: every layer has its own block sized by its dims as held on this device, so a tensor-
- * parallel shard (fewer heads per layer, possibly zero) uses the same code. A GDN layer's block
- * is [n_groups][n_seq][conv | ssm].
+ * parallel shard (fewer heads per layer, possibly zero) uses the same code. K|V blocks per
+ * attention layer ([n_seq][n_ctx][kv_dim] each); the GDN state is [n_groups][group_n], a
+ * group holding every recurrent layer's [n_seq][conv | ssm]. All of it is device memory.
  *
  * Invariants: rs_idx[s] < n_groups; valid[s] < n_groups; rs_idx[s] != 0 only between a rollback
  * and the next forward step of s. Written by the engine thread (and its device workers on
@@ -26,33 +27,62 @@ static void layer_dims(const struct model *m, int64_t il, int64_t *kv, int64_t *
     *ssm = l->recurrent ? l->ssm_hv * hp->ssm_s * hp->ssm_s : 0;
 }
 
+/* The four parts: K|V of the trunk's attention layers, of the MTP layer, GDN group 0 and the
+ * draft_max snapshot groups right after it (so the groups are one [n_groups][group_n] array). */
+static void parts(const struct model *m, int64_t n_seq, int64_t n_ctx, size_t *kv, size_t *mtp,
+                  size_t *group)
+{
+    *kv = *mtp = *group = 0;
+    for (int64_t il = 0; il < m->hp.n_layer_all; il++) {
+        int64_t d, conv, ssm;
+        layer_dims(m, il, &d, &conv, &ssm);
+        *(il < m->hp.n_layer ? kv : mtp) += (size_t)n_seq * n_ctx * d * 2 * sizeof(float);
+        *group += (size_t)n_seq * (conv + ssm) * sizeof(float);
+    }
+}
+
+void cache_plan(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max,
+                struct dev_plan *plan)
+{
+    size_t kv, mtp, group;
+    parts(m, n_seq, n_ctx, &kv, &mtp, &group);
+    dev_plan_add(plan, "kv", kv, 64);
+    dev_plan_add(plan, "mtp_kv", mtp, 64);
+    dev_plan_add(plan, "gdn", group, 64);
+    dev_plan_add(plan, "snapshots", (size_t)draft_max * group, sizeof(float)); /* adjacent */
+}
+
 size_t cache_bytes_needed(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max)
 {
-    size_t n = 0;
-    for (int64_t il = 0; il < m->hp.n_layer_all; il++) {
-        int64_t kv, conv, ssm;
-        layer_dims(m, il, &kv, &conv, &ssm);
-        n += (size_t)n_seq * n_ctx * kv * 2 + (size_t)(1 + draft_max) * n_seq * (conv + ssm);
-    }
-    return n * sizeof(float);
+    struct dev_plan p = {0};
+    cache_plan(m, n_seq, n_ctx, draft_max, &p);
+    return dev_plan_bytes(&p, "kv") + dev_plan_bytes(&p, "mtp_kv") + dev_plan_bytes(&p, "gdn") +
+           dev_plan_bytes(&p, "snapshots");
 }
 
 void cache_mem_parts(const struct model *m, int64_t n_seq, int64_t n_ctx, struct cache_mem *out)
 {
-    *out = (struct cache_mem){0};
-    for (int64_t il = 0; il < m->hp.n_layer_all; il++) {
-        int64_t kv, conv, ssm;
-        layer_dims(m, il, &kv, &conv, &ssm);
-        size_t kv_b = (size_t)n_seq * n_ctx * kv * 2 * sizeof(float);
-        *(il < m->hp.n_layer ? &out->kv : &out->mtp_kv) += kv_b;
-        out->gdn_group += (size_t)n_seq * (conv + ssm) * sizeof(float);
-    }
+    struct dev_plan p = {0};
+    cache_plan(m, n_seq, n_ctx, 0, &p);
+    *out = (struct cache_mem){.kv = dev_plan_bytes(&p, "kv"),
+                              .mtp_kv = dev_plan_bytes(&p, "mtp_kv"),
+                              .gdn_group = dev_plan_bytes(&p, "gdn")};
 }
 
-int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t n_ctx,
-                 int64_t draft_max, char *err, size_t errlen)
+static char *part_at(const struct dev_plan *plan, const char *name, char *base)
+{
+    for (int i = 0; i < plan->n; i++)
+        if (strcmp(plan->part[i].name, name) == 0)
+            return base + plan->part[i].offset;
+    ASSERT(!"cache part missing from the plan");
+    return NULL;
+}
+
+void cache_init(struct cache *c, const struct model *m, struct dev *d, int64_t n_seq, int64_t n_ctx,
+                int64_t draft_max, const struct dev_plan *plan, char *base)
 {
     memset(c, 0, sizeof *c);
+    c->dev = d;
     c->n_seq = n_seq;
     c->n_ctx = n_ctx;
     c->n_groups = 1 + draft_max;
@@ -60,72 +90,61 @@ int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t 
     c->kv_dim = xcalloc((size_t)c->n_layers, sizeof *c->kv_dim);
     c->conv_elems = xcalloc((size_t)c->n_layers, sizeof *c->conv_elems);
     c->ssm_elems = xcalloc((size_t)c->n_layers, sizeof *c->ssm_elems);
-    c->kv_off = xcalloc((size_t)c->n_layers, sizeof *c->kv_off);
+    c->k = xcalloc((size_t)c->n_layers, sizeof *c->k);
+    c->v = xcalloc((size_t)c->n_layers, sizeof *c->v);
     c->gdn_off = xcalloc((size_t)c->n_layers, sizeof *c->gdn_off);
-    size_t kv_n = 0, gdn_n = 0;
+    float *kv[2] = {(float *)part_at(plan, "kv", base), (float *)part_at(plan, "mtp_kv", base)};
+    c->gdn = (float *)part_at(plan, "gdn", base);
     for (int64_t il = 0; il < c->n_layers; il++) {
         layer_dims(m, il, &c->kv_dim[il], &c->conv_elems[il], &c->ssm_elems[il]);
-        c->kv_off[il] = kv_n;
-        c->gdn_off[il] = gdn_n;
-        kv_n += (size_t)n_seq * n_ctx * c->kv_dim[il];
-        gdn_n += (size_t)c->n_groups * n_seq * (c->conv_elems[il] + c->ssm_elems[il]);
+        float **at = &kv[il >= m->hp.n_layer];
+        const size_t n = (size_t)n_seq * n_ctx * c->kv_dim[il];
+        c->k[il] = *at;
+        c->v[il] = *at + n;
+        *at += 2 * n;
+        c->gdn_off[il] = c->group_n;
+        c->group_n += (size_t)n_seq * (c->conv_elems[il] + c->ssm_elems[il]);
         c->n_gdn_layers += m->layers[il].recurrent;
     }
-    c->bytes = (2 * kv_n + gdn_n) * sizeof(float);
-    /* user-sized: refuse instead of aborting (STYLE rule 16) */
-    c->k = calloc(kv_n ? kv_n : 1, sizeof(float));
-    c->v = calloc(kv_n ? kv_n : 1, sizeof(float));
-    c->gdn = calloc(gdn_n ? gdn_n : 1, sizeof(float));
+    c->bytes = cache_bytes_needed(m, n_seq, n_ctx, draft_max);
     c->rs_idx = xcalloc((size_t)n_seq, sizeof *c->rs_idx);
     c->valid = xcalloc((size_t)n_seq, sizeof *c->valid);
-    if (!c->k || !c->v || !c->gdn) {
-        dd_errf(err, errlen,
-                "cannot allocate the cache: %.1f MiB for %lld sequences x %lld tokens"
-                " with %lld snapshot groups",
-                c->bytes / 1048576.0, (long long)n_seq, (long long)n_ctx, (long long)c->n_groups);
-        cache_destroy(c);
-        return DD_EFULL;
-    }
-    return 0;
 }
 
-void cache_destroy(struct cache *c)
+void cache_deinit(struct cache *c)
 {
-    void *bufs[] = {c->k,         c->v,      c->gdn,     c->kv_dim, c->conv_elems,
-                    c->ssm_elems, c->kv_off, c->gdn_off, c->rs_idx, c->valid};
+    void *bufs[] = {c->kv_dim, c->conv_elems, c->ssm_elems, c->k,
+                    c->v,      c->gdn_off,    c->rs_idx,    c->valid};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
     memset(c, 0, sizeof *c);
 }
 
-float *cache_k(const struct cache *c, int64_t il, int64_t s)
+struct dev_kv cache_kv(const struct cache *c, int64_t il)
 {
-    ASSERT(c->kv_dim[il] >= 0 && s >= 0 && s < c->n_seq);
-    return c->k + c->kv_off[il] + (size_t)s * c->n_ctx * c->kv_dim[il];
+    ASSERT(il >= 0 && il < c->n_layers);
+    return (struct dev_kv){.k = c->k[il],
+                           .v = c->v[il],
+                           .kv_dim = c->kv_dim[il],
+                           .seq_stride = c->n_ctx * c->kv_dim[il]};
 }
 
-float *cache_v(const struct cache *c, int64_t il, int64_t s)
+struct dev_gdn_state cache_gdn(const struct cache *c, int64_t il)
 {
-    ASSERT(c->kv_dim[il] >= 0 && s >= 0 && s < c->n_seq);
-    return c->v + c->kv_off[il] + (size_t)s * c->n_ctx * c->kv_dim[il];
+    ASSERT(il >= 0 && il < c->n_layers);
+    return (struct dev_gdn_state){.base = c->gdn + c->gdn_off[il],
+                                  .group_stride = (int64_t)c->group_n,
+                                  .seq_stride = c->conv_elems[il] + c->ssm_elems[il],
+                                  .conv_elems = c->conv_elems[il],
+                                  .n_groups = c->n_groups};
 }
 
-/* Start of (layer il, group g, seq s): conv_elems floats of conv state, then the SSM state. */
+/* Device address of (layer il, group g, seq s): conv_elems floats of conv state, then SSM. */
 static float *gdn_at(const struct cache *c, int64_t il, int64_t g, int64_t s)
 {
     ASSERT(g >= 0 && g < c->n_groups && s >= 0 && s < c->n_seq);
-    return c->gdn + c->gdn_off[il] +
-           ((size_t)g * c->n_seq + s) * (c->conv_elems[il] + c->ssm_elems[il]);
-}
-
-float *cache_conv(const struct cache *c, int64_t il, int64_t g, int64_t s)
-{
-    return gdn_at(c, il, g, s);
-}
-
-float *cache_ssm(const struct cache *c, int64_t il, int64_t g, int64_t s)
-{
-    return gdn_at(c, il, g, s) + c->conv_elems[il];
+    return c->gdn + (size_t)g * c->group_n + c->gdn_off[il] +
+           (size_t)s * (c->conv_elems[il] + c->ssm_elems[il]);
 }
 
 void cache_seq_clear(struct cache *c, int64_t s)
@@ -133,8 +152,7 @@ void cache_seq_clear(struct cache *c, int64_t s)
     ASSERT(s >= 0 && s < c->n_seq);
     for (int64_t il = 0; il < c->n_layers; il++) {
         size_t n = (size_t)(c->conv_elems[il] + c->ssm_elems[il]);
-        if (n)
-            memset(gdn_at(c, il, 0, s), 0, n * sizeof(float));
+        dev_memset(c->dev, gdn_at(c, il, 0, s), 0, n * sizeof(float));
     }
     c->rs_idx[s] = 0;
     c->valid[s] = 0;
@@ -170,18 +188,20 @@ void cache_seq_save(const struct cache *c, int64_t s, float *dst)
 {
     for (int64_t il = 0; il < c->n_layers; il++) {
         size_t n = (size_t)(c->conv_elems[il] + c->ssm_elems[il]);
-        memcpy(dst, gdn_at(c, il, c->rs_idx[s], s), n * sizeof(float));
+        dev_download(c->dev, dst, gdn_at(c, il, c->rs_idx[s], s), n * sizeof(float));
         dst += n;
     }
+    dev_sync(c->dev);
 }
 
 void cache_seq_restore(struct cache *c, int64_t s, const float *src)
 {
     for (int64_t il = 0; il < c->n_layers; il++) {
         size_t n = (size_t)(c->conv_elems[il] + c->ssm_elems[il]);
-        memcpy(gdn_at(c, il, 0, s), src, n * sizeof(float));
+        dev_upload(c->dev, gdn_at(c, il, 0, s), src, n * sizeof(float));
         src += n;
     }
+    dev_sync(c->dev);
     c->rs_idx[s] = 0;
     c->valid[s] = 0;
 }

@@ -16,7 +16,11 @@
  * from it, writes group 0 and resets rs_idx to 0. Rolling back r tokens is rs_idx = r, valid
  * only for 1 <= r <= valid[s] = min(T_last, n_groups) - 1 (asserted).
  *
- * Memory: everything is allocated once by cache_create (STYLE rule 12).
+ * Memory: the K/V rows and GDN groups live in device memory: four parts of the device's
+ * allocation plan (cache_plan: "kv", "mtp_kv", "gdn" = group 0, "snapshots" = groups 1..),
+ * carved from its one allocation by the forward pass (cache_init). The host keeps only the
+ * bookkeeping (dims, rs_idx, valid) and reaches the state through the device (memset,
+ * download, upload); the forward ops get it as device addresses (cache_kv, cache_gdn).
  * Thread safety: owned by the engine thread; the forward pass writes disjoint slices from the
  * device's worker threads.
  */
@@ -27,32 +31,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/model.h" // defines: struct model
+#include "engine/compute/device.h" // defines: struct dev, struct dev_plan, struct dev_kv
+#include "engine/model/model.h"    // defines: struct model
 
 struct cache {
+    struct dev *dev; /* borrowed: the device whose memory holds the state */
     int64_t n_seq, n_ctx, n_groups;
     int64_t n_layers; /* layers of the model, MTP included */
     /* per layer il (dims as this device holds the layer): */
     int64_t *kv_dim;     /* [n_layers] Hkv_il * D for attention layers, 0 for GDN layers */
     int64_t *conv_elems; /* [n_layers] (K-1) * C_il for GDN layers, 0 otherwise */
     int64_t *ssm_elems;  /* [n_layers] Hv_il * S * S for GDN layers, 0 otherwise */
-    size_t *kv_off;      /* [n_layers] float offset of the layer's [n_seq][n_ctx][kv_dim] block */
-    size_t *gdn_off;     /* [n_layers] float offset of [n_groups][n_seq][conv_elems + ssm_elems] */
-    float *k, *v;        /* all attention layers' K and V blocks */
-    float *gdn;          /* all GDN layers' groups: per (group, seq) conv then ssm */
+    float **k;           /* [n_layers] device address of the layer's [n_seq][n_ctx][kv_dim] K */
+    float **v;           /* [n_layers] the same for V */
+    size_t *gdn_off;     /* [n_layers] float offset of the layer's [n_seq][conv | ssm] in a group */
+    size_t group_n;      /* floats of one group: every GDN layer, every sequence */
+    float *gdn;          /* device address of [n_groups][group_n] */
     int64_t n_gdn_layers;
     int32_t *rs_idx; /* [n_seq] group holding the current state */
     int32_t *valid;  /* [n_seq] snapshots usable for rollback */
-    size_t bytes;    /* total allocated */
+    size_t bytes;    /* device bytes of the four parts */
 };
 
-/* Allocate for n_seq sequences of up to n_ctx tokens with draft_max rollback depth. Returns 0
- * or DD_EFULL with the numbers in err when the allocation is refused. */
-int cache_create(struct cache *c, const struct model *m, int64_t n_seq, int64_t n_ctx,
-                 int64_t draft_max, char *err, size_t errlen);
-void cache_destroy(struct cache *c);
+/* Add the cache's parts for n_seq sequences of up to n_ctx tokens with draft_max rollback
+ * depth to a device's allocation plan. */
+void cache_plan(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max,
+                struct dev_plan *plan);
+/* The cache over the parts cache_plan added to plan, at device address base (zeroed) of d. */
+void cache_init(struct cache *c, const struct model *m, struct dev *d, int64_t n_seq, int64_t n_ctx,
+                int64_t draft_max, const struct dev_plan *plan, char *base);
+void cache_deinit(struct cache *c);
 
-/* Bytes the cache would need, without allocating. */
+/* Bytes the cache would need, without allocating (the sum of its plan parts). */
 size_t cache_bytes_needed(const struct model *m, int64_t n_seq, int64_t n_ctx, int64_t draft_max);
 /* The same by part: K + V of the trunk's attention layers and of the MTP layer, and one GDN state
  * group (conv + SSM of every recurrent layer) for all n_seq sequences; the cache holds
@@ -62,12 +72,9 @@ struct cache_mem {
 };
 void cache_mem_parts(const struct model *m, int64_t n_seq, int64_t n_ctx, struct cache_mem *out);
 
-/* K and V rows of (layer il, seq s) starting at position 0. */
-float *cache_k(const struct cache *c, int64_t il, int64_t s);
-float *cache_v(const struct cache *c, int64_t il, int64_t s);
-/* GDN state of (layer il, group g, seq s). */
-float *cache_conv(const struct cache *c, int64_t il, int64_t g, int64_t s);
-float *cache_ssm(const struct cache *c, int64_t il, int64_t g, int64_t s);
+/* Layer il's K/V rows and GDN state as the device ops take them. */
+struct dev_kv cache_kv(const struct cache *c, int64_t il);
+struct dev_gdn_state cache_gdn(const struct cache *c, int64_t il);
 
 /* Start a sequence from scratch: zero its current state and reset rs_idx. */
 void cache_seq_clear(struct cache *c, int64_t s);
@@ -84,5 +91,6 @@ void cache_seq_advanced(struct cache *c, int64_t s, int64_t T);
 size_t cache_ckpt_floats(const struct cache *c);
 void cache_seq_save(const struct cache *c, int64_t s, float *dst);
 void cache_seq_restore(struct cache *c, int64_t s, const float *src);
+/* save and restore wait for the device (dev_sync): the host buffer is done with on return. */
 
 #endif

@@ -123,7 +123,8 @@ struct eng_mem {
     size_t gdn;       /* one GDN state group (conv + SSM of every recurrent layer), all slots */
     size_t snapshots; /* the draft_max extra groups kept for rollback */
     size_t ckpts;     /* prompt-cache checkpoints and the speculation checkpoint */
-    size_t total;
+    size_t total;     /* all of the above: what the cache limit bounds */
+    size_t act;       /* besides: the forward pass's activations (the rest of the device plan) */
 };
 void eng_mem_estimate(const struct model *m, const struct eng_params *p, struct eng_mem *out);
 /* Refuse (DD_EFULL, the numbers in err) when the estimate exceeds limit bytes; limit_name says

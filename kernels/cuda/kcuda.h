@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/cpu/kq.h" // defines: enum kq_type (the ggml type ids)
+#include "kernels/ktype.h" // defines: enum kq_type (the ggml type ids)
 
 #ifdef __cplusplus
 extern "C" {

@@ -361,10 +361,10 @@ static int check_memory(struct serve *s, const struct eng_params *p, char *err, 
     int64_t limit = c->cache_mem_max ? c->cache_mem_max : mem_available();
     const char *name = c->cache_mem_max ? "cache_mem_max" : "the available memory (MemAvailable)";
     LOG_I("caches: %.1f MiB (KV %.1f, MTP KV %.1f, GDN state %.1f + snapshots %.1f, "
-          "checkpoints %.1f); limit %.1f MiB (%s)",
+          "checkpoints %.1f); limit %.1f MiB (%s); activations %.1f MiB",
           u.total / 1048576.0, u.kv / 1048576.0, u.mtp_kv / 1048576.0, u.gdn / 1048576.0,
           u.snapshots / 1048576.0, u.ckpts / 1048576.0, limit / 1048576.0,
-          limit ? name : "none: MemAvailable unknown");
+          limit ? name : "none: MemAvailable unknown", u.act / 1048576.0);
     int rc = eng_mem_check(s->model, p, limit, name, err, errlen);
     if (rc)
         add_hint(c, c->cache_mem_max ? "cache_mem_max" : "slots",

@@ -1,6 +1,7 @@
 /*
  * test_dev_cuda — the CUDA device (engine/compute/dev_cuda.c) against the CPU device through the device
- * interface: dev_matmul and dev_matmul_multi of every weight type, decode (T = 1, 4) and
+ * interface, on device buffers (uploads, products, downloads): dev_matmul and dev_matmul_multi of
+ * every weight type, decode (T = 1, 4) and
  * prefill (T = 37) shapes, the same weight view reused (uploaded once). The CPU device quantises
  * activations (Q8_0 / Q8_K) for the quantised types and the GPU does not, so those compare at
  * 3e-2 of the largest output; F32 / F16 / BF16 weights take f32 activations on both (1e-4, or
@@ -11,6 +12,10 @@
  * give the new weight's product, for another type with the same row bytes (Q4_0 -> Q4_K at
  * n = 512), and so must new content of the same type written over the buffer.
  *
+ * The forward ops the CUDA device has a kernel for (embed, rmsnorm, SwiGLU, argmax, GDN gates,
+ * conv1d and the gated delta rule with a snapshot group, MoE route + combine) against the CPU
+ * device's, on device buffers from the same host inputs.
+ *
  * Exit: 0 pass, 1 fail, 77 no GPU or no CUDA device (SKIP with the device's own message).
  */
 #include <math.h>
@@ -19,7 +24,7 @@
 #include <string.h>
 
 #include "engine/compute/dev_cuda.h" // defines: dev_cuda_create
-#include "engine/compute/device.h"   // defines: dev_matmul, dev_cpu_create
+#include "engine/compute/device.h"   // defines: dev_matmul, dev_cpu_create, dev_buf_alloc, dev_*
 #include "kernels/cpu/kq.h"    // defines: kq_quantize_row
 
 static uint64_t rng = 88172645463325252ull;
@@ -54,6 +59,44 @@ static void fill_weights(uint8_t *w, enum kq_type t, int64_t n, int64_t n_out)
     free(row);
 }
 
+/* The products mm[0 .. n) of host x / y on device d, the way the forward pass runs them: x
+ * uploaded into device buffers (one per distinct x), the products on device addresses, y
+ * downloaded after a sync. */
+static void mm_host(struct dev *d, const struct dev_mm *mm, int n)
+{
+    struct dev_buf *bx[4], *by[4];
+    struct dev_mm dm[4];
+    for (int i = 0; i < n && i < 4; i++) {
+        const size_t xb = (size_t)(mm[i].T * mm[i].w.n_in) * 4;
+        const size_t yb = (size_t)(mm[i].T * mm[i].w.n_out) * 4;
+        void *x = NULL, *y = NULL;
+        bx[i] = NULL;
+        for (int j = 0; j < i; j++)
+            if (mm[j].x == mm[i].x)
+                x = (void *)dm[j].x;
+        if (!x && (dev_buf_alloc(d, xb, 64, &bx[i], &x) || !x))
+            abort();
+        dev_upload(d, x, mm[i].x, xb);
+        if (dev_buf_alloc(d, yb, 64, &by[i], &y))
+            abort();
+        dm[i] = (struct dev_mm){mm[i].w, x, mm[i].T, y};
+    }
+    dev_matmul_multi(d, dm, n);
+    for (int i = 0; i < n; i++)
+        dev_download(d, mm[i].y, dm[i].y, (size_t)(mm[i].T * mm[i].w.n_out) * 4);
+    dev_sync(d);
+    for (int i = 0; i < n; i++) {
+        dev_buf_free(d, bx[i]);
+        dev_buf_free(d, by[i]);
+    }
+}
+
+static void mm_one(struct dev *d, const struct dev_mat *m, const float *x, int64_t T, float *y)
+{
+    struct dev_mm mm = {*m, x, T, y};
+    mm_host(d, &mm, 1);
+}
+
 /* max relative difference of dev_matmul on gpu and cpu for weights m and T random rows. */
 static double gpu_vs_cpu(struct dev *gpu, struct dev *cpu, const struct dev_mat *m, int64_t T)
 {
@@ -61,8 +104,8 @@ static double gpu_vs_cpu(struct dev *gpu, struct dev *cpu, const struct dev_mat 
     float *yg = malloc((size_t)(T * m->n_out) * 4);
     for (int64_t i = 0; i < T * m->n_in; i++)
         x[i] = frand();
-    dev_matmul(cpu, m, x, T, yc);
-    dev_matmul(gpu, m, x, T, yg);
+    mm_one(cpu, m, x, T, yc);
+    mm_one(gpu, m, x, T, yg);
     const double e = rel_err(yg, yc, T * m->n_out);
     free(x), free(yc), free(yg);
     return e;
@@ -97,6 +140,171 @@ static int test_realloc(struct dev *gpu, struct dev *cpu)
     }
     free(w);
     return fails;
+}
+
+/* ---- forward ops: the same op on both devices from the same host inputs ----------------- */
+
+/* Regions of one device buffer, carved in order. */
+struct arena {
+    struct dev *d;
+    struct dev_buf *b;
+    char *base;
+    size_t off;
+};
+
+static void arena_init(struct arena *a, struct dev *d)
+{
+    *a = (struct arena){.d = d};
+    if (dev_buf_alloc(d, 8u << 20, 256, &a->b, (void **)&a->base))
+        abort();
+}
+
+static void *room(struct arena *a, size_t bytes)
+{
+    void *p = a->base + a->off;
+    a->off += (bytes + 255) / 256 * 256;
+    if (a->off > (8u << 20))
+        abort();
+    return p;
+}
+
+static void *put(struct arena *a, const void *host, size_t bytes)
+{
+    void *p = room(a, bytes);
+    dev_upload(a->d, p, host, bytes);
+    return p;
+}
+
+static void get(struct arena *a, void *host, const void *dev, size_t bytes)
+{
+    dev_download(a->d, host, dev, bytes);
+    dev_sync(a->d);
+}
+
+static float *frands(int64_t n)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand();
+    return x;
+}
+
+/* One op's outputs (floats) on gpu and cpu: relative error, printed and counted. */
+static void check(const char *what, const float *g, const float *c, int64_t n, double tol,
+                  int *passes, int *fails)
+{
+    const double e = rel_err(g, c, n);
+    printf("%s %-34s err %.3e  tol %.1e\n", e <= tol ? "ok  " : "FAIL", what, e, tol);
+    e <= tol ? (*passes)++ : (*fails)++;
+}
+
+/* embed, rmsnorm (+ add, both stride forms), swiglu, argmax, gdn gates, conv1d + gdn over one
+ * run with snapshot groups, moe route + combine. */
+static void test_ops(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
+{
+    const int64_t T = 5, E = 256, V = 50;
+    struct dev *devs[2] = {gpu, cpu};
+    float *out[2][8];
+    int32_t am[2][T];
+    const size_t rb = kq_row_bytes(KQ_Q8_0, E);
+    uint8_t *wemb = malloc(rb * V);
+    fill_weights(wemb, KQ_Q8_0, E, V);
+    int32_t tok[5] = {3, 49, 0, 7, 7}, seq[5] = {0};
+    int64_t pos[5] = {0, 1, 2, 3, 4};
+    float *x0 = frands(T * E), *add = frands(T * E), *nw = frands(E), *u = frands(T * E);
+    /* GDN: one run of T tokens, Hk = 1, Hv = 2, S = 16, K = 4, two groups */
+    const int64_t Hk = 1, Hv = 2, S = 16, K = 4, C = 2 * Hk * S + Hv * S, G = 2;
+    const int64_t conv_e = (K - 1) * C, st_n = conv_e + Hv * S * S;
+    float *qkv = frands(T * C), *z = frands(T * Hv * S), *bl = frands(T * Hv), *al = frands(T * Hv);
+    float *alog = frands(Hv), *dtb = frands(Hv), *cw = frands(C * K), *gw = frands(S);
+    float *st0 = frands(G * st_n);
+    const int64_t Nx = 8, k = 2;
+    float *lg = frands(T * Nx), *eout = frands(T * k * E), *sh = frands(T * E), *shg = frands(T);
+    for (int i = 0; i < 2; i++) {
+        struct dev *d = devs[i];
+        struct arena a;
+        arena_init(&a, d);
+        struct dev_run run = {0, (int32_t)T, 0, 0};
+        struct dev_batch b = {.T = T,
+                              .n_runs = 1,
+                              .token = put(&a, tok, sizeof tok),
+                              .seq = put(&a, seq, sizeof seq),
+                              .pos = put(&a, pos, sizeof pos),
+                              .runs = put(&a, &run, sizeof run)};
+        struct dev_mat w = {wemb, KQ_Q8_0, E, V, rb};
+        float *x = room(&a, T * E * 4), *y = room(&a, T * 2 * E * 4);
+        dev_embed(d, &w, &b, x);
+        out[i][0] = malloc(T * E * 4);
+        get(&a, out[i][0], x, T * E * 4);
+        float *xr = put(&a, x0, T * E * 4);
+        struct dev_norm nm = {xr, put(&a, add, T * E * 4), put(&a, nw, E * 4), y, T, E, E, E, 1e-6f};
+        dev_rmsnorm(d, &nm);
+        nm.add = NULL, nm.ld_y = 2 * E, nm.y = y + E; /* the MTP concat's second half */
+        dev_rmsnorm(d, &nm);
+        out[i][1] = malloc(T * 2 * E * 4);
+        get(&a, out[i][1], y, T * 2 * E * 4);
+        float *g = put(&a, x0, T * E * 4);
+        dev_swiglu(d, g, put(&a, u, T * E * 4), T, E);
+        out[i][2] = malloc(T * E * 4);
+        get(&a, out[i][2], g, T * E * 4);
+        int32_t *ai = room(&a, T * 4);
+        dev_argmax(d, g, T, E, ai);
+        get(&a, am[i], ai, T * 4);
+        struct dev_gdn gd = {.b = &b,
+                             .u = put(&a, qkv, T * C * 4),
+                             .y = room(&a, T * C * 4),
+                             .z = put(&a, z, T * Hv * S * 4),
+                             .o = room(&a, T * Hv * S * 4),
+                             .bl = put(&a, bl, T * Hv * 4),
+                             .al = put(&a, al, T * Hv * 4),
+                             .beta = room(&a, T * Hv * 4),
+                             .decay = room(&a, T * Hv * 4),
+                             .a_log = put(&a, alog, Hv * 4),
+                             .dt_bias = put(&a, dtb, Hv * 4),
+                             .conv_w = put(&a, cw, C * K * 4),
+                             .norm_w = put(&a, gw, S * 4),
+                             .C = C, .S = S, .Hk = Hk, .Hv = Hv, .conv_k = K, .eps = 1e-6f,
+                             .st = {put(&a, st0, G * st_n * 4), st_n, st_n, conv_e, G}};
+        dev_gdn_gates(d, &gd);
+        dev_conv1d(d, &gd);
+        dev_gdn(d, &gd);
+        out[i][3] = malloc(T * Hv * S * 4);
+        get(&a, out[i][3], gd.o, T * Hv * S * 4);
+        out[i][4] = malloc(G * st_n * 4);
+        get(&a, out[i][4], gd.st.base, G * st_n * 4);
+        struct dev_moe m = {.T = T, .n_expert = Nx, .k = k, .E = E,
+                            .logits = put(&a, lg, T * Nx * 4),
+                            .route_w = room(&a, T * k * 4),
+                            .route_e = room(&a, T * k * 4),
+                            .slot = room(&a, T * k * 4),
+                            .e_off = room(&a, (Nx + 1) * 4),
+                            .e_row = room(&a, T * k * 4),
+                            .eout = put(&a, eout, T * k * E * 4),
+                            .sh = put(&a, sh, T * E * 4),
+                            .sh_gate = put(&a, shg, T * 4),
+                            .out = room(&a, T * E * 4)};
+        dev_moe_route(d, &m);
+        dev_moe_combine(d, &m);
+        out[i][5] = malloc(T * E * 4);
+        get(&a, out[i][5], m.out, T * E * 4);
+        dev_buf_free(d, a.b);
+    }
+    check("embed q8_0", out[0][0], out[1][0], T * E, 1e-6, passes, fails);
+    check("rmsnorm + add, and strided", out[0][1], out[1][1], T * 2 * E, 1e-5, passes, fails);
+    check("swiglu", out[0][2], out[1][2], T * E, 1e-5, passes, fails);
+    check("gdn gates + conv1d + gdn: output", out[0][3], out[1][3], T * Hv * S, 1e-4, passes,
+          fails);
+    check("gdn: state and snapshot group", out[0][4], out[1][4], G * st_n, 1e-4, passes, fails);
+    check("moe route + combine", out[0][5], out[1][5], T * E, 1e-5, passes, fails);
+    const bool same = memcmp(am[0], am[1], sizeof am[0]) == 0;
+    printf("%s argmax\n", same ? "ok  " : "FAIL");
+    same ? (*passes)++ : (*fails)++;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 6; j++)
+            free(out[i][j]);
+    void *h[] = {wemb, x0, add, nw, u, qkv, z, bl, al, alog, dtb, cw, gw, st0, lg, eout, sh, shg};
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        free(h[i]);
 }
 
 int main(void)
@@ -134,8 +342,8 @@ int main(void)
             float *yg = malloc((size_t)(T * n_out) * 4);
             for (int64_t i = 0; i < T * n; i++)
                 x[i] = frand();
-            dev_matmul(cpu, &m, x, T, yc);
-            dev_matmul(gpu, &m, x, T, yg);
+            mm_one(cpu, &m, x, T, yc);
+            mm_one(gpu, &m, x, T, yg);
             const bool fl = t == KQ_F32 || t == KQ_F16 || t == KQ_BF16;
             const double tol = !fl ? 3e-2 : T <= 8 || t == KQ_F32 ? 1e-4 : t == KQ_BF16 ? 1e-2 : 2e-3;
             const double e = rel_err(yg, yc, T * n_out);
@@ -163,9 +371,9 @@ int main(void)
         float *ra = malloc((size_t)(T * n_out) * 4), *rbuf = malloc((size_t)(T * 40) * 4);
         struct dev_mm mm[2] = {{{w, KQ_Q8_0, n, n_out, rb}, x, T, a},
                                {{w, KQ_Q8_0, n, 40, rb}, x, T, b}};
-        dev_matmul_multi(gpu, mm, 2);
+        mm_host(gpu, mm, 2);
         mm[0].y = ra, mm[1].y = rbuf;
-        dev_matmul_multi(cpu, mm, 2);
+        mm_host(cpu, mm, 2);
         const double e = fmax(rel_err(a, ra, T * n_out), rel_err(b, rbuf, T * 40));
         printf("%s dev_matmul_multi q8_0 (2 products, one view) err %.3e  tol 3.0e-02\n",
                e <= 3e-2 ? "ok  " : "FAIL", e);
@@ -174,6 +382,7 @@ int main(void)
     }
     const int rf = test_realloc(gpu, cpu);
     fails += rf, passes += 3 - rf;
+    test_ops(gpu, cpu, &passes, &fails);
     dev_destroy(gpu);
     dev_destroy(cpu);
     printf("%d passed, %d failed\n", passes, fails);

@@ -17,9 +17,10 @@
 #include <string.h>
 
 #include "tests/unit/test.h"
-#include "engine/compute/device.h"  // defines: dev_cpu_create
+#include "engine/compute/device.h"  // defines: dev_destroy
 #include "engine/compute/fwd.h" // defines: fwd_decode, fwd_mtp
 #include "engine/model/model.h"   // defines: model_load
+#include "tests/unit/testutil.h"  // defines: testutil_dev_cpu
 
 static const char *build_dir = "build/cpu";
 
@@ -115,7 +116,7 @@ static int eng_open(struct eng *e, const char *path)
         return -1;
     }
     struct fwd_params p = {.max_tokens = 128, .n_seq = 3, .n_ctx = 256, .draft_max = 4};
-    if (dev_cpu_create(2, NULL, &e->d, err, sizeof err) ||
+    if (testutil_dev_cpu(2, &e->d, err, sizeof err) ||
         fwd_create(e->m, e->d, &p, &e->f, err, sizeof err)) {
         printf("  %s\n", err);
         return -1;

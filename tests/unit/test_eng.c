@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/device.h" // defines: dev_destroy
 #include "engine/compute/fwd.h"    // defines: fwd_decode
 #include "engine/model/model.h"    // defines: model_load
 #include "engine/sched/eng.h"      // defines: eng_*
@@ -98,8 +98,7 @@ static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t 
                            .queue_max = queue_max,
                            .n_checkpoints = 4,
                            .checkpoint_every = 64};
-    if (model_load(path, &s->m, err, sizeof err) ||
-        dev_cpu_create(2, NULL, &s->d, err, sizeof err) ||
+    if (model_load(path, &s->m, err, sizeof err) || testutil_dev_cpu(2, &s->d, err, sizeof err) ||
         eng_create(s->m, s->d, &p, &s->e, err, sizeof err) ||
         (start && eng_start(s->e, err, sizeof err))) {
         printf("  setup: %s\n", err);

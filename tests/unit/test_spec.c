@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/device.h" // defines: dev_destroy
 #include "engine/compute/fwd.h"    // defines: fwd_create
 #include "engine/model/model.h"    // defines: model_load
 #include "engine/sched/cache.h"    // defines: cache_bytes_needed
@@ -143,7 +143,7 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
                            .draft_fn = oracle_draft,
                            .spec_rollback = rollback_mode};
     memset(&last_stats, 0, sizeof last_stats);
-    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
+    if (model_load(path, &m, err, sizeof err) || testutil_dev_cpu(2, &d, err, sizeof err) ||
         eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
         printf("  %s\n", err);
         CHECK(0);
@@ -304,7 +304,7 @@ TEST(mem_budget)
     struct model *m = NULL;
     struct dev *d = NULL;
     eng_t *e = NULL;
-    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(1, NULL, &d, err, sizeof err)) {
+    if (model_load(path, &m, err, sizeof err) || testutil_dev_cpu(1, &d, err, sizeof err)) {
         CHECK(0);
         return;
     }
@@ -364,7 +364,7 @@ static void sample_runs(unsigned spec, uint64_t seed0, int n, int32_t (*out)[3])
                            .draft_max = 3,
                            .spec_types = spec,
                            .draft_fn = second_tokens_fn};
-    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(2, NULL, &d, err, sizeof err) ||
+    if (model_load(path, &m, err, sizeof err) || testutil_dev_cpu(2, &d, err, sizeof err) ||
         eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
         CHECK(0);
         return;
@@ -497,7 +497,7 @@ TEST(rollback_rules)
     struct dev *d;
     struct fwd_ctx *f;
     struct fwd_params fp = {.max_tokens = 16, .n_seq = 1, .n_ctx = 64, .draft_max = 3};
-    if (model_load(path, &m, err, sizeof err) || dev_cpu_create(1, NULL, &d, err, sizeof err) ||
+    if (model_load(path, &m, err, sizeof err) || testutil_dev_cpu(1, &d, err, sizeof err) ||
         fwd_create(m, d, &fp, &f, err, sizeof err)) {
         CHECK(0);
         return;

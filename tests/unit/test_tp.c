@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "engine/compute/comm.h"   // defines: comm_create
-#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/device.h" // defines: dev_destroy
 #include "engine/compute/fwd.h"    // defines: fwd_create_group
 #include "engine/compute/shard.h"  // defines: shard_relayout
 #include "engine/model/model.h"    // defines: model_load
@@ -41,7 +41,7 @@ static int group_open(struct group *g, const char *file, int n)
         return -1;
     }
     for (int d = 0; d < n; d++) /* one thread each: the machine may have fewer cores than n */
-        if (dev_cpu_create(1, NULL, &g->devs[d], err, sizeof err))
+        if (testutil_dev_cpu(1, &g->devs[d], err, sizeof err))
             return -1;
     return 0;
 }

@@ -5,6 +5,8 @@
 #include "testutil.h" // defines: testutil_*
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,4 +59,17 @@ bool testutil_req_drain(eng_req_t *r, int max_polls,
             testutil_sleep_ms(1);
     }
     return false;
+}
+
+int testutil_dev_cpu(int n_threads, struct dev **out, char *err, size_t errlen)
+{
+    struct dev *d;
+    int rc = dev_cpu_create(n_threads, NULL, &d, err, errlen);
+    if (rc)
+        return rc;
+    const char *kind = getenv("DELTAD_TEST_DEVICE");
+    if (kind && strcmp(kind, "strict") == 0)
+        return dev_strict_create(d, out, err, errlen);
+    *out = d;
+    return 0;
 }

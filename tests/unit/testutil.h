@@ -12,8 +12,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "engine/model/model.h" // defines: struct model
-#include "engine/sched/eng.h"   // defines: eng_req_t, struct eng_delta
+#include "engine/compute/device.h" // defines: struct dev, dev_cpu_create, dev_strict_create
+#include "engine/model/model.h"    // defines: struct model
+#include "engine/sched/eng.h"      // defines: eng_req_t, struct eng_delta
+
+/* The device of the forward tests: an unbound CPU device of n_threads, wrapped in the strict
+ * device (dev_strict_create: device memory the host cannot touch) when the environment has
+ * DELTAD_TEST_DEVICE=strict (tests/golden/test_strict.sh). Transferred: dev_destroy. */
+int testutil_dev_cpu(int n_threads, struct dev **out, char *err, size_t errlen);
 
 /* The exit status of a skipped test program, as test.h's TEST_SKIP returns it. */
 #define TESTUTIL_SKIP_RC 77
