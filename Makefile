@@ -303,6 +303,7 @@ cuda-check:
 	@if [ -f /usr/local/cuda/include/nccl.h ]; then echo "✓ NCCL"; \
 	  $(MAKE) --no-print-directory CUDA=1 NCCL=1 all; \
 	else echo "✗ NCCL (nccl.h not found): CUDA only"; $(MAKE) --no-print-directory CUDA=1 all; fi
+	@tools/ptxas_check.sh $(NVCC)
 
 # ---- fuzzing (FUZZ=1 is the flavour: clang, coverage + ASan + UBSan, objects in build/fuzz) -----
 # Each tests/fuzz/fuzz_NAME.c links the objects of FUZZ_DEPS_NAME (default: engine/util.c).

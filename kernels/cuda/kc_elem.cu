@@ -90,6 +90,8 @@ extern "C" void kc_rmsnorm_gate(kc_stream *s, float *x, const float *w, const fl
 
 /* Thread per (row, pair i < n_rot / 2): the pair (i, i + n_rot/2) rotated by
  * pos * base^(-2i/n_rot). */
+/* ptxas-local: k_rope — the double cos/sin (kept to match the CPU reference bit for bit)
+ * take CUDA's slow range reduction for large angles, whose table lives in local memory. */
 __global__ void k_rope(float *x, const int32_t *pos, int64_t n_rows, int64_t n_head,
                        int64_t tok_stride, int64_t head_stride, int64_t n_rot, float base)
 {

@@ -50,6 +50,8 @@ extern "C" void kc_gdn_gates(kc_stream *s, const float *b, const float *alpha, c
 
 #define CONV_KMAX 16
 
+/* ptxas-local: k_conv — the window st[] and taps wc[] (CONV_KMAX floats each) are indexed by
+ * the run-time kernel size, so they cannot live in registers; 128 bytes per thread, L1-resident. */
 __global__ void k_conv(const float *u, const float *w, int64_t C, int64_t K,
                        const struct kc_run *runs, float *conv, int64_t group_stride,
                        int64_t seq_stride, int64_t n_groups, float *y)

@@ -10,6 +10,8 @@
 
 #define ROUTE_KMAX 16
 
+/* ptxas-local: k_moe_route — the chosen experts sel[] and weights w[] (ROUTE_KMAX each) are
+ * indexed by the run-time k, so they cannot live in registers; 128 bytes per thread. */
 /* One warp per row. */
 __global__ void k_moe_route(const float *logits, int64_t T, int64_t Nx, int64_t k, int32_t *route_e,
                             float *route_w)
