@@ -764,7 +764,32 @@ static int gen_ref(struct sg *g, const cJSON *s, int depth, char *name)
     return g->failed ? -1 : 0;
 }
 
-/* allOf: every member (references followed) an object schema; merged into one. */
+/* One allOf member x (references followed) into props / req; false when it is not an object
+ * schema. */
+static bool merge_one(struct sg *g, const cJSON *x, bool member, cJSON *props, cJSON *req,
+                      bool *closed)
+{
+    for (int hop = 0; cJSON_IsObject(x) && kw(x, "$ref") && hop < 16; hop++)
+        x = cJSON_IsString(kw(x, "$ref")) ? resolve(g->root, kw(x, "$ref")->valuestring) : NULL;
+    const cJSON *t = cJSON_IsObject(x) ? kw(x, "type") : NULL;
+    if (!cJSON_IsObject(x) || (t && !(cJSON_IsString(t) && !strcmp(t->valuestring, "object"))) ||
+        kw(x, "anyOf") || kw(x, "oneOf") || (member && kw(x, "allOf")) || kw(x, "enum") ||
+        kw(x, "const") || (member && kw(x, "$ref")))
+        return false;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, kw(x, "properties"))
+    {
+        if (cJSON_GetObjectItemCaseSensitive(props, p->string))
+            return false;
+        cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true));
+    }
+    cJSON_ArrayForEach(p, kw(x, "required")) cJSON_AddItemToArray(req, cJSON_Duplicate(p, true));
+    *closed = *closed || cJSON_IsFalse(kw(x, "additionalProperties"));
+    return true;
+}
+
+/* allOf: every member an object schema; merged with the schema's own properties into one
+ * object schema (owned by g until the end). */
 static int merge_all_of(struct sg *g, const cJSON *s, cJSON **out)
 {
     const cJSON *all = kw(s, "allOf");
@@ -772,47 +797,19 @@ static int merge_all_of(struct sg *g, const cJSON *s, cJSON **out)
         return fail(g, "'allOf' must be a non-empty array of schemas");
     cJSON *mg = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
     cJSON_AddStringToObject(mg, "type", "object");
-    bool closed = false;
+    cJSON_AddItemToObject(mg, "properties", props);
+    cJSON_AddItemToObject(mg, "required", req);
     if (g->n_owned == g->cap_owned) {
         g->cap_owned = g->cap_owned ? 2 * g->cap_owned : 4;
         g->owned = xrealloc(g->owned, (size_t)g->cap_owned * sizeof *g->owned);
     }
     g->owned[g->n_owned++] = mg;
-    int n_all = cJSON_GetArraySize(all);
-    for (int w = -1; w < n_all; w++) {
-        {
-            const cJSON *m = w < 0 ? s : cJSON_GetArrayItem(all, w);
-            const cJSON *x = m;
-            for (int hop = 0; x && cJSON_IsObject(x) && kw(x, "$ref") && hop < 16; hop++)
-                x = cJSON_IsString(kw(x, "$ref")) ? resolve(g->root, kw(x, "$ref")->valuestring)
-                                                  : NULL;
-            const cJSON *t = x ? kw(x, "type") : NULL;
-            if (!cJSON_IsObject(x) ||
-                (t && !(cJSON_IsString(t) && !strcmp(t->valuestring, "object"))) ||
-                kw(x, "anyOf") || kw(x, "oneOf") || (w >= 0 && kw(x, "allOf")) || kw(x, "enum") ||
-                kw(x, "const")) {
-                cJSON_Delete(props);
-                cJSON_Delete(req);
-                return fail(g, "'allOf' is supported for object schemas (properties, required, "
-                               "additionalProperties) only");
-            }
-            const cJSON *p;
-            cJSON_ArrayForEach(p, kw(x, "properties"))
-            {
-                if (cJSON_GetObjectItemCaseSensitive(props, p->string)) {
-                    cJSON_Delete(props);
-                    cJSON_Delete(req);
-                    return fail(g, "'allOf' members both define property '%.64s'", p->string);
-                }
-                cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true));
-            }
-            cJSON_ArrayForEach(p, kw(x, "required"))
-                cJSON_AddItemToArray(req, cJSON_Duplicate(p, true));
-            closed = closed || cJSON_IsFalse(kw(x, "additionalProperties"));
-        }
-    }
-    cJSON_AddItemToObject(mg, "properties", props);
-    cJSON_AddItemToObject(mg, "required", req);
+    bool closed = false, ok = merge_one(g, s, false, props, req, &closed);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, all) ok = ok && merge_one(g, m, true, props, req, &closed);
+    if (!ok)
+        return fail(g, "'allOf' is supported for object schemas (properties, required, "
+                       "additionalProperties) that define each property once");
     if (closed)
         cJSON_AddFalseToObject(mg, "additionalProperties");
     *out = mg;
