@@ -6,8 +6,9 @@
  * assistant text.
  *
  * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required"
- * and a named function are validated (an unknown name is a 400) but, without constrained
- * decoding, not enforced: the model decides whether to call, as with "auto".
+ * and a named function are validated (an unknown name is a 400) and then refused with a 400
+ * naming tool_choice: nothing forces the model to call yet (issue 31), and a request deltad
+ * cannot honour is refused, never served as "auto".
  *
  * Thread safety: no shared state; called on HTTP threads.
  */
@@ -53,28 +54,6 @@ int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *to
 
 /* ---- fields ---------------------------------------------------------------------------- */
 
-/* response_format: "text" only; JSON modes would need constrained decoding, and a format that
- * is accepted must be enforced, so they are refused rather than silently ignored. */
-static int check_response_format(const cJSON *root, struct api_error *e)
-{
-    const cJSON *rf;
-    if (api__get_obj(root, "response_format", &rf, e))
-        return -1;
-    const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (!rf || (cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0))
-        return 0;
-    if (cJSON_IsString(type) && (strcmp(type->valuestring, "json_object") == 0 ||
-                                 strcmp(type->valuestring, "json_schema") == 0)) {
-        api_error_set(e, E400, NULL, "response_format",
-                      "'response_format' %s is not supported by this server yet",
-                      type->valuestring);
-        return -1;
-    }
-    api_error_set(e, E400, NULL, "response_format.type",
-                  "'response_format.type' must be text, json_object or json_schema");
-    return -1;
-}
-
 /* reasoning_format (llama.cpp's field): none, or separate (also spelt deepseek or auto). */
 static int parse_reasoning_format(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
                                   struct api_error *e)
@@ -107,6 +86,14 @@ static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api
         return -1;
     const cJSON *tc = api__field(root, "tool_choice");
     bool none = cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0;
+    if (tc && !none && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "auto") == 0)) {
+        /* chat_check validated the value; what is left is "required" or a named function,
+         * which only constrained tool-call decoding could guarantee */
+        api_error_set(e, E400, NULL, "tool_choice",
+                      "'tool_choice' \"required\" and named functions are not supported by this "
+                      "server yet (it cannot guarantee the call); use \"auto\" or \"none\"");
+        return -1;
+    }
     r->tool_calls = tools && cJSON_GetArraySize(tools) > 0 && !none;
     r->max_calls = parallel ? 0 : 1;
     if (r->tool_calls)
@@ -184,7 +171,7 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
         api_error_set(e, E400, NULL, ce.param, "%s", ce.message);
         return -1;
     }
-    if (check_response_format(root, e) || api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
+    if (api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
         api__get_str(root, "reasoning_effort", &effort, e) ||
         parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, r, e) ||
         parse_hook(root, r, e))

@@ -914,16 +914,14 @@ int schema_to_gbnf(const cJSON *schema, struct dd_buf *out, char *err, size_t er
 
 void schema_think_prefix(struct dd_buf *out, const char *start)
 {
+    /* deltad-think-sK: K characters of "</think>" matched; the text never contains it */
     static const char pat[] = "</think>";
-    dd_buf_printf(out, "%s ::= think-s0 \"</think>\" \"\\n\"{0,2} root\n", start);
-    dd_buf_puts(out, "think-s0 ::= | [^<] think-s0 | \"<\" think-s1\n");
-    for (int k = 1; k < 8; k++) {
-        char c = pat[k];
-        if (k < 7)
-            dd_buf_printf(out,
-                          "think-s%d ::= | \"%c\" think-s%d | \"<\" think-s1 | [^%c<] think-s0\n",
-                          k, c, k + 1, c);
-        else
-            dd_buf_printf(out, "think-s%d ::= | \"<\" think-s1 | [^><] think-s0\n", k);
-    }
+    dd_buf_printf(out, "%s ::= deltad-think-s0 \"</think>\" \"\\n\"{0,2} root\n", start);
+    dd_buf_puts(out, "deltad-think-s0 ::= | [^<] deltad-think-s0 | \"<\" deltad-think-s1\n");
+    for (int k = 1; k < 7; k++)
+        dd_buf_printf(out,
+                      "deltad-think-s%d ::= | \"%c\" deltad-think-s%d | \"<\" deltad-think-s1 | "
+                      "[^%c<] deltad-think-s0\n",
+                      k, pat[k], k + 1, pat[k]);
+    dd_buf_puts(out, "deltad-think-s7 ::= | \"<\" deltad-think-s1 | [^><] deltad-think-s0\n");
 }

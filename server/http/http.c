@@ -60,6 +60,7 @@ struct http {
     int port;                  /* the bound port (o.port may be 0) */
     job_pool_t *pool;          /* generation jobs and their wakers */
     metrics_t *metrics;
+    gram_cache_t *grams; /* compiled response_format / json_schema / grammar constraints */
 };
 
 /* ---- routes ---------------------------------------------------------------------------- */
@@ -365,7 +366,8 @@ static struct api_ctx api_ctx_of(const http_t *h)
                             .max_tokens_default = h->o.max_tokens_default,
                             .max_json_depth = h->o.max_json_depth,
                             .tmpl = h->chat,
-                            .reasoning = (enum api_reasoning)h->o.reasoning_format};
+                            .reasoning = (enum api_reasoning)h->o.reasoning_format,
+                            .grams = h->grams};
 }
 
 /* POST /tokenize and /detokenize. */
@@ -704,6 +706,7 @@ static void http_free(http_t *h)
 {
     job_pool_destroy(h->pool);
     metrics_destroy(h->metrics);
+    gram_cache_destroy(h->grams);
     free((char *)h->o.host);
     free((char *)h->o.api_key);
     free((char *)h->o.cors_origin);
@@ -726,6 +729,7 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
     h->created = (int64_t)time(NULL);
     h->pool = job_pool_create(o->sse_ping_s > 0 ? o->sse_ping_s : 15);
     h->metrics = metrics_create();
+    h->grams = gram_cache_create(64);
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);

@@ -126,7 +126,24 @@ TEST(numeric_edges)
     BAD("\"logprobs\":true,\"top_logprobs\":21", "top_logprobs");
     BAD("\"top_logprobs\":1", "top_logprobs");
     BAD("\"stop\":[\"a\",\"\"]", "stop");
-    BAD("\"response_format\":{\"type\":\"json_schema\"}", "response_format");
+    BAD("\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema");
+    BAD("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":5}}",
+        "response_format.json_schema.schema");
+    BAD("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"strict\":1}}",
+        "response_format.json_schema.strict");
+    BAD("\"json_schema\":{\"type\":123}", "json_schema");
+    BAD("\"json_schema\":{\"type\":\"hiccup\"}", "json_schema");
+    BAD("\"json_schema\":{\"$ref\":\"#/$defs/nope\"}", "json_schema");
+    BAD("\"json_schema\":{\"type\":\"string\",\"pattern\":\"a+\"}", "json_schema");
+    BAD("\"grammar\":\"root ::= [a-\"", "grammar");
+    BAD("\"grammar\":5", "grammar");
+    BAD("\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", "grammar");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"tool_choice\":\"required\"",
+        "tool_choice");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
+        "tool_choice");
 #undef BAD
 }
 
