@@ -201,6 +201,7 @@ struct gram_m {
     uint32_t n_lvl;
     uint32_t *work; /* closure work stack */
     uint32_t cap_work;
+    uint32_t steps; /* closure steps of the current character (GRAM_MAX_CLOSURE) */
     bool failed, finished;
 };
 
@@ -280,11 +281,11 @@ static void push_alt(struct gram_m *m, struct gstate *st, uint32_t *n, uint32_t 
 static bool closure(struct gram_m *m, struct gstate *st, uint32_t start)
 {
     const gram_t *g = m->g;
-    uint32_t n = 0, steps = 0;
+    uint32_t n = 0;
     work_push(m, &n, start);
     while (n) {
         uint32_t id = m->work[--n];
-        if (++steps > GRAM_MAX_CLOSURE) {
+        if (++m->steps > GRAM_MAX_CLOSURE) {
             m->failed = true;
             return false;
         }
@@ -347,6 +348,7 @@ static bool cls_meets(const gram_t *g, uint32_t c, uint32_t lo, uint32_t hi)
 static bool advance_cp(struct gram_m *m, const struct gstate *from, struct gstate *to, uint32_t cp)
 {
     const gram_t *g = m->g;
+    m->steps = 0; /* the limit bounds the work of one character, all stacks together */
     to->n = 0;
     to->acc = false;
     to->need = to->len = 0;

@@ -20,6 +20,7 @@
 
 #include "engine/sched/gram.h" // defines: GRAM_MAX_REPEAT
 #include "engine/util.h"       // defines: struct dd_buf, xmalloc
+#include "schema_impl.h"       // defines: schema__pattern
 
 #define INF UINT64_MAX
 
@@ -181,6 +182,7 @@ static const char *const assertions[] = {"type",
                                          "minLength",
                                          "maxLength",
                                          "format",
+                                         "pattern",
                                          "minimum",
                                          "maximum",
                                          "exclusiveMinimum",
@@ -344,6 +346,57 @@ static int int_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
     return 0;
 }
 
+/* number with bounds: whole-number bounds >= 0 only (0..1, 1..5, 0..100: the common ones). The
+ * integer part runs over the range and a fraction of at most 6 digits follows (few enough that a
+ * double never rounds onto an exclusive bound); no exponent. */
+static int number_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
+{
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum"};
+    double v[4];
+    bool has[4];
+    for (int k = 0; k < 4; k++) {
+        const cJSON *x = kw(s, keys[k]);
+        has[k] = x != NULL;
+        v[k] = has[k] && cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (has[k] && !(v[k] >= 0 && v[k] <= 1e15 && v[k] == floor(v[k])))
+            return fail(g, "bounds on type 'number' must be whole numbers from 0 to 1e15 ('%s')",
+                        keys[k]);
+    }
+    if (has[0] && has[1])
+        return fail(g, "'minimum' together with 'exclusiveMinimum' is not supported");
+    if (has[2] && has[3])
+        return fail(g, "'maximum' together with 'exclusiveMaximum' is not supported");
+    if (!has[0] && !has[1])
+        return fail(g, "bounds on type 'number' need a 'minimum' or 'exclusiveMinimum' >= 0");
+    uint64_t lo = (uint64_t)(has[0] ? v[0] : v[1]);
+    bool lo_ex = has[1], hi_set = has[2] || has[3], hi_ex = has[3];
+    uint64_t hi = hi_set ? (uint64_t)(has[2] ? v[2] : v[3]) : INF;
+    if (hi_set && (hi < lo || (hi == lo && (lo_ex || hi_ex))))
+        return fail(g, "no number lies between the bounds");
+    const char *frac = "( \".\" [0-9]{1,6} )? ";
+    dd_buf_puts(e, "( ");
+    bool alt = false;
+    if (lo_ex) { /* lo itself only with a non-zero fraction */
+        if (!hi_set || hi > lo) {
+            dd_buf_printf(e, "\"%llu.\" [0-9]{0,5} [1-9] ", (unsigned long long)lo);
+            alt = true;
+        }
+        lo++;
+    }
+    if (!hi_set || lo < hi) { /* whole part in [lo, hi - 1], any fraction */
+        dd_buf_puts(e, alt ? "| " : "");
+        uint_range(e, lo, hi_set ? hi - 1 : INF);
+        dd_buf_puts(e, frac);
+        alt = true;
+    }
+    if (hi_set && !hi_ex && hi >= lo) /* hi itself, maybe with zeros */
+        dd_buf_printf(e, "%s\"%llu\" ( \".\" \"0\"{1,6} )? ", alt ? "| " : "",
+                      (unsigned long long)hi);
+    dd_buf_puts(e, ") ");
+    return 0;
+}
+
 /* ---- strings ------------------------------------------------------------------------------ */
 
 static const char *format_expr(const char *f)
@@ -401,6 +454,19 @@ static int string_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
         return -1;
     if (lo > hi)
         return fail(g, "'minLength' is above 'maxLength'");
+    const cJSON *pat = kw(s, "pattern");
+    if (pat) {
+        char perr[256];
+        if (!cJSON_IsString(pat))
+            return fail(g, "'pattern' must be a string");
+        if (f || kw(s, "minLength") || kw(s, "maxLength"))
+            return fail(g, "'pattern' together with 'format' or lengths is not supported");
+        dd_buf_puts(e, "\"\\\"\" ");
+        if (schema__pattern(pat->valuestring, e, perr, sizeof perr))
+            return fail(g, "%s", perr);
+        dd_buf_puts(e, "\"\\\"\" ");
+        return 0;
+    }
     if (f) {
         const char *fx = cJSON_IsString(f) ? format_expr(f->valuestring) : NULL;
         if (!fx)
@@ -621,7 +687,7 @@ static int type_expr(struct sg *g, const cJSON *s, const char *t, int depth, int
     else if (strcmp(t, "number") == 0) {
         if (kw(s, "minimum") || kw(s, "maximum") || kw(s, "exclusiveMinimum") ||
             kw(s, "exclusiveMaximum"))
-            return fail(g, "bounds on type 'number' are not supported (use 'integer')");
+            return number_expr(g, s, e);
         dd_buf_puts(e, "jnumber ");
     } else if (strcmp(t, "string") == 0)
         return string_expr(g, s, e);
@@ -643,7 +709,7 @@ static int implied_type(struct sg *g, const cJSON *s, const char **t)
     static const char *const groups[][6] = {
         {"object", "properties", "required", "additionalProperties", NULL},
         {"array", "items", "prefixItems", "minItems", "maxItems", NULL},
-        {"string", "minLength", "maxLength", "format", NULL},
+        {"string", "minLength", "maxLength", "format", "pattern", NULL},
         {"integer", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL},
     };
     *t = NULL;
