@@ -158,7 +158,8 @@ static int rng_cmp(const void *a, const void *b)
 /* A class from pairs[0 .. 2 * np) (any order, may overlap), complemented when neg. */
 static uint32_t add_cls(struct prs *p, uint32_t *pairs, uint32_t np, bool neg)
 {
-    qsort(pairs, np, 2 * sizeof *pairs, rng_cmp);
+    if (np)
+        qsort(pairs, np, 2 * sizeof *pairs, rng_cmp);
     uint32_t m = 0; /* merge in place */
     for (uint32_t k = 0; k < np; k++) {
         if (m && pairs[2 * k] <= pairs[2 * (m - 1) + 1] + 1) {
@@ -502,7 +503,8 @@ static void repeat_atom(struct prs *p, uint32_t sym, uint32_t a0)
     struct gram_el x = n == 1 ? y->el[a0] : (struct gram_el){GEL_REF, 0};
     if (n != 1) {
         struct gram_el *copy = xmalloc((n ? n : 1) * sizeof *copy);
-        memcpy(copy, y->el + a0, n * sizeof *copy);
+        if (n)
+            memcpy(copy, y->el + a0, n * sizeof *copy);
         x.arg = wrap_rule(p, copy, n);
         free(copy);
     }
@@ -888,7 +890,8 @@ int gram_cache_get(gram_cache_t *c, const char *text, size_t len, const char *st
     e->h = h;
     e->tick = ++c->tick;
     e->text = xmalloc(len + 1);
-    memcpy(e->text, text, len);
+    if (len)
+        memcpy(e->text, text, len);
     e->len = len;
     e->g = g;
     gram_retain(g);

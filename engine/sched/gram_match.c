@@ -99,7 +99,8 @@ gram_vocab_t *gram_vocab_create(int32_t n_vocab, const char *const *piece, const
         uint8_t k = len[i] == 0 && kind[i] == GRAM_TOK_TEXT ? GRAM_TOK_NEVER : kind[i];
         v->kind[i] = k;
         v->off[i] = at;
-        memcpy(v->text + at, piece[i], len[i]);
+        if (len[i])
+            memcpy(v->text + at, piece[i], len[i]);
         at += len[i];
         v->tok_nxt[i] = NONE;
         if (k == GRAM_TOK_EOG)
@@ -234,7 +235,8 @@ static void st_reserve(struct gstate *s, uint32_t n)
 static void st_copy(struct gstate *d, const struct gstate *s)
 {
     st_reserve(d, s->n);
-    memcpy(d->leaf, s->leaf, s->n * sizeof *s->leaf);
+    if (s->n)
+        memcpy(d->leaf, s->leaf, s->n * sizeof *s->leaf);
     d->n = s->n;
     d->acc = s->acc;
     d->need = s->need;
@@ -440,7 +442,8 @@ gram_m_t *gram_m_create(gram_t *g)
         push_alt(m, &m->cur, &n, g->alt[a0 + a], NONE);
     /* run the pushed alternatives through the closure (one work list per start) */
     uint32_t *starts = xmalloc((n + 1) * sizeof *starts);
-    memcpy(starts, m->work, n * sizeof *starts);
+    if (n)
+        memcpy(starts, m->work, n * sizeof *starts);
     for (uint32_t k = 0; k < n; k++)
         if (!closure(m, &m->cur, starts[k]))
             break;

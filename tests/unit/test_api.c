@@ -177,6 +177,36 @@ TEST(chat_fields_and_params)
     api_req_free(&r);
 }
 
+/* A constraint compiles into the request and travels to the engine parameters (a reference). */
+TEST(constraints)
+{
+    struct api_req r;
+    struct api_error e;
+    CHECK_EQ(
+        parse(API_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+              "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+              "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}}",
+              &r, &e),
+        0);
+    CHECK(r.gram != NULL);
+    struct eng_req_params p;
+    api_req_params(&r, 0, 0, 0, &p);
+    CHECK(p.gram == r.gram);
+    free(p.prompt);
+    gram_release(p.gram);
+    api_req_free(&r);
+    CHECK_EQ(parse(API_COMPLETION, "{\"prompt\":\"a\",\"grammar\":\"root ::= [a-z]+\"}", &r, &e),
+             0);
+    CHECK(r.gram != NULL);
+    api_req_free(&r);
+    CHECK_EQ(
+        parse(API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"text\"}}", &r, &e),
+        0);
+    CHECK(r.gram == NULL);
+    api_req_free(&r);
+}
+
 TEST(max_tokens_clamped_to_context)
 {
     struct api_req r;
@@ -310,6 +340,7 @@ int main(int argc, char **argv)
     RUN(chat_validation);
     RUN(numeric_edges);
     RUN(chat_fields_and_params);
+    RUN(constraints);
     RUN(max_tokens_clamped_to_context);
     RUN(context_overflow);
     RUN(completion_prompts);
