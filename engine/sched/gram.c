@@ -765,6 +765,7 @@ int gram_compile(const char *text, size_t len, const char *start, gram_t **out, 
                  size_t errlen)
 {
     start = start ? start : "root";
+    double t0 = dd_now();
     *out = NULL;
     struct prs p = {.s = text, .n = len, .err = err, .errlen = errlen};
     memset(p.single, 0xFF, sizeof p.single);
@@ -796,6 +797,7 @@ int gram_compile(const char *text, size_t len, const char *start, gram_t **out, 
         }
     }
     prs_free(&p);
+    gram__note_compile(dd_now() - t0, !p.failed);
     if (p.failed) {
         gram_free(g);
         return DD_EINVAL;

@@ -108,11 +108,22 @@ void gram_m_drop(gram_m_t *m);
 int64_t gram_m_mask(gram_m_t *m, const gram_vocab_t *v, uint32_t *bits);
 void gram_m_destroy(gram_m_t *m);
 
-/* Mask statistics since start-up (relaxed counters, any thread): masks computed by a trie walk,
- * masks served from a cache, and the walks' total time. */
+/* Statistics since start-up (relaxed counters, any thread; the process's only grammar state):
+ * histograms of compile time (gram_compile) and of the time of each gram_m_mask call (served
+ * from the cache or walked), in seconds over the fixed bounds gram_hist_bound; the masks
+ * computed by a trie walk and those served from a cache; matchers created (one per constrained
+ * request in the engine). */
+#define GRAM_HIST_BUCKETS 10
+extern const double gram_hist_bound[GRAM_HIST_BUCKETS];
+struct gram_hist {
+    int64_t count[GRAM_HIST_BUCKETS + 1]; /* per bucket, not cumulative; the last is +Inf */
+    int64_t n;
+    double sum; /* seconds */
+};
 struct gram_stats {
-    int64_t walks, hits;
+    int64_t walks, hits, matchers, compiles, compile_errors;
     double walk_seconds;
+    struct gram_hist compile, mask;
 };
 void gram_get_stats(struct gram_stats *s);
 

@@ -48,6 +48,9 @@ struct gram {
     struct gram_mcache *mc;
 };
 
+/* Count a compilation that took `seconds` (gram.c -> the statistics in gram_match.c). */
+void gram__note_compile(double seconds, bool ok);
+
 /* Free the mask cache (gram_release). */
 void gram__mcache_free(struct gram_mcache *mc);
 

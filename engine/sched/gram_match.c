@@ -34,7 +34,44 @@
 
 #define NONE UINT32_MAX
 
-static atomic_llong st_walks, st_hits, st_walk_ns;
+static atomic_llong st_walks, st_hits, st_walk_ns, st_matchers, st_compiles, st_compile_err;
+
+/* ---- statistics ----------------------------------------------------------------------------- */
+
+/* 10 us .. 1 s: a cached mask is a copy (microseconds), a walk of a large vocabulary
+ * milliseconds, a compile of a big schema tens of milliseconds. */
+const double gram_hist_bound[GRAM_HIST_BUCKETS] = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3,
+                                                   3e-3, 1e-2, 3e-2, 1e-1, 1};
+
+struct ahist {
+    atomic_llong count[GRAM_HIST_BUCKETS + 1], n, sum_ns;
+};
+static struct ahist h_compile, h_mask;
+
+static void observe(struct ahist *h, double v)
+{
+    int b = 0;
+    while (b < GRAM_HIST_BUCKETS && v > gram_hist_bound[b])
+        b++;
+    atomic_fetch_add_explicit(&h->count[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->n, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, (long long)(v * 1e9), memory_order_relaxed);
+}
+
+static void read_hist(struct ahist *h, struct gram_hist *out)
+{
+    for (int b = 0; b <= GRAM_HIST_BUCKETS; b++)
+        out->count[b] = atomic_load_explicit(&h->count[b], memory_order_relaxed);
+    out->n = atomic_load_explicit(&h->n, memory_order_relaxed);
+    out->sum = (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) * 1e-9;
+}
+
+void gram__note_compile(double seconds, bool ok)
+{
+    atomic_fetch_add_explicit(ok ? &st_compiles : &st_compile_err, 1, memory_order_relaxed);
+    if (ok)
+        observe(&h_compile, seconds);
+}
 
 /* ---- vocabulary trie ---------------------------------------------------------------------- */
 
@@ -434,6 +471,7 @@ static bool advance_byte(struct gram_m *m, const struct gstate *from, struct gst
 gram_m_t *gram_m_create(gram_t *g)
 {
     gram_m_t *m = xcalloc(1, sizeof *m);
+    atomic_fetch_add_explicit(&st_matchers, 1, memory_order_relaxed);
     gram_retain(g);
     m->g = g;
     uint32_t n = 0;
@@ -663,13 +701,14 @@ int64_t gram_m_mask(gram_m_t *m, const gram_vocab_t *v, uint32_t *bits)
     memset(bits, 0, (size_t)gram_vocab_words(v) * 4);
     if (m->finished || m->failed)
         return 0;
+    double t0 = dd_now();
     uint64_t key = state_key(m);
     int64_t cnt = mcache_get(m->g, v, key, bits);
     if (cnt >= 0) {
         atomic_fetch_add_explicit(&st_hits, 1, memory_order_relaxed);
+        observe(&h_mask, dd_now() - t0);
         return cnt;
     }
-    double t0 = dd_now();
     if (m->n_lvl < v->max_len + 1) {
         m->lvl = xrealloc(m->lvl, (v->max_len + 1) * sizeof *m->lvl);
         memset(m->lvl + m->n_lvl, 0, (v->max_len + 1 - m->n_lvl) * sizeof *m->lvl);
@@ -684,8 +723,9 @@ int64_t gram_m_mask(gram_m_t *m, const gram_vocab_t *v, uint32_t *bits)
         }
     mcache_put(m->g, v, key, bits, cnt);
     atomic_fetch_add_explicit(&st_walks, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st_walk_ns, (long long)((dd_now() - t0) * 1e9),
-                              memory_order_relaxed);
+    double dt = dd_now() - t0;
+    atomic_fetch_add_explicit(&st_walk_ns, (long long)(dt * 1e9), memory_order_relaxed);
+    observe(&h_mask, dt);
     return cnt;
 }
 
@@ -693,5 +733,10 @@ void gram_get_stats(struct gram_stats *s)
 {
     s->walks = atomic_load_explicit(&st_walks, memory_order_relaxed);
     s->hits = atomic_load_explicit(&st_hits, memory_order_relaxed);
+    s->matchers = atomic_load_explicit(&st_matchers, memory_order_relaxed);
+    s->compiles = atomic_load_explicit(&st_compiles, memory_order_relaxed);
+    s->compile_errors = atomic_load_explicit(&st_compile_err, memory_order_relaxed);
     s->walk_seconds = (double)atomic_load_explicit(&st_walk_ns, memory_order_relaxed) * 1e-9;
+    read_hist(&h_compile, &s->compile);
+    read_hist(&h_mask, &s->mask);
 }
