@@ -5,10 +5,9 @@
  * the model's template and tokenized. In the test-hook build only (see parse_hook), a fixed
  * assistant text.
  *
- * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required"
- * and a named function are validated (an unknown name is a 400) and then refused with a 400
- * naming tool_choice: nothing forces the model to call yet (issue 31), and a request deltad
- * cannot honour is refused, never served as "auto".
+ * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required",
+ * a named function and tools with strict: true are enforced by a grammar of the tool-call
+ * syntax (api_format.c).
  *
  * Thread safety: no shared state; called on HTTP threads.
  */
@@ -86,19 +85,11 @@ static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api
         return -1;
     const cJSON *tc = api__field(root, "tool_choice");
     bool none = cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0;
-    if (tc && !none && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "auto") == 0)) {
-        /* chat_check validated the value; what is left is "required" or a named function,
-         * which only constrained tool-call decoding could guarantee */
-        api_error_set(e, E400, NULL, "tool_choice",
-                      "'tool_choice' \"required\" and named functions are not supported by this "
-                      "server yet (it cannot guarantee the call); use \"auto\" or \"none\"");
-        return -1;
-    }
     r->tool_calls = tools && cJSON_GetArraySize(tools) > 0 && !none;
     r->max_calls = parallel ? 0 : 1;
     if (r->tool_calls)
         r->tools_json = cJSON_PrintUnformatted(tools);
-    return 0;
+    return r->tool_calls ? api__tool_constraint(tools, tc, parallel, r, e) : 0;
 }
 
 #ifdef DELTAD_TEST_HOOKS

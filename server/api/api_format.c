@@ -166,3 +166,89 @@ int api__compile_constraint(const struct api_ctx *ctx, struct api_req *r, struct
     }
     return 0;
 }
+
+/* ---- tool calls ------------------------------------------------------------------------- */
+
+/* deltad-call ::= one alternative per tool (or only `only`):
+ *   "<tool_call>\n{\"name\": \"NAME\", \"arguments\": " ARGS "}\n</tool_call>" */
+static int call_rules(const cJSON *tools, const char *only, struct dd_buf *b, struct api_error *e)
+{
+    struct dd_buf alts = {0};
+    const cJSON *t;
+    int k = 0, n = 0, rc = -1;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *params = api__field(fn, "parameters");
+        int i = k++;
+        if (!cJSON_IsString(name) || (only && strcmp(only, name->valuestring) != 0))
+            continue;
+        char pre[24], err[384];
+        snprintf(pre, sizeof pre, "deltad-t%d", i);
+        if (params && schema_rules(params, pre, b, err, sizeof err)) {
+            api_error_set(e, E400, NULL, "tools",
+                          "'tools[%d].function.parameters' cannot be used: %s", i, err);
+            goto out;
+        }
+        cJSON *head = cJSON_CreateString(name->valuestring);
+        char *q = cJSON_PrintUnformatted(head);
+        cJSON_Delete(head);
+        dd_buf_printf(&alts, "%s\"<tool_call>\\n{\\\"name\\\": ", n++ ? "| " : "");
+        for (const char *c = q; *c; c++) /* the name's JSON text as a GBNF literal */
+            dd_buf_printf(&alts, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+        dd_buf_printf(&alts, ", \\\"arguments\\\": \" %s \"}\\n</tool_call>\" ",
+                      params ? pre : "jobject");
+        free(q);
+    }
+    dd_buf_puts(b, "deltad-call ::= ");
+    dd_buf_put(b, alts.p, alts.len);
+    dd_buf_putc(b, '\n');
+    rc = 0;
+out:
+    dd_buf_free(&alts);
+    return rc;
+}
+
+int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, struct api_req *r,
+                         struct api_error *e)
+{
+    const char *only = NULL;
+    bool now = cJSON_IsString(tc) && strcmp(tc->valuestring, "required") == 0, strict = false;
+    if (cJSON_IsObject(tc)) { /* chat_check validated {"type": "function", "function": {name}} */
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        only = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        now = only != NULL;
+    }
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools)
+    {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        strict = strict || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"));
+    }
+    if (!now && !strict)
+        return 0; /* auto without strict tools: the model decides, nothing to enforce */
+    if (r->constraint) {
+        api_error_set(e, E400, NULL, "tool_choice",
+                      "tool_choice \"required\", a named function or strict tools cannot be "
+                      "combined with response_format, json_schema or grammar");
+        return -1;
+    }
+    struct dd_buf b = {0};
+    const char *calls = parallel ? "deltad-call ( \"\\n\" deltad-call )*" : "deltad-call";
+    if (now)
+        dd_buf_printf(&b, "root ::= %s\n", calls);
+    else /* auto + strict: free text without "<tool_call>", then calls or nothing */
+        dd_buf_printf(&b, "root ::= deltad-text-s0 ( %s )?\n", calls);
+    if (call_rules(tools, only, &b, e)) {
+        dd_buf_free(&b);
+        return -1;
+    }
+    if (!now)
+        schema_text_until(&b, "deltad-text", "<tool_call>");
+    schema_primitives(&b);
+    r->constraint_len = b.len;
+    r->constraint = dd_buf_take(&b, NULL);
+    r->constraint_param = "tool_choice";
+    return 0;
+}

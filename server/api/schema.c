@@ -81,6 +81,7 @@ struct sg {
     size_t errlen;
     bool failed;
     char path[256];
+    char pre[12]; /* rule name prefix: several schemas can share one grammar */
 };
 
 __attribute__((format(printf, 2, 3))) static int fail(struct sg *g, const char *fmt, ...)
@@ -148,7 +149,7 @@ static int new_rule(struct sg *g)
 /* Write "sN<suffix> ::= expr\n". */
 static void put_rule(struct sg *g, int id, const char *suffix, const struct dd_buf *expr)
 {
-    dd_buf_printf(g->out, "s%d%s ::= ", id, suffix);
+    dd_buf_printf(g->out, "%ss%d%s ::= ", g->pre, id, suffix);
     dd_buf_put(g->out, expr->p, expr->len);
     dd_buf_putc(g->out, '\n');
     if (g->out->len > SCHEMA_MAX_TEXT)
@@ -562,7 +563,7 @@ static int object_expr(struct sg *g, const cJSON *s, int depth, int id, struct d
         cJSON_Delete(k);
         dd_buf_printf(&t, "ws \":\" ws %s ws %s", sub[i], must[i] ? "" : ")? ");
         if (i + 1 < np)
-            dd_buf_printf(&t, "s%d-t%d ", id, i + 1);
+            dd_buf_printf(&t, "%ss%d-t%d ", g->pre, id, i + 1);
         char suffix[24];
         snprintf(suffix, sizeof suffix, "-t%d", i);
         put_rule(g, id, suffix, &t);
@@ -579,7 +580,7 @@ static int object_expr(struct sg *g, const cJSON *s, int depth, int id, struct d
             dd_buf_puts(e, "| ");
         dd_buf_put(e, kv.p, kv.len);
         if (j + 1 < np)
-            dd_buf_printf(e, "s%d-t%d ", id, j + 1);
+            dd_buf_printf(e, "%ss%d-t%d ", g->pre, id, j + 1);
         if (must[j]) {
             any_required = true;
             break;
@@ -657,7 +658,7 @@ static int array_expr(struct sg *g, const cJSON *s, int depth, int id, struct dd
         bool opt = (uint64_t)i >= lo;
         dd_buf_printf(&a, "%s%s%s ws ", opt ? "( " : "", i ? "\",\" ws " : "", p[i]);
         if (last == i + 1)
-            dd_buf_printf(&a, "s%d-a%d ", id, i + 1);
+            dd_buf_printf(&a, "%ss%d-a%d ", g->pre, id, i + 1);
         if (opt)
             dd_buf_puts(&a, ")? ");
         char suffix[24];
@@ -667,7 +668,7 @@ static int array_expr(struct sg *g, const cJSON *s, int depth, int id, struct dd
     }
     dd_buf_puts(e, "\"[\" ws ");
     if (last == 0)
-        dd_buf_printf(e, "s%d-a0 ", id);
+        dd_buf_printf(e, "%ss%d-a0 ", g->pre, id);
     dd_buf_puts(e, "\"]\" ");
     dd_buf_free(&a);
     free(p);
@@ -800,7 +801,7 @@ static int gen_ref(struct sg *g, const cJSON *s, int depth, char *name)
                                                          m->string);
     for (int k = 0; k < g->n_refs; k++)
         if (strcmp(g->refs[k].ptr, r->valuestring) == 0) {
-            snprintf(name, 24, "s%d", g->refs[k].id);
+            snprintf(name, 24, "%ss%d", g->pre, g->refs[k].id);
             return 0;
         }
     const cJSON *target = resolve(g->root, r->valuestring);
@@ -826,7 +827,7 @@ static int gen_ref(struct sg *g, const cJSON *s, int depth, char *name)
     dd_buf_printf(&e, "%s", sub);
     put_rule(g, id, "", &e);
     dd_buf_free(&e);
-    snprintf(name, 24, "s%d", id);
+    snprintf(name, 24, "%ss%d", g->pre, id);
     return g->failed ? -1 : 0;
 }
 
@@ -953,22 +954,22 @@ static int gen(struct sg *g, const cJSON *s, int depth, char *name)
     if (rc == 0)
         put_rule(g, id, "", &e);
     dd_buf_free(&e);
-    snprintf(name, 24, "s%d", id);
+    snprintf(name, 24, "%ss%d", g->pre, id);
     return g->failed ? -1 : 0;
 }
 
-int schema_to_gbnf(const cJSON *schema, struct dd_buf *out, char *err, size_t errlen)
+int schema_rules(const cJSON *schema, const char *prefix, struct dd_buf *out, char *err,
+                 size_t errlen)
 {
     struct sg g = {.root = schema, .out = out, .err = err, .errlen = errlen};
+    snprintf(g.pre, sizeof g.pre, "%s", prefix);
     char top[24];
     size_t at = out->len;
     int rc = gen(&g, schema, 0, top);
-    if (rc == 0) {
-        dd_buf_printf(out, "root ::= %s\n", top);
-        dd_buf_puts(out, prims);
-    } else {
+    if (rc == 0)
+        dd_buf_printf(out, "%s ::= %s\n", prefix, top);
+    else
         dd_buf_truncate(out, at);
-    }
     for (int k = 0; k < g.n_refs; k++)
         free(g.refs[k].ptr);
     free(g.refs);
@@ -978,16 +979,37 @@ int schema_to_gbnf(const cJSON *schema, struct dd_buf *out, char *err, size_t er
     return rc ? -1 : 0;
 }
 
+void schema_primitives(struct dd_buf *out)
+{
+    dd_buf_puts(out, prims);
+}
+
+int schema_to_gbnf(const cJSON *schema, struct dd_buf *out, char *err, size_t errlen)
+{
+    if (schema_rules(schema, "root", out, err, errlen))
+        return -1;
+    schema_primitives(out);
+    return 0;
+}
+
+void schema_text_until(struct dd_buf *out, const char *name, const char *pat)
+{
+    /* name-sK: K characters of pat matched; the text never contains pat. pat's first character
+     * must not occur again in it (true of "</think>" and "<tool_call>"), so a mismatch falls
+     * back to state 1 on that character and to state 0 on any other. */
+    size_t n = strlen(pat);
+    ASSERT(n >= 2 && n < 32 && !strchr(pat + 1, pat[0]));
+    char p0 = pat[0];
+    dd_buf_printf(out, "%s-s0 ::= | [^%c] %s-s0 | \"%c\" %s-s1\n", name, p0, name, p0, name);
+    for (size_t k = 1; k + 1 < n; k++)
+        dd_buf_printf(out, "%s-s%zu ::= | \"%c\" %s-s%zu | \"%c\" %s-s1 | [^%c%c] %s-s0\n", name, k,
+                      pat[k], name, k + 1, p0, name, pat[k], p0, name);
+    dd_buf_printf(out, "%s-s%zu ::= | \"%c\" %s-s1 | [^%c%c] %s-s0\n", name, n - 1, p0, name,
+                  pat[n - 1], p0, name);
+}
+
 void schema_think_prefix(struct dd_buf *out, const char *start)
 {
-    /* deltad-think-sK: K characters of "</think>" matched; the text never contains it */
-    static const char pat[] = "</think>";
     dd_buf_printf(out, "%s ::= deltad-think-s0 \"</think>\" \"\\n\"{0,2} root\n", start);
-    dd_buf_puts(out, "deltad-think-s0 ::= | [^<] deltad-think-s0 | \"<\" deltad-think-s1\n");
-    for (int k = 1; k < 7; k++)
-        dd_buf_printf(out,
-                      "deltad-think-s%d ::= | \"%c\" deltad-think-s%d | \"<\" deltad-think-s1 | "
-                      "[^%c<] deltad-think-s0\n",
-                      k, pat[k], k + 1, pat[k]);
-    dd_buf_puts(out, "deltad-think-s7 ::= | \"<\" deltad-think-s1 | [^><] deltad-think-s0\n");
+    schema_text_until(out, "deltad-think", "</think>");
 }

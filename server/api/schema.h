@@ -44,6 +44,17 @@ const char *schema_json_object_gbnf(void);
  * supported"). */
 int schema_to_gbnf(const cJSON *schema, struct dd_buf *out, char *err, size_t errlen);
 
+/* The rules of schema alone, its top rule named prefix and every other rule prefixed with it
+ * (several schemas can share one grammar); the primitives (schema_primitives) must be added
+ * once. Returns 0 or -1 as schema_to_gbnf. */
+int schema_rules(const cJSON *schema, const char *prefix, struct dd_buf *out, char *err,
+                 size_t errlen);
+void schema_primitives(struct dd_buf *out);
+
+/* Rules name-s0 .. name-s(n-1): name-s0 matches any text that does not contain pat (n = its
+ * length, 2 .. 31 characters, its first character not repeated in it). */
+void schema_text_until(struct dd_buf *out, const char *name, const char *pat);
+
 /* The rules that make `start` match free text up to the first "</think>" (which it includes,
  * with up to two newlines after it), then rule `root`: the grammar of a request whose prompt
  * leaves a thinking block open. Appended to out. */

@@ -141,6 +141,62 @@ def json_object_and_grammar(port, label):
     C.ok(st == 200 and o["choices"][0]["finish_reason"] == "length", label + " cut -> length", o)
 
 
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                           "days": {"type": "integer", "minimum": 1,
+                                                    "maximum": 7}},
+           "required": ["city"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "now", "strict": True,
+                                           "parameters": {"type": "object", "properties": {},
+                                                          "additionalProperties": False}}}]
+SCHEMA_OF = {"get_weather": WEATHER, "now": TOOLS[1]["function"]["parameters"]}
+
+
+def tool_choice(port, label):
+    """required: at least one call; named: exactly that function; parallel false: one call;
+    none: no call; auto with a strict tool: calls (if any) valid. Arguments validated."""
+    cases = [("required", "required", True), ("named", {"type": "function",
+                                                         "function": {"name": "now"}}, False),
+             ("none", "none", True), ("auto+strict", "auto", True)]
+    for temp in (0, 1):
+        for what, tc, parallel in cases:
+            st, _, o = post_json(port, "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+                "tools": TOOLS, "tool_choice": tc, "parallel_tool_calls": parallel,
+                "max_tokens": 300, "temperature": temp, "seed": 5,
+                "chat_template_kwargs": NO_THINK})
+            tag = "%s tool_choice %s temp %d" % (label, what, temp)
+            if not C.ok(st == 200, tag + ": 200", o):
+                continue
+            ch = o["choices"][0]
+            calls = ch["message"].get("tool_calls") or []
+            if ch["finish_reason"] == "length":
+                C.ok(what in ("auto+strict", "none") or calls, tag + ": cut, with a call begun",
+                     ch)
+                continue
+            if what == "none":
+                C.ok(not calls, tag + ": no call", ch)
+                continue
+            if what != "auto+strict":
+                C.ok(ch["finish_reason"] == "tool_calls" and calls, tag + ": a call", ch)
+            if what == "named":
+                C.ok(len(calls) == 1 and calls[0]["function"]["name"] == "now",
+                     tag + ": exactly the named function", calls)
+            for c in calls:
+                name = c["function"]["name"]
+                try:
+                    validator(SCHEMA_OF[name]).validate(json.loads(c["function"]["arguments"]))
+                    C.ok(True, tag + ": arguments valid")
+                except (KeyError, ValueError, jsonschema.ValidationError) as ex:
+                    C.ok(False, tag + ": arguments valid", (ex, c))
+    st, _, o = post_json(port, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
+        "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 300,
+        "temperature": 1, "seed": 9, "chat_template_kwargs": NO_THINK})
+    calls = (o["choices"][0]["message"].get("tool_calls") or []) if st == 200 else None
+    C.ok(calls is not None and len(calls) == 1, label + " parallel_tool_calls false: one call", o)
+
+
 def bad_inputs(port):
     user = [{"role": "user", "content": "x"}]
     cases = [
@@ -191,6 +247,7 @@ def main():
             C.ok(valid >= n // 4, "%s: at least a quarter of the answers end by themselves" % label,
                  "%d of %d" % (valid, n))
             json_object_and_grammar(d.port, label)
+            tool_choice(d.port, label)
             if label == "demo" or not os.path.exists(DEMO):
                 bad_inputs(d.port)
         finally:

@@ -38,6 +38,14 @@ static int parse(enum api_kind k, const char *body, struct api_req *r, struct ap
     return api_parse(k, body, strlen(body), &c, r, e);
 }
 
+/* parse with room for a prompt that renders tools */
+static int parse_big(enum api_kind k, const char *body, struct api_req *r, struct api_error *e)
+{
+    struct api_ctx c = ctx();
+    c.n_ctx = 4096;
+    return api_parse(k, body, strlen(body), &c, r, e);
+}
+
 static void expect_400(enum api_kind k, const char *body, const char *param)
 {
     struct api_req r;
@@ -139,11 +147,11 @@ TEST(numeric_edges)
     BAD("\"grammar\":5", "grammar");
     BAD("\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", "grammar");
     BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-        "\"tool_choice\":\"required\"",
+        "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}",
         "tool_choice");
-    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
-        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}",
-        "tool_choice");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+        "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"",
+        "tools");
 #undef BAD
 }
 
@@ -195,6 +203,22 @@ TEST(constraints)
     CHECK(p.gram == r.gram);
     free(p.prompt);
     gram_release(p.gram);
+    api_req_free(&r);
+    CHECK_EQ(
+        parse_big(API_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+                  "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}",
+                  &r, &e),
+        0);
+    CHECK(r.gram != NULL && r.tool_calls); /* a call is forced */
+    api_req_free(&r);
+    CHECK_EQ(
+        parse_big(API_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+                  "\"function\",\"function\":{\"name\":\"f\"}}]}",
+                  &r, &e),
+        0);
+    CHECK(r.gram == NULL); /* auto without strict tools: unconstrained */
     api_req_free(&r);
     CHECK_EQ(parse(API_COMPLETION, "{\"prompt\":\"a\",\"grammar\":\"root ::= [a-z]+\"}", &r, &e),
              0);
