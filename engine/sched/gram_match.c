@@ -89,6 +89,7 @@ struct gram_vocab {
     int32_t *eog; /* [n_eog] */
     int32_t n_eog;
     uint32_t max_len;
+    uint64_t id; /* hash of every piece and kind: equal vocabularies share cached masks */
 };
 
 static uint32_t trie_node(gram_vocab_t *v, uint32_t parent, uint8_t b)
@@ -153,6 +154,12 @@ gram_vocab_t *gram_vocab_create(int32_t n_vocab, const char *const *piece, const
             v->max_len = (uint32_t)len[i];
     }
     v->off[n_vocab] = at;
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n_vocab;
+    for (size_t k = 0; k < at; k++)
+        h = (h ^ (unsigned char)v->text[k]) * 1099511628211ull;
+    for (int32_t i = 0; i <= n_vocab; i++)
+        h = (h ^ (v->off[i] * 4 + (i < n_vocab ? v->kind[i] : 0))) * 1099511628211ull;
+    v->id = h;
     return v;
 }
 
@@ -607,7 +614,7 @@ static void walk(gram_m_t *m, const gram_vocab_t *v, uint32_t tn, uint32_t d,
 }
 
 struct gram_mcache {
-    const gram_vocab_t *v;
+    uint64_t vid; /* the vocabulary's id */
     int64_t words;
     uint32_t cap, n, max_n; /* table slots, entries, entries before a clear */
     uint64_t *key;          /* [cap] 0 = empty */
@@ -628,7 +635,7 @@ void gram__mcache_free(struct gram_mcache *mc)
 static struct gram_mcache *mcache_new(const gram_vocab_t *v)
 {
     struct gram_mcache *mc = xcalloc(1, sizeof *mc);
-    mc->v = v;
+    mc->vid = v->id;
     mc->words = gram_vocab_words(v);
     uint64_t per = (uint64_t)(mc->words + 2) * 4;
     mc->max_n = (uint32_t)(GRAM_CACHE_BYTES / per > 16 ? GRAM_CACHE_BYTES / per : 16);
@@ -665,7 +672,7 @@ static int64_t mcache_get(gram_t *g, const gram_vocab_t *v, uint64_t key, uint32
     int64_t cnt = -1;
     pthread_mutex_lock(&g->mu);
     struct gram_mcache *mc = g->mc;
-    if (mc && mc->v == v) {
+    if (mc && mc->vid == v->id) {
         uint32_t k = mcache_slot(mc, key);
         if (mc->key[k]) {
             memcpy(bits, mc->mask[k], (size_t)mc->words * 4);
@@ -680,7 +687,7 @@ static void mcache_put(gram_t *g, const gram_vocab_t *v, uint64_t key, const uin
                        int64_t cnt)
 {
     pthread_mutex_lock(&g->mu);
-    if (!g->mc || g->mc->v != v || g->mc->n >= g->mc->max_n) {
+    if (!g->mc || g->mc->vid != v->id || g->mc->n >= g->mc->max_n) {
         gram__mcache_free(g->mc); /* a full cache starts over: simple, and states recur */
         g->mc = mcache_new(v);
     }

@@ -352,6 +352,8 @@ int cmd_bench(const struct cmd_opts *o)
 {
     if (o->spec != CMD_SPEC_NONE)
         return cmd_bench_spec(o);
+    if (*o->schema || *o->grammar)
+        return cmd_bench_gram(o);
     struct cmd_engine e;
     int64_t n_ctx = (o->n_prompt > o->depth + o->n_gen ? o->n_prompt : o->depth + o->n_gen) + 1;
     if (cmd_engine_open(&e, o) || cmd_engine_ready(&e, 1, n_ctx, o->batch)) {
