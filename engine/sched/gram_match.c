@@ -592,21 +592,93 @@ void gram_m_destroy(gram_m_t *m)
 
 /* ---- masks -------------------------------------------------------------------------------- */
 
-/* Depth-first over the children of trie node tn, from state st; lvl[d] receives each child's
- * state. Every branch cuts the node pool back (see the file comment). */
-static void walk(gram_m_t *m, const gram_vocab_t *v, uint32_t tn, uint32_t d,
-                 const struct gstate *st, uint32_t *bits, int64_t *cnt)
+/* What a walk from the matcher's own state may skip: a character that leads back to that very
+ * state (the character loop of a JSON string, where almost every token of a large vocabulary
+ * stays) is not expanded again, the walk goes on from the state itself. ascii[b]: byte b loops;
+ * high: every non-ASCII character loops (each top's class holds all of them or none, and one
+ * of them loops). Equal states are recognised by their content key, as the mask cache does. */
+struct loops {
+    const struct gstate *root;
+    bool ascii[128];
+    bool high;
+};
+
+static uint64_t key_of(const gram_m_t *m, const struct gstate *s)
+{
+    uint64_t h = mix64(((uint64_t)s->cp << 8 | (uint64_t)s->need << 4 | s->len) * 2 + s->acc);
+    for (uint32_t k = 0; k < s->n; k++)
+        h += mix64(m->nd[s->leaf[k]].h); /* order-free: the tops are distinct */
+    return h | 1;
+}
+
+/* Does class c contain every code point of [lo, hi]? (Its ranges are merged.) */
+static bool cls_covers(const gram_t *g, uint32_t c, uint32_t lo, uint32_t hi)
+{
+    const struct gram_cls *k = &g->cls[c];
+    const uint32_t *r = g->ranges + 2 * k->r0;
+    for (uint32_t i = 0; i < k->nr; i++)
+        if (r[2 * i] <= lo && r[2 * i + 1] >= hi)
+            return true;
+    return false;
+}
+
+static void find_loops(gram_m_t *m, struct loops *L, struct gstate *scratch)
+{
+    const struct gstate *r = &m->cur;
+    memset(L, 0, sizeof *L);
+    L->root = r;
+    if (r->need)
+        return;
+    uint64_t k0 = key_of(m, r);
+    for (uint32_t b = 0; b < 128; b++) {
+        uint32_t mark = m->n_nd;
+        L->ascii[b] = advance_cp(m, r, scratch, b) && key_of(m, scratch) == k0;
+        m->n_nd = mark;
+        m->failed = false;
+    }
+    bool uniform = true;
+    for (uint32_t k = 0; k < r->n && uniform; k++) {
+        uint32_t c = m->g->el[m->nd[r->leaf[k]].pos].arg;
+        bool full = cls_covers(m->g, c, 0x80, 0xD7FF) && cls_covers(m->g, c, 0xE000, 0x10FFFF);
+        bool none = !cls_meets(m->g, c, 0x80, 0xD7FF) && !cls_meets(m->g, c, 0xE000, 0x10FFFF);
+        uniform = full || none;
+    }
+    if (uniform) {
+        uint32_t mark = m->n_nd;
+        L->high = advance_cp(m, r, scratch, 0xE9) && key_of(m, scratch) == k0;
+        m->n_nd = mark;
+        m->failed = false;
+    }
+}
+
+/* Depth-first over the children of trie node tn, from state st (from_root: st is the root or a
+ * pending character begun at it); lvl[d] receives each child's state. Every branch cuts the node
+ * pool back (see the file comment). */
+static void walk(gram_m_t *m, const gram_vocab_t *v, const struct loops *L, uint32_t tn, uint32_t d,
+                 const struct gstate *st, bool from_root, uint32_t *bits, int64_t *cnt)
 {
     struct gstate *ns = &m->lvl[d];
     for (uint32_t c = v->first[tn]; c != NONE; c = v->next[c]) {
+        uint8_t b = v->byte[c];
         uint32_t mark = m->n_nd;
-        if (advance_byte(m, st, ns, v->byte[c])) {
+        const struct gstate *next = NULL;
+        if (from_root && st == L->root && b < 0x80 && L->ascii[b]) {
+            next = L->root;
+        } else if (from_root && L->high && st->need == 1 && (b & 0xC0) == 0x80) {
+            uint32_t cp = st->cp << 6 | (b & 0x3Fu);
+            if (cp >= utf8_min[st->len] && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF))
+                next = L->root;
+        }
+        if (!next && advance_byte(m, st, ns, b))
+            next = ns;
+        if (next) {
             for (uint32_t t = v->tok[c]; t != NONE; t = v->tok_nxt[t]) {
                 bits[t / 32] |= 1u << (t % 32);
                 (*cnt)++;
             }
+            bool root_side = next == L->root || (from_root && next->need > 0);
             if (v->first[c] != NONE)
-                walk(m, v, c, d + 1, ns, bits, cnt);
+                walk(m, v, L, c, d + 1, next, root_side, bits, cnt);
         }
         m->n_nd = mark;
         m->failed = false; /* a limit hit inside one token's bytes only rules that token out */
@@ -659,11 +731,7 @@ static uint32_t mcache_slot(const struct gram_mcache *mc, uint64_t key)
 
 static uint64_t state_key(const gram_m_t *m)
 {
-    const struct gstate *s = &m->cur;
-    uint64_t h = mix64(((uint64_t)s->cp << 8 | (uint64_t)s->need << 4 | s->len) * 2 + s->acc);
-    for (uint32_t k = 0; k < s->n; k++)
-        h += mix64(m->nd[s->leaf[k]].h); /* order-free: the tops are distinct */
-    return h | 1;
+    return key_of(m, &m->cur);
 }
 
 /* A cached mask for key: copied into bits, its count returned; -1 when absent. */
@@ -722,7 +790,11 @@ int64_t gram_m_mask(gram_m_t *m, const gram_vocab_t *v, uint32_t *bits)
         m->n_lvl = v->max_len + 1;
     }
     cnt = 0;
-    walk(m, v, 0, 0, &m->cur, bits, &cnt);
+    struct loops L;
+    struct gstate scratch = {0};
+    find_loops(m, &L, &scratch);
+    free(scratch.leaf);
+    walk(m, v, &L, 0, 0, &m->cur, true, bits, &cnt);
     if (gram_m_accepting(m))
         for (int32_t k = 0; k < v->n_eog; k++) {
             bits[v->eog[k] / 32] |= 1u << (v->eog[k] % 32);

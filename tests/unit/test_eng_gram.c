@@ -38,7 +38,7 @@ static void take_delta(const struct eng_delta *d, void *ud)
     struct run_out *o = ud;
     for (int64_t i = 0; i < d->n_toks && o->n < MAXT; i++)
         o->ids[o->n++] = d->toks[i].id;
-    if (o->len + d->len < sizeof o->text) {
+    if (d->len && o->len + d->len < sizeof o->text) {
         memcpy(o->text + o->len, d->text, d->len);
         o->len += d->len;
     }
