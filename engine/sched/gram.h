@@ -20,8 +20,9 @@
  * tokenizer); a mask is one depth-first walk of it, pruned where the matcher dies, and cached
  * in the compiled grammar by a hash of the state's content (the stacks' element chains and the
  * pending UTF-8 bytes), so a state seen again — every character of a string value at the same
- * place in a schema — costs a copy. End-of-generation tokens are allowed only in accepting
- * states; control tokens never.
+ * place in a schema — costs a copy; a walk does not expand again the characters that lead back
+ * to the state it starts from (a string's character loop). End-of-generation tokens are allowed
+ * only in accepting states; control tokens never.
  *
  * Ownership and threads: gram_t is immutable after gram_compile except for its mask cache
  * (behind its own mutex) and refcounted (gram_retain / gram_release, any thread). A gram_vocab_t
