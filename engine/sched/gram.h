@@ -44,7 +44,7 @@
 #define GRAM_MAX_NEST 128            /* nested groups */
 #define GRAM_MAX_STACKS 4096         /* stacks in one matcher state */
 #define GRAM_MAX_CLOSURE 200000      /* expansion steps of one character */
-#define GRAM_CACHE_BYTES (64u << 20) /* mask cache of one grammar */
+#define GRAM_CACHE_BYTES (16u << 20) /* mask cache of one grammar */
 
 typedef struct gram gram_t;
 typedef struct gram_vocab gram_vocab_t;

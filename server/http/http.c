@@ -729,7 +729,7 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
     h->created = (int64_t)time(NULL);
     h->pool = job_pool_create(o->sse_ping_s > 0 ? o->sse_ping_s : 15);
     h->metrics = metrics_create();
-    h->grams = gram_cache_create(64);
+    h->grams = gram_cache_create(16); /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);
