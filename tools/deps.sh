@@ -73,6 +73,21 @@ else
   fi
 fi
 
+if python3 -c 'import jsonschema' >/dev/null 2>&1; then
+  echo "deps: ✓ python3-jsonschema"
+else
+  if can_apt; then
+    echo "deps: installing python3-jsonschema (for tests/e2e/test_structured.sh)"
+    apt_install python3-jsonschema || true
+  fi
+  if python3 -c 'import jsonschema' >/dev/null 2>&1; then
+    echo "deps: ✓ python3-jsonschema"
+  else
+    echo "deps: ✗ python3-jsonschema: tests/e2e/test_structured.sh will be skipped. Install it with:" >&2
+    echo "  sudo apt-get install -y python3-jsonschema" >&2
+  fi
+fi
+
 node_dir=tests/e2e/node
 npm_line="npm install --prefix $node_dir --no-audit --no-fund --loglevel=error"
 have_npm_pkgs() { [ -d "$node_dir/node_modules/openai" ] && [ -d "$node_dir/node_modules/@anthropic-ai/sdk" ]; }

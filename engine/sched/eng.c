@@ -100,6 +100,7 @@ void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *erro
     eng__req_spec(r, s->drafted, s->accepted);
     eng__req_finish(r, why, error);
     eng__req_notify(r);
+    eng__gram_stop(s);
     eng_req_release(r);
     s->req = NULL;
     s->last_used = dd_now();
@@ -224,6 +225,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     smp_set(&s->smp, &r->p.s); /* logit_bias borrowed from r, which outlives the slot's use */
     tok_stream_init(&s->ts);
+    eng__gram_start(e, s);
     s->n_reused = reuse;
     eng__req_usage(r, reuse, 0);
     atomic_fetch_add(&e->st_cached, reuse);
@@ -375,7 +377,7 @@ static void phase_sample_emit(eng_t *e)
             eng__slot_set_state(s, SLOT_DECODE);
         }
         s->n_replay = 0;
-        eng__accept(e, s, eng__sample_row(s, logits + e->b_outrow[last_row] * V));
+        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
@@ -439,6 +441,7 @@ static bool eng_step(eng_t *e)
     prepare_mtp_inputs(e, n);
     phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
     eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
+    eng__gram_check_drafts(e);
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
     return true;
@@ -553,6 +556,7 @@ static void slot_deinit(eng_t *e, struct slot *s)
     free(s->draft_h);
     free(s->spec_ckpt.state);
     free(s->spec_ckpt.h);
+    eng__gram_deinit(e, s);
 }
 
 static int check_params(const struct eng_params *p, char *err, size_t errlen)
@@ -676,6 +680,7 @@ void eng_destroy(eng_t *e)
     for (int64_t i = 0; i < e->p.n_slots; i++)
         slot_deinit(e, &e->slots[i]);
     free(e->slots);
+    eng__gram_deinit(e, NULL);
     free(e->b_tok);
     free(e->b_seq);
     free(e->b_pos);

@@ -22,6 +22,7 @@
 
 #include "engine/compute/device.h" // defines: struct dev
 #include "engine/model/model.h"    // defines: struct model
+#include "gram.h"                  // defines: gram_t
 #include "smp.h"                   // defines: struct smp_params
 
 /* Engine parameters, passed by value (the engine never reads the server config). */
@@ -86,6 +87,8 @@ struct eng_req_params {
     bool cache_prompt;    /* reuse a slot's cached prefix (default true) */
     bool spec_override;   /* false: the engine's spec_types; true: spec_types below (a subset) */
     unsigned spec_types;
+    gram_t *gram; /* output constraint (one reference, transferred), NULL = none: only tokens the
+                   * grammar allows are sampled, end-of-generation only where it accepts */
 };
 
 /* Info about one generated token (only when logprobs were asked for). */

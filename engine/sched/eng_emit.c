@@ -97,6 +97,13 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
     const tok_t *tok = e->m->tok;
     eng_req_t *r = s->req;
     struct eng_tok_info ti, *tip = NULL;
+    if (id < 0 || !eng__gram_accept(e, s, id)) { /* the mask left nothing, or a broken mask */
+        flush_text(s);
+        eng__finish(e, s, ENG_FINISH_ERROR,
+                    gram_m_failed(s->gm) ? "the grammar is too ambiguous to follow"
+                                         : "the grammar allows no token here");
+        return;
+    }
     if (r->p.logprobs) {
         token_info(e, s, id, &ti);
         tip = &ti;
@@ -128,9 +135,10 @@ static void accept_token(eng_t *e, struct slot *s, int32_t id)
     eng__req_notify(r);
 }
 
-int32_t eng__sample_row(struct slot *s, const float *logits)
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
 {
-    return smp_sample(&s->smp, logits, s->gen, s->n_gen);
+    const float *row = eng__gram_row(e, s, logits);
+    return row ? smp_sample(&s->smp, row, s->gen, s->n_gen) : -1;
 }
 
 bool eng__accept(eng_t *e, struct slot *s, int32_t id)

@@ -12,6 +12,7 @@
 #include "engine/compute/fwd.h" // defines: struct fwd_ctx
 #include "engine/model/tok.h"   // defines: struct tok_stream
 #include "engine/util.h"        // defines: struct dd_buf
+#include "gram.h"               // defines: gram_m_t, gram_vocab_t
 #include "smp.h"                // defines: struct smp
 
 /* A request, shared by an HTTP connection and the engine (refcounted, STYLE rule 14). */
@@ -88,6 +89,12 @@ struct slot {
     float *lag_h;     /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
     int64_t n_lag;
     int64_t n_reused; /* prompt tokens of the current request served by the cache */
+    /* constrained decoding (eng_gram.c): the request's matcher, advanced by every emitted token
+     * only (so a rejected draft leaves it untouched); the mask and the masked row are
+     * allocated the first time the slot serves a grammar */
+    gram_m_t *gm;    /* NULL = unconstrained */
+    uint32_t *gbits; /* [gram_vocab_words] allowed tokens of the current row */
+    float *grow;     /* [n_vocab] the row with disallowed logits at -1e30 */
     /* published after every step for eng_get_slots (other threads) */
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
@@ -106,12 +113,13 @@ struct eng {
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
     uint8_t *b_want;
-    int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
-    int64_t b_n;       /* rows in the current batch */
-    float *h_trunk;    /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
-    float *h_prev;     /* [max_batch_tokens][n_embd] MTP inputs */
-    uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
-    bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
+    int64_t *b_outrow;    /* [max_batch_tokens] logits row of a batch row, -1 = none */
+    int64_t b_n;          /* rows in the current batch */
+    float *h_trunk;       /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
+    float *h_prev;        /* [max_batch_tokens][n_embd] MTP inputs */
+    uint8_t *b_none;      /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;             /* the MTP drafter is active (enabled and the model has the block) */
+    gram_vocab_t *gvocab; /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;
@@ -149,12 +157,23 @@ void eng__spec_draft(eng_t *e, int64_t n_batch);
 void eng__spec_ckpt_save(eng_t *e, struct slot *s);
 /* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
 void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+/* ---- constrained decoding (eng_gram.c) ---- */
+void eng__gram_start(eng_t *e, struct slot *s);  /* a new request on s: its matcher, if any */
+void eng__gram_stop(struct slot *s);             /* the request left s */
+void eng__gram_deinit(eng_t *e, struct slot *s); /* slot teardown (s) or, with s NULL, the trie */
+/* The row to sample slot s from: logits itself, or the masked copy; NULL when the grammar
+ * allows no token at all (the request must end in an error). */
+const float *eng__gram_row(eng_t *e, struct slot *s, const float *logits);
+/* Advance s's matcher by an emitted token; false if the grammar refuses it. */
+bool eng__gram_accept(eng_t *e, struct slot *s, int32_t id);
+/* Cut every constrained slot's draft at its first token the grammar refuses. */
+void eng__gram_check_drafts(eng_t *e);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
 void eng__slot_set_state(struct slot *s, enum slot_state st);
 void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);
 /* Sample one target row [n_vocab] with the slot's sampler, the request's generated tokens as
  * the penalties' history (plain decoding and verification alike), and accept a token. */
-int32_t eng__sample_row(struct slot *s, const float *logits);
+int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits); /* -1: none allowed */
 bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
 
 /* Engine-thread side of the outbox. */

@@ -39,6 +39,7 @@ void eng_req_release(eng_req_t *r)
     for (int i = 0; i < r->p.n_stop; i++)
         free(r->p.stop[i]);
     free(r->p.s.logit_bias);
+    gram_release(r->p.gram);
     dd_buf_free(&r->out);
     free(r->toks);
     pthread_mutex_destroy(&r->mu);

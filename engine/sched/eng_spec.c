@@ -348,7 +348,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     bool alive = true;
     s->drafted += n; /* counted before accepting: a request may finish inside the loop */
     for (int64_t i = 0; i <= n && alive; i++) {
-        int32_t t = eng__sample_row(s, logits + (s->row0 + i) * V);
+        int32_t t = eng__sample_row(e, s, logits + (s->row0 + i) * V);
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i]; /* the fed token of this row stays */
         kept++;
         alive = eng__accept(e, s, t);

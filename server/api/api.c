@@ -360,7 +360,7 @@ static int parse_common(const cJSON *o, const struct api_ctx *ctx, struct api_re
         api__get_bool(o, "cache_prompt", &r->cache_prompt, e) || parse_sampling(o, r, e) ||
         parse_logit_bias(o, tok_n_vocab(ctx->model->tok), r, e) || parse_stop(o, r, e) ||
         parse_max_tokens(o, ctx, r, e) || parse_stream(o, r, e) || parse_logprobs(o, r, e) ||
-        parse_spec(o, r, e))
+        parse_spec(o, r, e) || api__parse_constraint(o, r, e))
         return -1;
     return 0;
 }
@@ -526,6 +526,8 @@ int api_parse(enum api_kind kind, const char *body, size_t len, const struct api
                          : parse_completion_fields(root, ctx, out, e))
         goto out;
     rc = check_prompts(out, ctx, kind == API_CHAT ? "messages" : "prompt", e);
+    if (rc == 0)
+        rc = api__compile_constraint(ctx, out, e);
 out:
     cJSON_Delete(root);
     if (rc)
@@ -546,6 +548,8 @@ void api_req_free(struct api_req *r)
     free(r->prompts);
     free(r->tools_json);
     free(r->hook_output);
+    free(r->constraint);
+    gram_release(r->gram);
     memset(r, 0, sizeof *r);
 }
 
@@ -580,6 +584,10 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
     out->cache_prompt = r->cache_prompt;
     out->spec_override = r->spec_override;
     out->spec_types = r->spec_types;
+    if (r->gram) {
+        gram_retain(r->gram);
+        out->gram = r->gram;
+    }
 }
 
 /* ---- /tokenize and /detokenize --------------------------------------------------------- */

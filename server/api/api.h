@@ -23,6 +23,7 @@
 #include "chat.h"               // defines: chat_tmpl_t
 #include "engine/model/model.h" // defines: struct model
 #include "engine/sched/eng.h"   // defines: struct eng_req_params, ENG_MAX_STOP
+#include "engine/sched/gram.h"  // defines: gram_t, gram_cache_t
 #include "engine/sched/smp.h"   // defines: struct smp_params
 
 #define API_MAX_STOP_LEN 256 /* bytes per stop string */
@@ -46,6 +47,7 @@ struct api_ctx {
     int max_json_depth;           /* nesting limit checked before parsing */
     const chat_tmpl_t *tmpl;      /* the model's chat template; NULL = built-in ChatML */
     enum api_reasoning reasoning; /* the server's reasoning_format */
+    gram_cache_t *grams;          /* compiled grammars (thread-safe); NULL = compile each time */
 };
 
 struct api_error {
@@ -91,6 +93,12 @@ struct api_req {
      * NULL in the production binary. Present in every build so the struct's layout, which
      * the test-hook binary shares with the production objects, never depends on the flag. */
     char *hook_output;
+    /* output constraint (api_format.c): response_format json_object / json_schema, or the
+     * llama.cpp fields json_schema and grammar; compiled after the prompt is rendered */
+    char *constraint; /* GBNF text, owned, NULL = none */
+    size_t constraint_len;
+    const char *constraint_param; /* the field it came from (static), for errors */
+    gram_t *gram;                 /* compiled; one reference, released by api_req_free */
 };
 
 /* Set *e to an error (status, type, code may be NULL, param may be NULL). */

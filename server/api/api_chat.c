@@ -5,9 +5,9 @@
  * the model's template and tokenized. In the test-hook build only (see parse_hook), a fixed
  * assistant text.
  *
- * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required"
- * and a named function are validated (an unknown name is a 400) but, without constrained
- * decoding, not enforced: the model decides whether to call, as with "auto".
+ * tool_choice: "none" keeps the tools in the prompt but turns tool-call parsing off. "required",
+ * a named function and tools with strict: true are enforced by a grammar of the tool-call
+ * syntax (api_format.c).
  *
  * Thread safety: no shared state; called on HTTP threads.
  */
@@ -53,28 +53,6 @@ int api_render_chat(const chat_tmpl_t *t, const cJSON *messages, const cJSON *to
 
 /* ---- fields ---------------------------------------------------------------------------- */
 
-/* response_format: "text" only; JSON modes would need constrained decoding, and a format that
- * is accepted must be enforced, so they are refused rather than silently ignored. */
-static int check_response_format(const cJSON *root, struct api_error *e)
-{
-    const cJSON *rf;
-    if (api__get_obj(root, "response_format", &rf, e))
-        return -1;
-    const cJSON *type = rf ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (!rf || (cJSON_IsString(type) && strcmp(type->valuestring, "text") == 0))
-        return 0;
-    if (cJSON_IsString(type) && (strcmp(type->valuestring, "json_object") == 0 ||
-                                 strcmp(type->valuestring, "json_schema") == 0)) {
-        api_error_set(e, E400, NULL, "response_format",
-                      "'response_format' %s is not supported by this server yet",
-                      type->valuestring);
-        return -1;
-    }
-    api_error_set(e, E400, NULL, "response_format.type",
-                  "'response_format.type' must be text, json_object or json_schema");
-    return -1;
-}
-
 /* reasoning_format (llama.cpp's field): none, or separate (also spelt deepseek or auto). */
 static int parse_reasoning_format(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,
                                   struct api_error *e)
@@ -111,7 +89,7 @@ static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api
     r->max_calls = parallel ? 0 : 1;
     if (r->tool_calls)
         r->tools_json = cJSON_PrintUnformatted(tools);
-    return 0;
+    return r->tool_calls ? api__tool_constraint(tools, tc, parallel, r, e) : 0;
 }
 
 #ifdef DELTAD_TEST_HOOKS
@@ -184,7 +162,7 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
         api_error_set(e, E400, NULL, ce.param, "%s", ce.message);
         return -1;
     }
-    if (check_response_format(root, e) || api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
+    if (api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
         api__get_str(root, "reasoning_effort", &effort, e) ||
         parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, r, e) ||
         parse_hook(root, r, e))

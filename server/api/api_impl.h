@@ -34,6 +34,18 @@ void api__add_bos(const tok_t *t, struct api_prompt *p);
  * without (api_chat.c). */
 void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p);
 
+/* Output constraints (api_format.c): response_format, json_schema, grammar into r->constraint
+ * (validated, schemas compiled to GBNF); then, once the prompt is rendered (a thinking block
+ * left open is let through unconstrained), the grammar compiled into r->gram. */
+int api__parse_constraint(const cJSON *root, struct api_req *r, struct api_error *e);
+int api__compile_constraint(const struct api_ctx *ctx, struct api_req *r, struct api_error *e);
+/* The tool-call constraint (api_format.c): tool_choice "required" or a named function (a call
+ * at once), or "auto" with a tool marked strict (free text, then calls), in the Qwen3 JSON form
+ * with each call's arguments valid under its parameters schema; parallel false: one call.
+ * tools: the validated, non-empty tools array; tc: tool_choice or NULL. */
+int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, struct api_req *r,
+                         struct api_error *e);
+
 /* The chat endpoint's own fields: messages, tools, template variables, output parsing; renders
  * and tokenizes the one prompt into r. Returns 0 or -1 with *e set. */
 int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req *r,

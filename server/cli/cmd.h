@@ -59,6 +59,8 @@ struct cmd_opts {
     char *text;     /* bench --spec: prompt text; "" = a built-in one */
     int rollback;   /* --rollback: enum cmd_rollback */
     char *parallel; /* bench --parallel "1,2,4": batch sizes to decode at; "" = off */
+    char *schema;   /* bench --schema FILE: constrained decoding by a JSON Schema; "" = none */
+    char *grammar;  /* bench --grammar FILE: by a GBNF grammar; "" = none */
     /* ---- every subcommand ---- */
     int isa;    /* enum cmd_isa */
     int64_t tp; /* --tp N, an alias of --devices cpu:N */
@@ -107,6 +109,7 @@ int cmd_generate(const struct cmd_opts *o);
 int cmd_logits(const struct cmd_opts *o);
 int cmd_bench(const struct cmd_opts *o);
 int cmd_bench_spec(const struct cmd_opts *o);
+int cmd_bench_gram(const struct cmd_opts *o); /* bench --schema / --grammar (cmd_gram.c) */
 int cmd_info(const struct cmd_opts *o);
 
 #endif

@@ -510,6 +510,8 @@ int cmd_bench(const struct cmd_opts *o)
 {
     if (o->spec != CMD_SPEC_NONE)
         return cmd_bench_spec(o);
+    if (*o->schema || *o->grammar)
+        return cmd_bench_gram(o);
     int64_t bs[PAR_MAX_B];
     int n_b = 0;
     if (*o->parallel && !(n_b = parse_parallel(o->parallel, bs)))

@@ -74,6 +74,7 @@ struct http {
     pthread_mutex_t conn_mu;
     struct hconn *conn_head, *conn_tail;
     int n_conns;
+    gram_cache_t *grams; /* compiled response_format / json_schema / grammar constraints */
 };
 
 /* ---- routes ---------------------------------------------------------------------------- */
@@ -552,7 +553,8 @@ static struct api_ctx api_ctx_of(const http_t *h)
                             .max_tokens_default = h->o.max_tokens_default,
                             .max_json_depth = h->o.max_json_depth,
                             .tmpl = h->chat,
-                            .reasoning = (enum api_reasoning)h->o.reasoning_format};
+                            .reasoning = (enum api_reasoning)h->o.reasoning_format,
+                            .grams = h->grams};
 }
 
 /* POST /tokenize and /detokenize. */
@@ -1046,6 +1048,7 @@ static void http_free(http_t *h)
     job_pool_destroy(h->pool);
     store_destroy(h->store);
     metrics_destroy(h->metrics);
+    gram_cache_destroy(h->grams);
     free((char *)h->o.host);
     free((char *)h->o.api_key);
     free((char *)h->o.cors_origin);
@@ -1071,6 +1074,7 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
                             o->responses_store_ttl_s > 0 ? o->responses_store_ttl_s : 3600);
     h->metrics = metrics_create();
     pthread_mutex_init(&h->conn_mu, NULL);
+    h->grams = gram_cache_create(16); /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);

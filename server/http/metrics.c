@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/util.h" // defines: xcalloc, struct dd_buf
+#include "engine/sched/gram.h" // defines: gram_get_stats, gram_hist_bound
+#include "engine/util.h"       // defines: xcalloc, struct dd_buf
 
 /* Statuses with a series of their own: what this server can answer. Anything else (499 for a
  * client that left before an answer, say) is counted as "other", keeping the label set small
@@ -284,6 +285,40 @@ static void render_hist(struct dd_buf *b, struct hist *h)
     outf(b, "%s_count %llu\n", h->name, (unsigned long long)n);
 }
 
+/* Constrained decoding (engine/sched/gram.h): counters and the compile / mask histograms. */
+static void render_gram_hist(struct dd_buf *b, const char *name, const char *help,
+                             const struct gram_hist *h)
+{
+    head(b, name, "histogram", help);
+    int64_t cum = 0;
+    for (int i = 0; i < GRAM_HIST_BUCKETS; i++) {
+        cum += h->count[i];
+        outf(b, "%s_bucket{le=\"%g\"} %lld\n", name, gram_hist_bound[i], (long long)cum);
+    }
+    outf(b, "%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)h->n);
+    outf(b, "%s_sum %.9f\n", name, h->sum);
+    outf(b, "%s_count %lld\n", name, (long long)h->n);
+}
+
+static void render_grammar(struct dd_buf *b)
+{
+    struct gram_stats g;
+    gram_get_stats(&g);
+    head(b, "deltad_constrained_requests_total", "counter",
+         "Generations constrained by a grammar, a JSON schema or JSON mode.");
+    outf(b, "deltad_constrained_requests_total %lld\n", (long long)g.matchers);
+    head(b, "deltad_grammar_compiles_total", "counter",
+         "Grammars compiled (cache misses), by result.");
+    outf(b, "deltad_grammar_compiles_total{result=\"ok\"} %lld\n", (long long)g.compiles);
+    outf(b, "deltad_grammar_compiles_total{result=\"error\"} %lld\n", (long long)g.compile_errors);
+    head(b, "deltad_grammar_masks_total", "counter", "Token masks, by how they were computed.");
+    outf(b, "deltad_grammar_masks_total{source=\"walk\"} %lld\n", (long long)g.walks);
+    outf(b, "deltad_grammar_masks_total{source=\"cache\"} %lld\n", (long long)g.hits);
+    render_gram_hist(b, "deltad_grammar_compile_seconds", "Time to compile one grammar.",
+                     &g.compile);
+    render_gram_hist(b, "deltad_grammar_mask_seconds", "Time to compute one token mask.", &g.mask);
+}
+
 char *metrics_render(metrics_t *m, const struct eng_stats *es, size_t *len)
 {
     struct dd_buf b = {0};
@@ -292,5 +327,6 @@ char *metrics_render(metrics_t *m, const struct eng_stats *es, size_t *len)
     render_hist(&b, &m->ttft);
     render_hist(&b, &m->itl);
     render_hist(&b, &m->e2e);
+    render_grammar(&b);
     return dd_buf_take(&b, len);
 }

@@ -30,9 +30,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/model/tok.h" // defines: tok_stream_push, tok_n_vocab
-#include "fz_model.h"         // defines: fz_model_load
-#include "server/api/api.h"   // defines: api_parse, api_tokenize, api_detokenize, api_req_params
+#include "engine/model/tok.h"  // defines: tok_stream_push, tok_n_vocab
+#include "engine/sched/gram.h" // defines: gram_release
+#include "fz_model.h"          // defines: fz_model_load
+#include "server/api/api.h"    // defines: api_parse, api_tokenize, api_detokenize, api_req_params
 #include "server/api/api_messages.h"   // defines: api_messages_parse, api_messages_count
 #include "server/api/api_responses.h"  // defines: api_responses_parse
 #include "server/api/json.h"           // defines: json_utf8_valid
@@ -184,6 +185,7 @@ static void check_req(const struct api_req *r, const struct api_ctx *ctx)
             for (int s = 0; s < prm.n_stop; s++)
                 free(prm.stop[s]);
             free(prm.s.logit_bias);
+            gram_release(prm.gram);
         }
     }
     emulate_output(r, &r->prompts[0]);

@@ -38,6 +38,14 @@ static int parse(enum api_kind k, const char *body, struct api_req *r, struct ap
     return api_parse(k, body, strlen(body), &c, r, e);
 }
 
+/* parse with room for a prompt that renders tools */
+static int parse_big(enum api_kind k, const char *body, struct api_req *r, struct api_error *e)
+{
+    struct api_ctx c = ctx();
+    c.n_ctx = 4096;
+    return api_parse(k, body, strlen(body), &c, r, e);
+}
+
 static void expect_400(enum api_kind k, const char *body, const char *param)
 {
     struct api_req r;
@@ -126,7 +134,24 @@ TEST(numeric_edges)
     BAD("\"logprobs\":true,\"top_logprobs\":21", "top_logprobs");
     BAD("\"top_logprobs\":1", "top_logprobs");
     BAD("\"stop\":[\"a\",\"\"]", "stop");
-    BAD("\"response_format\":{\"type\":\"json_schema\"}", "response_format");
+    BAD("\"response_format\":{\"type\":\"json_schema\"}", "response_format.json_schema");
+    BAD("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":5}}",
+        "response_format.json_schema.schema");
+    BAD("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"strict\":1}}",
+        "response_format.json_schema.strict");
+    BAD("\"json_schema\":{\"type\":123}", "json_schema");
+    BAD("\"json_schema\":{\"type\":\"hiccup\"}", "json_schema");
+    BAD("\"json_schema\":{\"$ref\":\"#/$defs/nope\"}", "json_schema");
+    BAD("\"json_schema\":{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "json_schema");
+    BAD("\"grammar\":\"root ::= [a-\"", "grammar");
+    BAD("\"grammar\":5", "grammar");
+    BAD("\"grammar\":\"root ::= \\\"a\\\"\",\"json_schema\":{}", "grammar");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+        "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_object\"}",
+        "tool_choice");
+    BAD("\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+        "{\"type\":\"object\",\"not\":{}}}}],\"tool_choice\":\"required\"",
+        "tools");
 #undef BAD
 }
 
@@ -157,6 +182,52 @@ TEST(chat_fields_and_params)
     free(p.s.logit_bias);
     for (int i = 0; i < p.n_stop; i++)
         free(p.stop[i]);
+    api_req_free(&r);
+}
+
+/* A constraint compiles into the request and travels to the engine parameters (a reference). */
+TEST(constraints)
+{
+    struct api_req r;
+    struct api_error e;
+    CHECK_EQ(
+        parse(API_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+              "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+              "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}}",
+              &r, &e),
+        0);
+    CHECK(r.gram != NULL);
+    struct eng_req_params p;
+    api_req_params(&r, 0, 0, 0, &p);
+    CHECK(p.gram == r.gram);
+    free(p.prompt);
+    gram_release(p.gram);
+    api_req_free(&r);
+    CHECK_EQ(
+        parse_big(API_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+                  "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}",
+                  &r, &e),
+        0);
+    CHECK(r.gram != NULL && r.tool_calls); /* a call is forced */
+    api_req_free(&r);
+    CHECK_EQ(
+        parse_big(API_CHAT,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+                  "\"function\",\"function\":{\"name\":\"f\"}}]}",
+                  &r, &e),
+        0);
+    CHECK(r.gram == NULL); /* auto without strict tools: unconstrained */
+    api_req_free(&r);
+    CHECK_EQ(parse(API_COMPLETION, "{\"prompt\":\"a\",\"grammar\":\"root ::= [a-z]+\"}", &r, &e),
+             0);
+    CHECK(r.gram != NULL);
+    api_req_free(&r);
+    CHECK_EQ(
+        parse(API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"text\"}}", &r, &e),
+        0);
+    CHECK(r.gram == NULL);
     api_req_free(&r);
 }
 
@@ -293,6 +364,7 @@ int main(int argc, char **argv)
     RUN(chat_validation);
     RUN(numeric_edges);
     RUN(chat_fields_and_params);
+    RUN(constraints);
     RUN(max_tokens_clamped_to_context);
     RUN(context_overflow);
     RUN(completion_prompts);
