@@ -20,6 +20,7 @@
 
 #include "engine/sched/gram.h" // defines: GRAM_MAX_REPEAT
 #include "engine/util.h"       // defines: struct dd_buf, xmalloc
+#include "json.h"              // defines: json_utf8_valid
 #include "schema_impl.h"       // defines: schema__pattern
 
 #define INF UINT64_MAX
@@ -958,9 +959,33 @@ static int gen(struct sg *g, const cJSON *s, int depth, char *name)
     return g->failed ? -1 : 0;
 }
 
+/* The first string (a value or a member name) in v that is not valid UTF-8, or NULL. The HTTP
+ * layer refuses such bodies before they get here; a schema from elsewhere (a file given to
+ * deltad bench, the fuzzer) must not put stray bytes into grammar literals either. */
+static const char *bad_utf8(const cJSON *v, int depth)
+{
+    if (depth > 256)
+        return NULL; /* deeper than gen() accepts: it refuses the schema itself */
+    if (v->string && !json_utf8_valid(v->string, strlen(v->string)))
+        return v->string;
+    if (cJSON_IsString(v) && v->valuestring &&
+        !json_utf8_valid(v->valuestring, strlen(v->valuestring)))
+        return v->valuestring;
+    for (const cJSON *c = v->child; c; c = c->next) {
+        const char *b = bad_utf8(c, depth + 1);
+        if (b)
+            return b;
+    }
+    return NULL;
+}
+
 int schema_rules(const cJSON *schema, const char *prefix, struct dd_buf *out, char *err,
                  size_t errlen)
 {
+    if (bad_utf8(schema, 0)) {
+        dd_errf(err, errlen, "#: a string in the schema is not valid UTF-8");
+        return -1;
+    }
     struct sg g = {.root = schema, .out = out, .err = err, .errlen = errlen};
     snprintf(g.pre, sizeof g.pre, "%s", prefix);
     char top[24];
