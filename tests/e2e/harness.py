@@ -11,6 +11,7 @@ import atexit
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -201,3 +202,49 @@ def run_main(main, checks):
         print("%s: %d passed, %d failed (aborted: %s)" %
               (checks.name, checks.passed, checks.failed + 1, ex))
         sys.exit(1)
+
+
+NGINX_MAIN = """
+%(user)s
+worker_processes 1;
+daemon off;
+pid %(dir)s/nginx.pid;
+error_log %(dir)s/error.log warn;
+events { worker_connections 256; }
+http {
+    access_log %(dir)s/access.log;
+    client_body_temp_path %(dir)s/client_body;
+    proxy_temp_path %(dir)s/proxy;
+    fastcgi_temp_path %(dir)s/fastcgi;
+    uwsgi_temp_path %(dir)s/uwsgi;
+    scgi_temp_path %(dir)s/scgi;
+    include %(dir)s/site.conf;
+}
+"""
+
+
+def start_nginx(tmp, site):
+    """A real nginx with its own files under tmp and `site` (http-context text; %(port)d is the
+    port it listens on, picked here) as its whole configuration. Returns (process, port) once
+    /health answers 200 through it."""
+    port = free_port()
+    with open(tmp + "/site.conf", "w") as f:
+        f.write(site.replace("%(port)d", str(port)))
+    user = "user root root;" if os.geteuid() == 0 else ""
+    with open(tmp + "/nginx.conf", "w") as f:
+        f.write(NGINX_MAIN % {"dir": tmp, "user": user})
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    p = subprocess.Popen([nginx, "-p", tmp, "-e", tmp + "/error.log", "-c", tmp + "/nginx.conf"],
+                         stdout=subprocess.DEVNULL, stderr=open(tmp + "/stderr.log", "w"))
+    _procs.append(p)
+    for _ in range(200):
+        try:
+            if request(port, "GET", "/health", timeout=2)[0] == 200:
+                return p, port
+        except OSError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError("nginx did not start: " + open(tmp + "/stderr.log").read()[-800:])

@@ -18,54 +18,19 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
-    Checks, Daemon, eog_bias, free_port, post_json, request, run_main, stream, tiny_model)
+    Checks, Daemon, eog_bias, post_json, request, run_main, start_nginx, stream, tiny_model)
 
 B = sys.argv[1]
 C = Checks("test_nginx")
 CHAT = "/v1/chat/completions"
-CONF = """
-%(user)s
-worker_processes 1;
-daemon off;
-pid %(dir)s/nginx.pid;
-error_log %(dir)s/error.log warn;
-events { worker_connections 64; }
-http {
-    access_log %(dir)s/access.log;
-    client_body_temp_path %(dir)s/client_body;
-    proxy_temp_path %(dir)s/proxy;
-    fastcgi_temp_path %(dir)s/fastcgi;
-    uwsgi_temp_path %(dir)s/uwsgi;
-    scgi_temp_path %(dir)s/scgi;
-    server {
-        listen 127.0.0.1:%(port)d;
-        location / {
-            proxy_pass http://127.0.0.1:%(upstream)d;
-        }
+SITE = """
+server {
+    listen 127.0.0.1:%(port)d;
+    location / {
+        proxy_pass http://127.0.0.1:UPSTREAM;
     }
 }
 """
-
-
-def start_nginx(tmp, upstream):
-    port = free_port()
-    user = "user root root;" if os.geteuid() == 0 else ""
-    with open(tmp + "/nginx.conf", "w") as f:
-        f.write(CONF % {"dir": tmp, "port": port, "upstream": upstream, "user": user})
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    p = subprocess.Popen([nginx, "-p", tmp, "-e", tmp + "/error.log", "-c", tmp + "/nginx.conf"],
-                         stdout=subprocess.DEVNULL, stderr=open(tmp + "/stderr.log", "w"))
-    for _ in range(200):
-        try:
-            if request(port, "GET", "/health", timeout=2)[0] == 200:
-                return p, port
-        except OSError:
-            pass
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    raise RuntimeError("nginx did not start: " + open(tmp + "/stderr.log").read()[-500:])
 
 
 def check_incremental(port, bias):
@@ -129,7 +94,7 @@ def main():
     os.chmod(tmp, 0o755)
     nginx = None
     try:
-        nginx, nport = start_nginx(tmp, d.port)
+        nginx, nport = start_nginx(tmp, SITE.replace("UPSTREAM", str(d.port)))
         bias = eog_bias(nport)
         st, _, r = post_json(nport, CHAT, {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 4})
