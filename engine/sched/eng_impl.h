@@ -15,6 +15,9 @@
 #include "gram.h"               // defines: gram_m_t, gram_vocab_t
 #include "smp.h"                // defines: struct smp
 
+/* Bytes a request's outbox reserves when created (eng_req.c). */
+#define ENG_OUTBOX_RESERVE 4096
+
 /* A request, shared by an HTTP connection and the engine (refcounted, STYLE rule 14). */
 struct eng_req {
     atomic_int refs;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "eng_impl.h"    // defines: struct eng_req
-#include "engine/util.h" // defines: xcalloc, dd_buf_put, dd_now
+#include "engine/util.h" // defines: xcalloc, dd_buf_put, dd_buf_reserve, dd_now
 
 eng_req_t *eng_req_create(struct eng_req_params *p, void (*notify)(void *ud), void *ud)
 {
@@ -23,6 +23,14 @@ eng_req_t *eng_req_create(struct eng_req_params *p, void (*notify)(void *ud), vo
     pthread_mutex_init(&r->mu, NULL);
     r->prompt_tokens = r->p.n_prompt;
     r->t_queued = dd_now();
+    /* The outbox is sized here, on the submitting thread, for what a client that keeps up
+     * leaves in it between two takes, so the engine thread's appends (eng__req_append) do not
+     * allocate; it grows there only while a client falls behind. */
+    dd_buf_reserve(&r->out, ENG_OUTBOX_RESERVE);
+    if (r->p.logprobs) {
+        r->toks_cap = 64;
+        r->toks = xmalloc((size_t)r->toks_cap * sizeof *r->toks);
+    }
     return r;
 }
 
@@ -113,11 +121,11 @@ bool eng_req_take(eng_req_t *r, struct eng_delta *d)
         d->text = memcpy(xmalloc(d->len + 1), r->out.p, d->len + 1);
         dd_buf_truncate(&r->out, 0);
     }
-    if (r->n_toks) {
-        d->toks = r->toks;
+    if (r->n_toks) { /* a copy too, for the same reason */
         d->n_toks = r->n_toks;
-        r->toks = NULL;
-        r->n_toks = r->toks_cap = 0;
+        d->toks = memcpy(xmalloc((size_t)d->n_toks * sizeof *d->toks), r->toks,
+                         (size_t)d->n_toks * sizeof *d->toks);
+        r->n_toks = 0;
     }
     d->done = r->done;
     d->finish = r->finish;
