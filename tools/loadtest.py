@@ -11,9 +11,20 @@ request at a time from a weighted mix:
   malformed  broken JSON / wrong types / deep nesting / bad UTF-8            -> 400
   slow       a valid request dripped a few bytes at a time over ~2 s; with a short idle_timeout
              (<= 10 s) some stall mid-headers and must be cut by the server
+  resp       /v1/responses (OpenAI's Responses API), streaming or not, stored or not: a complete
+             object (status completed or incomplete, usage adding up) or every event in order
+             (sequence_numbers 0, 1, ..., response.created first, .completed / .incomplete last)
+  msg        /v1/messages (Anthropic's Messages API), streaming or not: a message with a
+             stop_reason, or message_start ... message_delta (stop_reason), message_stop
+  resp_cancel, msg_cancel   those streams closed after the first delta
+  front_bad  bad requests to either endpoint -> 400 in that API's own error shape
 Every request must end in a complete answer or a proper error: 200 with a well-formed body or
-stream ([DONE] last, a finish_reason), 429/503 with Retry-After (busy), the expected 4xx for bad
+stream ([DONE] last, a finish_reason; each front end's own end events), 429/503 with Retry-After
+(busy), the expected 4xx for bad
 input, or a server-side cut where the protocol allows one. Anything else counts as a failure.
+
+The daemon this tool starts keeps at most 64 stored responses (--responses-store-max 64), so the
+store is full after the warm-up and the RSS check covers the store's evictions.
 
 A warm-up phase (the same mix, min(15, T/4) s) comes first; then the daemon's RSS
 (/proc/PID/status RssAnon, once every slot is idle; VmRSS is reported too but also counts the
@@ -52,8 +63,10 @@ from harness import Daemon, request  # noqa: E402
 
 HOST = "127.0.0.1"
 CHAT, COMPL = "/v1/chat/completions", "/v1/completions"
+RESP, MSG = "/v1/responses", "/v1/messages"
 MIX = [("stream", 34), ("chat", 20), ("compl", 8), ("cancel", 12), ("oversize", 6),
-       ("malformed", 12), ("slow", 8)]
+       ("malformed", 12), ("slow", 8), ("resp", 10), ("msg", 10), ("resp_cancel", 4),
+       ("msg_cancel", 4), ("front_bad", 6)]
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly hex "
          "numbers like 42 and 1e3 under caf\u00e9 lights \u4e16\u754c \U0001F600").split()
 MALFORMED = [b"", b"{", b"[1,2]", b'{"messages": []} x', b'{"messages":[{"role":"user","content":"\xff"}]}',
@@ -61,6 +74,26 @@ MALFORMED = [b"", b"{", b"[1,2]", b'{"messages": []} x', b'{"messages":[{"role":
              b'{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}',
              b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":-1}',
              b'{"messages":"hi"}', b'{"prompt":1}', b'{"messages":[{"role":"wizard","content":"x"}]}']
+# Bad requests to the front ends: (path, body, the OpenAI error.param or None for Anthropic's
+# shape, which has no param).
+FRONT_BAD = [
+    (RESP, b'{"input": ', None), (RESP, b'{"model": "m"}', "input"),
+    (RESP, b'{"input": [{"type": "computer_call"}]}', "input[0].type"),
+    (RESP, b'{"input": "x", "max_output_tokens": "8"}', "max_output_tokens"),
+    (RESP, b'{"input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}}',
+     "text.format.schema"),
+    (RESP, b'{"input": "x", "tool_choice": "required"}', "tool_choice"),
+    (RESP, b'{"input": "x", "previous_response_id": "resp_nope"}', "previous_response_id"),
+    (MSG, b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}', None),
+    (MSG, b'{"model": "m", "max_tokens": 5, "messages": []}', None),
+    (MSG, b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], '
+          b'"tool_choice": {"type": "tool"}}', None),
+    (MSG, b'{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": '
+          b'[{"type": "image"}]}]}', None),
+    (MSG, b'{"model": ', None),
+]
+RESP_END = ("response.completed", "response.incomplete")
+STOP_REASONS = ("end_turn", "max_tokens", "stop_sequence", "tool_use")
 TIMEOUT = 60.0  # seconds any one request may take before it counts as a failure
 # Allowed on top of the percentage: the malloc arenas of the HTTP threads hold freed request
 # buffers for a while, which moves RssAnon of a ~20 MiB daemon by about 1 MiB either way.
@@ -133,6 +166,35 @@ def chat_body(rng, stream):
     return b
 
 
+def resp_body(rng, stream):
+    b = {"input": text(rng), "max_output_tokens": rng.randint(1, 48), "seed": rng.randint(0, 1 << 30),
+         "temperature": rng.choice([0, 0.7, 1.0]), "store": rng.random() < 0.3}
+    if rng.random() < 0.3:
+        b["input"] = [{"role": "user", "content": [{"type": "input_text", "text": text(rng)}]}]
+    if rng.random() < 0.3:
+        b["instructions"] = text(rng, 2, 6)
+    if rng.random() < 0.5:
+        b["reasoning"] = {"effort": "none"}
+    if stream:
+        b["stream"] = True
+    return b
+
+
+def msg_body(rng, stream):
+    b = {"model": "m", "max_tokens": rng.randint(1, 48), "seed": rng.randint(0, 1 << 30),
+         "temperature": rng.choice([0, 0.7, 1.0]),
+         "messages": [{"role": "user", "content": text(rng)}]}
+    if rng.random() < 0.3:
+        b["system"] = text(rng, 2, 6)
+    if rng.random() < 0.15:
+        b["stop_sequences"] = [rng.choice(WORDS)]
+    if rng.random() < 0.5:
+        b["thinking"] = {"type": "disabled"}
+    if stream:
+        b["stream"] = True
+    return b
+
+
 # ---- outcome helpers --------------------------------------------------------------------------
 
 def busy_or_fail(status, headers, body, what):
@@ -143,7 +205,7 @@ def busy_or_fail(status, headers, body, what):
         err = None
     if status in (429, 503) and "retry-after" in headers and err:
         return "busy"
-    if status == 500 and err and err.get("type") == "server_error" and err.get("message"):
+    if status == 500 and err and err.get("type") in ("server_error", "api_error") and err.get("message"):
         raise ServerError("%s: 500 %s" % (what, err.get("message")))
     raise Fail("%s: unexpected status %d -- %r" % (what, status, body[:200]))
 
@@ -152,6 +214,15 @@ def check_usage(u, what):
     if not u or u.get("total_tokens") != u.get("prompt_tokens", 0) + u.get("completion_tokens", 0):
         raise Fail("%s: usage does not add up -- %r" % (what, u))
     return u["completion_tokens"]
+
+
+def tick(t0, first, last, gaps):
+    """A delta arrived: (time to the first one, now), the gap since the last one into gaps."""
+    now = time.monotonic()
+    if first is None:
+        return now - t0, now
+    gaps.append(now - last)
+    return first, now
 
 
 def read_sse(r, cancel, t0):
@@ -192,14 +263,94 @@ def read_sse(r, cancel, t0):
                         finishes += 1
                     content = (ch.get("delta") or {}).get("content")
                     if content:
-                        now = time.monotonic()
-                        if first is None:
-                            first = now - t0
-                        else:
-                            gaps.append(now - last)
-                        last = now
+                        first, last = tick(t0, first, last, gaps)
                         if cancel:
                             return done, finishes, first, gaps, tokens, True
+
+
+def read_events(r, cancel, t0, what):
+    """Read a front end's SSE stream (event: NAME / data: JSON with type NAME): returns (events
+    [(name, obj)], first delta t, gaps, cancelled). An error event raises."""
+    buf, events, first, last, gaps = b"", [], None, None, []
+    while True:
+        chunk = r.read1(65536)
+        if not chunk:
+            return events, first, gaps, False
+        buf += chunk
+        while b"\n\n" in buf:
+            block, buf = buf.split(b"\n\n", 1)
+            name, data = None, None
+            for line in block.split(b"\n"):
+                if line.startswith(b"event: "):
+                    name = line[7:].decode()
+                elif line.startswith(b"data: "):
+                    data = json.loads(line[6:].decode("utf-8", "strict"))
+                elif line and not line.startswith(b":"):
+                    raise Fail("%s: a line that is not event, data or comment -- %r" % (what, line[:100]))
+            if data is None:
+                continue
+            if name != data.get("type"):
+                raise Fail("%s: event %r with data of type %r" % (what, name, data.get("type")))
+            err = data.get("error") if name == "error" else None
+            if name == "response.failed":
+                err = data["response"].get("error") or {}
+            if err is not None:
+                if err.get("message") and err.get("type", err.get("code")) in (
+                        "server_error", "api_error", "unavailable_error"):
+                    raise ServerError("%s: error event %s" % (what, err.get("message")))
+                raise Fail("%s: error event -- %r" % (what, err))
+            events.append((name, data))
+            if name in ("response.output_text.delta", "response.reasoning_text.delta",
+                        "content_block_delta"):
+                first, last = tick(t0, first, last, gaps)
+                if cancel:
+                    return events, first, gaps, True
+
+
+def check_resp_events(ev):
+    """The Responses stream's order; returns the completion tokens."""
+    names = [n for n, _ in ev]
+    if [o.get("sequence_number") for _, o in ev] != list(range(len(ev))):
+        raise Fail("resp stream: sequence_numbers not 0, 1, ... -- %r" % names[:20])
+    if names[:2] != ["response.created", "response.in_progress"] or names[-1] not in RESP_END:
+        raise Fail("resp stream: created / in_progress first, completed / incomplete last -- %r"
+                   % (names[:3] + names[-3:]))
+    if names.count("response.output_item.added") != names.count("response.output_item.done"):
+        raise Fail("resp stream: output items not closed -- %r" % names)
+    return check_resp(ev[-1][1]["response"], "resp stream")
+
+
+def check_resp(o, what):
+    st, u = o.get("status"), o.get("usage") or {}
+    if o.get("object") != "response" or st not in ("completed", "incomplete"):
+        raise Fail("%s: object or status -- %r" % (what, str(o)[:300]))
+    if st == "incomplete" and (o.get("incomplete_details") or {}).get("reason") != "max_output_tokens":
+        raise Fail("%s: incomplete without max_output_tokens -- %r" % (what, str(o)[:300]))
+    if u.get("total_tokens") != u.get("input_tokens", 0) + u.get("output_tokens", 0):
+        raise Fail("%s: usage does not add up -- %r" % (what, u))
+    if not all(it.get("type") in ("message", "reasoning", "function_call") for it in o["output"]):
+        raise Fail("%s: output item types -- %r" % (what, str(o["output"])[:300]))
+    return u["output_tokens"]
+
+
+def check_msg_events(ev):
+    names = [n for n, _ in ev]
+    if names[:1] != ["message_start"] or names[-1] != "message_stop":
+        raise Fail("msg stream: message_start first, message_stop last -- %r"
+                   % (names[:3] + names[-3:]))
+    if names.count("content_block_start") != names.count("content_block_stop"):
+        raise Fail("msg stream: content blocks not closed -- %r" % names)
+    deltas = [o for n, o in ev if n == "message_delta"]
+    if len(deltas) != 1 or deltas[0]["delta"].get("stop_reason") not in STOP_REASONS:
+        raise Fail("msg stream: one message_delta with a stop_reason -- %r" % deltas)
+    return deltas[0]["usage"]["output_tokens"]
+
+
+def check_msg(o, what):
+    if o.get("type") != "message" or o.get("stop_reason") not in STOP_REASONS or \
+            not isinstance(o.get("content"), list):
+        raise Fail("%s: type, stop_reason or content -- %r" % (what, str(o)[:300]))
+    return o["usage"]["output_tokens"]
 
 
 # ---- the actions ------------------------------------------------------------------------------
@@ -258,6 +409,55 @@ class Client:
             if not isinstance(t, str):
                 raise Fail("%s: text is not a string" % path)
         return "ok", {"tokens": check_usage(obj.get("usage"), path)}
+
+    def front(self, path, cancel, stream):
+        """/v1/responses or /v1/messages, streamed (maybe cancelled after the first delta) or
+        not."""
+        resp = path == RESP
+        what = ("resp" if resp else "msg") + (" stream" if stream else "")
+        body = (resp_body if resp else msg_body)(self.rng, stream)
+        t0 = time.monotonic()
+        c, r = self.post(path, body)
+        try:
+            hd = {k.lower(): v for k, v in r.getheaders()}
+            if r.status != 200:
+                return busy_or_fail(r.status, hd, r.read(), what), {}
+            if not stream:
+                o = json.loads(r.read())
+                return "ok", {"tokens": (check_resp if resp else check_msg)(o, what)}
+            if not hd.get("content-type", "").startswith("text/event-stream"):
+                raise Fail("%s: content-type %r" % (what, hd.get("content-type")))
+            ev, first, gaps, cut = read_events(r, cancel, t0, what)
+        finally:
+            c.close()  # for cancel: the disconnect the daemon must notice
+        if cut:
+            return "cancelled", {"ttft": first}
+        tokens = (check_resp_events if resp else check_msg_events)(ev)
+        return "ok", {"ttft": first, "gaps": gaps, "tokens": tokens}
+
+    def front_bad(self):
+        path, body, param = self.rng.choice(FRONT_BAD)
+        c = http.client.HTTPConnection(HOST, self.cfg.port, timeout=TIMEOUT)
+        try:
+            c.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data, hd = r.read(), {k.lower(): v for k, v in r.getheaders()}
+        finally:
+            c.close()
+        if r.status in (429, 503):
+            return busy_or_fail(r.status, hd, data, "front_bad"), {}
+        o = json.loads(data) if data else {}
+        err = o.get("error") if isinstance(o, dict) else None
+        want = 404 if param == "previous_response_id" else 400
+        ok = r.status == want and isinstance(err, dict) and isinstance(err.get("message"), str)
+        if path == RESP:
+            ok = ok and isinstance(err.get("code"), (str, type(None))) and \
+                (param is None or err.get("param") == param)
+        else:
+            ok = ok and o.get("type") == "error" and err.get("type") == "invalid_request_error"
+        if not ok:
+            raise Fail("front_bad: %s %r -> %d %r" % (path, body[:60], r.status, data[:200]))
+        return "rejected", {}
 
     def raw(self, data, drip=None):
         """Send raw bytes (optionally in drips of (size, pause)); read the whole answer."""
@@ -379,6 +579,10 @@ class Client:
             return self.chat(CHAT)
         if kind == "compl":
             return self.chat(COMPL)
+        if kind in ("resp", "msg"):
+            return self.front(RESP if kind == "resp" else MSG, False, self.rng.random() < 0.5)
+        if kind in ("resp_cancel", "msg_cancel"):
+            return self.front(RESP if kind == "resp_cancel" else MSG, True, True)
         return getattr(self, kind)()
 
     def run(self, deadline):
@@ -552,7 +756,8 @@ def main():
         daemon = Daemon(cfg.build, model, ["--slots", str(cfg.slots), "--queue-max", str(cfg.queue_max),
                                            "--max-body", str(cfg.max_body), "--idle-timeout",
                                            str(cfg.idle_timeout), "--max-conns", "1024",
-                                           "--http-threads", "8", "--log-level", "warn"] +
+                                           "--http-threads", "8", "--log-level", "warn",
+                                           "--responses-store-max", "64"] +
                         cfg.daemon_arg,
                         name="loadtest-deltad").start()
         cfg.port, cfg.pid = daemon.port, daemon.proc.pid

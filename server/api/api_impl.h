@@ -53,7 +53,8 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
 
 /* The other front ends (api_responses.c, api_messages.c): parse a chat request they built from
  * their own body (chat, borrowed) like a /v1/chat/completions body; error params that name a
- * chat field are renamed by the pairs in rename ({"messages", "input", ..., NULL}).
+ * chat field are renamed by the pairs in rename ({"messages", "input", ..., NULL}), and so is
+ * the first 'quoted' mention of the field in the message.
  * Defined in api_responses.c. */
 int api__parse_translated(const cJSON *chat, const struct api_ctx *ctx, const char *const *rename,
                           struct api_req *out, struct api_error *e);

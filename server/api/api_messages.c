@@ -185,7 +185,9 @@ static int parse_tools(const cJSON *root, cJSON *chat, struct api_error *e)
     return 0;
 }
 
-/* tool_choice {type: auto | none | any | tool, disable_parallel_tool_use?}. */
+/* tool_choice {type: auto | none | any | tool, name (tool), disable_parallel_tool_use?}: any
+ * and tool become chat's "required" and a named function, enforced by the tool-call grammar
+ * (api_format.c). */
 static int parse_tool_choice(const cJSON *root, cJSON *chat, struct api_error *e)
 {
     const cJSON *tc;
@@ -200,15 +202,19 @@ static int parse_tool_choice(const cJSON *root, cJSON *chat, struct api_error *e
         return -1;
     if (no_par)
         cJSON_AddFalseToObject(chat, "parallel_tool_calls");
-    if (!strcmp(t, "auto") || !strcmp(t, "none")) {
-        cJSON_AddStringToObject(chat, "tool_choice", t);
+    if (!strcmp(t, "auto") || !strcmp(t, "none") || !strcmp(t, "any")) {
+        cJSON_AddStringToObject(chat, "tool_choice", !strcmp(t, "any") ? "required" : t);
         return 0;
     }
-    if (!strcmp(t, "any") || !strcmp(t, "tool"))
-        return bad(e, "tool_choice",
-                   "types any and tool are not supported yet (they need "
-                   "constrained decoding to be enforced); use auto");
-    return bad(e, "tool_choice", "type must be auto, any, tool or none");
+    if (strcmp(t, "tool") != 0)
+        return bad(e, "tool_choice", "type must be auto, any, tool or none");
+    const char *name = NULL;
+    if (api__need_str(tc, "name", true, "tool_choice.name", &name, e))
+        return bad(e, "tool_choice.name", "a tool_choice of type tool needs the tool's name");
+    cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice");
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name", name);
+    return 0;
 }
 
 /* thinking {type: enabled | disabled | adaptive, budget_tokens?}. */

@@ -27,9 +27,20 @@ int api__parse_translated(const cJSON *chat, const struct api_ctx *ctx, const ch
     c.max_json_depth += 4; /* the translation nests tools two levels deeper */
     int rc = api_parse(API_CHAT, text, strlen(text), &c, out, e);
     free(text);
-    for (int i = 0; rc && rename && rename[i]; i += 2)
-        if (strcmp(e->param, rename[i]) == 0)
-            snprintf(e->param, sizeof e->param, "%s", rename[i + 1]);
+    for (int i = 0; rc && rename && rename[i]; i += 2) {
+        if (strcmp(e->param, rename[i]) != 0)
+            continue;
+        snprintf(e->param, sizeof e->param, "%s", rename[i + 1]);
+        char q[80], *at; /* the message's 'name' too */
+        size_t n = (size_t)snprintf(q, sizeof q, "'%s'", rename[i]);
+        if ((at = strstr(e->message, q)) != NULL) {
+            char rest[sizeof e->message];
+            snprintf(rest, sizeof rest, "%s", at + n);
+            snprintf(at, sizeof e->message - (size_t)(at - e->message), "'%s'%s", rename[i + 1],
+                     rest);
+        }
+        break;
+    }
     return rc;
 }
 
@@ -317,9 +328,10 @@ static int parse_tool_choice(const cJSON *root, cJSON *chat, cJSON *echo, struct
     return 0;
 }
 
-/* text.format: text only until constrained decoding lands (a format that is accepted must be
- * enforced). */
-static int parse_text(const cJSON *root, cJSON *echo, struct api_error *e)
+/* text.format: text, json_object, or json_schema {name, schema, description?, strict?} (the
+ * Responses API's flat form) into the chat endpoint's response_format, so the constraint takes
+ * the same path (api_format.c); the format is echoed as given. */
+static int parse_text(const cJSON *root, cJSON *chat, cJSON *echo, struct api_error *e)
 {
     const cJSON *text, *fmt = NULL;
     if (api__get_obj(root, "text", &text, e) || (text && api__get_obj(text, "format", &fmt, e))) {
@@ -328,18 +340,33 @@ static int parse_text(const cJSON *root, cJSON *echo, struct api_error *e)
     }
     const cJSON *type = fmt ? cJSON_GetObjectItemCaseSensitive(fmt, "type") : NULL;
     const char *t = cJSON_IsString(type) ? type->valuestring : fmt ? "" : "text";
-    if (!strcmp(t, "json_object") || !strcmp(t, "json_schema")) {
-        api_error_set(e, E400, NULL, "text.format",
-                      "'text.format' %s is not supported by this server yet", t);
-        return -1;
-    }
-    if (strcmp(t, "text") != 0) {
+    bool schema = !strcmp(t, "json_schema");
+    if (strcmp(t, "text") && strcmp(t, "json_object") && !schema) {
         api_error_set(e, E400, NULL, "text.format.type",
                       "'text.format.type' must be text, json_object or json_schema");
         return -1;
     }
-    cJSON_AddStringToObject(
-        cJSON_AddObjectToObject(cJSON_AddObjectToObject(echo, "text"), "format"), "type", "text");
+    if (schema && !cJSON_IsObject(api__field(fmt, "schema"))) {
+        api_error_set(e, E400, NULL, "text.format.schema",
+                      "'text.format.schema' must be a JSON Schema (an object) and is required");
+        return -1;
+    }
+    cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
+    cJSON_AddStringToObject(rf, "type", t);
+    if (schema) {
+        cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+        static const char *const keys[] = {"name", "description", "schema", "strict"};
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            const cJSON *v = api__field(fmt, keys[k]);
+            if (v)
+                cJSON_AddItemToObject(js, keys[k], cJSON_Duplicate(v, true));
+        }
+    }
+    cJSON *out = cJSON_AddObjectToObject(echo, "text");
+    if (fmt)
+        cJSON_AddItemToObject(out, "format", cJSON_Duplicate(fmt, true));
+    else
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(out, "format"), "type", "text");
     return 0;
 }
 
@@ -464,7 +491,7 @@ static int translate(const cJSON *root, store_t *store, cJSON *chat, struct api_
     cJSON *echo = rr->echo, *msgs = cJSON_CreateArray();
     if (check_misc(root, &rr->store, e) || previous(root, store, msgs, echo, e) ||
         parse_input(root, msgs, e) || parse_tools(root, chat, echo, e) ||
-        parse_tool_choice(root, chat, echo, e) || parse_text(root, echo, e) ||
+        parse_tool_choice(root, chat, echo, e) || parse_text(root, chat, echo, e) ||
         parse_reasoning(root, chat, echo, e) || parse_metadata(root, echo, e)) {
         cJSON_Delete(msgs);
         return -1;
@@ -496,7 +523,22 @@ static int translate(const cJSON *root, store_t *store, cJSON *chat, struct api_
 int api_responses_parse(const char *body, size_t len, const struct api_ctx *ctx, store_t *store,
                         struct api_req *out, struct api_responses_req *rr, struct api_error *e)
 {
-    static const char *const rename[] = {"messages", "input", "max_tokens", "max_output_tokens",
+    static const char *const rename[] = {"messages",
+                                         "input",
+                                         "max_tokens",
+                                         "max_output_tokens",
+                                         "response_format",
+                                         "text.format",
+                                         "response_format.json_schema",
+                                         "text.format",
+                                         "response_format.json_schema.schema",
+                                         "text.format.schema",
+                                         "response_format.json_schema.name",
+                                         "text.format.name",
+                                         "response_format.json_schema.description",
+                                         "text.format.description",
+                                         "response_format.json_schema.strict",
+                                         "text.format.strict",
                                          NULL};
     memset(out, 0, sizeof *out);
     memset(rr, 0, sizeof *rr);

@@ -443,16 +443,20 @@ static bool tool_named(const cJSON *tools, const char *name)
     return false;
 }
 
-/* tool_choice: none | auto | required | {"type":"function","function":{"name": a tool}}. */
+/* tool_choice: none | auto | required | {"type":"function","function":{"name": a tool}};
+ * required (and a named function) need tools: they could not be enforced without. */
 static int check_tool_choice(const cJSON *root, const cJSON *tools, struct chat_error *e)
 {
     const cJSON *tc = member(root, "tool_choice");
     if (!tc)
         return 0;
     if (cJSON_IsString(tc) &&
-        (strcmp(tc->valuestring, "none") == 0 || strcmp(tc->valuestring, "auto") == 0 ||
-         strcmp(tc->valuestring, "required") == 0))
+        (strcmp(tc->valuestring, "none") == 0 || strcmp(tc->valuestring, "auto") == 0))
         return 0;
+    if (cJSON_IsString(tc) && strcmp(tc->valuestring, "required") == 0)
+        return cJSON_GetArraySize(tools) > 0
+                   ? 0
+                   : fail(e, "tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
     if (cJSON_IsObject(tc) && cJSON_IsString(name) && tools && tool_named(tools, name->valuestring))

@@ -24,6 +24,22 @@ AUTH = {"Authorization": "Bearer " + KEY}
 XKEY = {"x-api-key": KEY}
 RESP, MSG = "/v1/responses", "/v1/messages"
 MAX_BODY = 65536
+try:
+    import jsonschema
+except ImportError:  # the structured checks need python3-jsonschema; the rest does not
+    jsonschema = None
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                            "days": {"type": "integer", "minimum": 1,
+                                                     "maximum": 7}},
+           "required": ["city"], "additionalProperties": False}
+NOW = {"type": "object", "properties": {}, "additionalProperties": False}
+TOOLS = [{"type": "function", "name": "get_weather", "parameters": WEATHER},
+         {"type": "function", "name": "now", "parameters": NOW}]
+MTOOLS = [{"name": "get_weather", "input_schema": WEATHER}, {"name": "now", "input_schema": NOW}]
+SUM = {"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0,
+                                                   "maximum": 999},
+                                        "op": {"enum": ["add", "sub"]}},
+       "required": ["answer", "op"], "additionalProperties": False}
 
 
 def events(port, path, body, headers):
@@ -162,7 +178,20 @@ def check_responses_errors(d):
         ({"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools[0]"),
         ({"input": "x", "tools": {}}, 400, "tools"),
         ({"input": "x", "tool_choice": 7}, 400, "tool_choice"),
-        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, 400, "text.format"),
+        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, 400, "text.format.schema"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": 5}}},
+         400, "text.format.schema"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
+                                            "schema": {"type": "hiccup"}}}},
+         400, "text.format.schema"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "name": 5, "schema": {}}}},
+         400, "text.format.name"),
+        ({"input": "x", "text": {"format": {"type": "yaml"}}}, 400, "text.format.type"),
+        ({"input": "x", "tool_choice": "required"}, 400, "tool_choice"),
+        ({"input": "x", "tools": TOOLS, "tool_choice": "required",
+          "text": {"format": {"type": "json_object"}}}, 400, "tool_choice"),
+        ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}},
+         400, "tool_choice"),
         ({"input": "x", "reasoning": {"effort": "max"}}, 400, "reasoning.effort"),
         ({"input": "x", "metadata": {"k": 1}}, 400, "metadata"),
         ({"input": "x", "store": "yes"}, 400, "store"),
@@ -181,6 +210,90 @@ def check_responses_errors(d):
     C.ok(openai_error(st, json.loads(raw), 413), "body over max_body -> 413", raw[:200])
     st, _, raw = request(d.port, "POST", RESP, b"{}", {"Authorization": "Bearer wrong"})
     C.ok(openai_error(st, json.loads(raw), 401), "wrong key -> 401", raw[:200])
+
+
+def valid(schema, value):
+    try:
+        jsonschema.validate(value, schema)
+        return True
+    except jsonschema.ValidationError:
+        return False
+
+
+def forced(d, path, body, tag, calls_of, cut_of):
+    """One request with a forced tool choice: (reply, its calls), or None when it failed or was
+    cut (then a call must have begun)."""
+    st, _, o = post_json(d.port, path, body, AUTH)
+    if not C.ok(st == 200, tag + ": 200", o):
+        return None
+    calls = calls_of(o)
+    if cut_of(o):
+        C.ok(calls, tag + ": cut, with a call begun", o)
+        return None
+    return o, calls
+
+
+def check_responses_structured(d):
+    """text.format json_schema / json_object and tool_choice required / named through the
+    constraint path of chat completions: finished answers validate, forced calls are exact."""
+    base = {"input": "What is 23 + 45? Answer in JSON.", "max_output_tokens": 200, "seed": 3,
+            "reasoning": {"effort": "none"}}
+    fmt = {"type": "json_schema", "name": "sum", "schema": SUM, "strict": True}
+    done = 0
+    for temp in (0, 1):
+        st, _, r = post_json(d.port, RESP, dict(base, temperature=temp, text={"format": fmt}),
+                             AUTH)
+        if not C.ok(st == 200 and r["text"]["format"] == fmt, "json_schema: 200, format echoed",
+                    r):
+            continue
+        msgs = [o for o in r["output"] if o["type"] == "message"]
+        if r["status"] == "completed":
+            text = msgs[0]["content"][0]["text"] if msgs else ""
+            try:
+                C.ok(valid(SUM, json.loads(text)), "json_schema temp %d: validates" % temp, text)
+                done += 1
+            except ValueError:
+                C.ok(False, "json_schema temp %d: parses" % temp, text)
+        else:
+            C.ok(r["incomplete_details"] == {"reason": "max_output_tokens"}, "json_schema cut", r)
+    C.ok(done >= 1, "json_schema: an answer ends by itself", done)
+    st, ev = events(d.port, RESP, dict(base, temperature=0, stream=True, text={"format": fmt}),
+                    AUTH)
+    deltas = "".join(o["delta"] for t, o in ev if t == "response.output_text.delta")
+    fin = [o for t, o in ev if t == "response.output_text.done"]
+    C.ok(st == 200 and fin and fin[0]["text"] == deltas and
+         (ev[-1][0] != "response.completed" or valid(SUM, json.loads(deltas))),
+         "json_schema streamed: deltas make a valid document", deltas)
+    st, _, r = post_json(d.port, RESP, dict(base, temperature=1, text={"format": {
+        "type": "json_object"}}), AUTH)
+    text = "".join(c["text"] for o in (r or {}).get("output", []) if o["type"] == "message"
+                   for c in o["content"])
+    C.ok(st == 200 and (r["status"] != "completed" or isinstance(json.loads(text), dict)),
+         "json_object: an object", r)
+    cases = [("required", "required", True), ("required, one call", "required", False),
+             ("named", {"type": "function", "name": "get_weather"}, False),
+             ("named now", {"type": "function", "name": "now"}, True)]
+    for temp in (0, 1):
+        for what, tc, par in cases:
+            tag = "responses tool_choice %s temp %d" % (what, temp)
+            got = forced(d, RESP, {
+                "input": "What is the weather in Paris?", "tools": TOOLS, "tool_choice": tc,
+                "parallel_tool_calls": par, "max_output_tokens": 300, "temperature": temp,
+                "seed": 5, "reasoning": {"effort": "none"}}, tag,
+                lambda r: [o for o in r["output"] if o["type"] == "function_call"],
+                lambda r: r["status"] == "incomplete")
+            if not got:
+                continue
+            r, calls = got
+            C.ok(calls and len(calls) == len(r["output"]) and (par or len(calls) == 1),
+                 tag + ": only the forced call(s)", r["output"])
+            if isinstance(tc, dict):
+                C.ok(len(calls) == 1 and calls[0]["name"] == tc["name"],
+                     tag + ": exactly the named function", calls)
+            for c in calls:
+                schema = WEATHER if c["name"] == "get_weather" else NOW
+                C.ok(c["call_id"] and valid(schema, json.loads(c["arguments"])),
+                     tag + ": arguments valid", c)
 
 
 # ---- /v1/messages --------------------------------------------------------------------------
@@ -231,6 +344,47 @@ def check_messages_stream(d, bias):
              for t, o in ev if t == "content_block_delta"), "text_delta shape")
 
 
+def check_messages_tool_choice(d):
+    """tool_choice any / tool (+ disable_parallel_tool_use): only the forced tool_use blocks,
+    stop_reason tool_use, each input valid under the tool's input_schema; streamed too."""
+    cases = [("any", {"type": "any"}), ("any, one call",
+                                        {"type": "any", "disable_parallel_tool_use": True}),
+             ("tool", {"type": "tool", "name": "get_weather"}),
+             ("tool now", {"type": "tool", "name": "now", "disable_parallel_tool_use": True})]
+    for temp in (0, 1):
+        for what, tc in cases:
+            tag = "messages tool_choice %s temp %d" % (what, temp)
+            got = forced(d, MSG, mbody(
+                messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                tools=MTOOLS, tool_choice=tc, max_tokens=300, temperature=temp, seed=5,
+                thinking={"type": "disabled"}), tag,
+                lambda m: [b for b in m["content"] if b["type"] == "tool_use"],
+                lambda m: m["stop_reason"] == "max_tokens")
+            if not got:
+                continue
+            m, uses = got
+            one = tc["type"] == "tool" or tc.get("disable_parallel_tool_use")
+            C.ok(m["stop_reason"] == "tool_use" and uses and len(uses) == len(m["content"]) and
+                 (not one or len(uses) == 1), tag + ": only the forced tool_use", m)
+            if tc["type"] == "tool":
+                C.ok(uses and uses[0]["name"] == tc["name"], tag + ": the named tool", uses)
+            for u in uses:
+                schema = WEATHER if u["name"] == "get_weather" else NOW
+                C.ok(u["id"] and valid(schema, u["input"]), tag + ": input valid", u)
+    st, ev = events(d.port, MSG, mbody(
+        messages=[{"role": "user", "content": "Weather?"}], tools=MTOOLS, stream=True,
+        tool_choice={"type": "tool", "name": "get_weather"}, max_tokens=300, temperature=1,
+        seed=2, thinking={"type": "disabled"}), XKEY)
+    starts = [o["content_block"] for t, o in ev if t == "content_block_start"]
+    args = "".join(o["delta"]["partial_json"] for t, o in ev if t == "content_block_delta" and
+                   o["delta"]["type"] == "input_json_delta")
+    stop = [o["delta"]["stop_reason"] for t, o in ev if t == "message_delta"]
+    C.ok(st == 200 and (stop == ["max_tokens"] or (
+        stop == ["tool_use"] and [b["type"] for b in starts] == ["tool_use"] and
+        starts[0]["name"] == "get_weather" and valid(WEATHER, json.loads(args)))),
+        "messages tool streamed: one tool_use, input_json_delta valid", (starts, args, stop))
+
+
 def check_messages_errors(d):
     cases = [
         ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
@@ -243,8 +397,12 @@ def check_messages_errors(d):
         (mbody(messages=[{"role": "user", "content": [{"type": "mystery"}]}]), "messages.0"),
         (mbody(tools=[{"type": "web_search_20250305", "name": "web_search"}]), "tools.0"),
         (mbody(tools=[{"name": "f"}]), "tools.0"),
-        (mbody(tool_choice={"type": "any"}), "tool_choice"),
+        (mbody(tool_choice={"type": "any"}), "tool_choice"),  # no tools to call
         (mbody(tool_choice={"type": "tool", "name": "f"}), "tool_choice"),
+        (mbody(tools=MTOOLS, tool_choice={"type": "tool"}), "tool_choice.name"),
+        (mbody(tools=MTOOLS, tool_choice={"type": "tool", "name": "nope"}), "tool_choice"),
+        (mbody(tools=MTOOLS, tool_choice={"type": "any", "disable_parallel_tool_use": 1}),
+         "disable_parallel_tool_use"),
         (mbody(thinking={"type": "maybe"}), "thinking"),
         (mbody(stop_sequences="x"), "stop_sequences"),
         (mbody(temperature=-1), "temperature"),
@@ -290,6 +448,11 @@ def main():
     check_messages_object(d, bias)
     check_messages_stream(d, bias)
     check_messages_errors(d)
+    if jsonschema:
+        check_responses_structured(d)
+        check_messages_tool_choice(d)
+    else:
+        print("note: python3-jsonschema missing: the structured-output checks are skipped")
     st, _, _ = request(d.port, "GET", "/health")
     C.ok(st == 200, "the daemon still serves")
     st, _, body = request(d.port, "GET", "/metrics", None, AUTH)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_load_short.sh BUILD_DIR — the short form of the load test (issue 9): tools/loadtest.py with
 # 8 clients for 15 s (LOAD_CLIENTS / LOAD_SECONDS override) against a daemon it starts, mixing
-# streaming and non-streaming chat, cancellations, oversize bodies, malformed JSON and slow
+# streaming and non-streaming chat, /v1/responses and /v1/messages (streamed, cancelled and bad
+# requests too), cancellations, oversize bodies, malformed JSON and slow
 # clients; asserts every request got a complete answer or a proper error, no slot leaked, RSS
 # within 5% of its post-warm-up value (not checked in sanitizer builds, whose allocators keep
 # freed memory in quarantine), and the daemon still answers. The full run is

@@ -79,6 +79,18 @@ async function toolUse() {
     final.content.find((b) => b.type === "tool_use")?.input.city === "Paris", "streamed tool_use", { json, final });
 }
 
+// tool_choice any / tool in the SDK's spelling (the constraint itself is tested against the model
+// in fronts_http.py)
+async function toolChoice() {
+  for (const tool_choice of [{ type: "any" }, { type: "tool", name: "get_weather", disable_parallel_tool_use: true }]) {
+    const m = await client.messages.create({ model: "m", max_tokens: 64, messages: [user], tools, tool_choice,
+      debug_forced_output: CALL });
+    const uses = m.content.filter((b) => b.type === "tool_use");
+    check(m.stop_reason === "tool_use" && uses.length === 1 && uses[0].input.city === "Paris",
+      `tool_choice ${tool_choice.type} -> tool_use`, m);
+  }
+}
+
 async function countTokens() {
   const a = await client.messages.countTokens({ model: "m", messages: [user] });
   const b = await client.messages.countTokens({ model: "m", messages: [user], system: "A long system prompt." });
@@ -90,7 +102,9 @@ async function errors() {
     [{ model: "m", messages: [user] }, Anthropic.BadRequestError, "max_tokens"],
     [{ model: "m", max_tokens: 8, messages: [{ role: "user", content: [{ type: "image" }] }] },
       Anthropic.BadRequestError, "messages.0"],
-    [{ model: "m", max_tokens: 8, messages: [user], tools, tool_choice: { type: "any" } },
+    [{ model: "m", max_tokens: 8, messages: [user], tool_choice: { type: "any" } },
+      Anthropic.BadRequestError, "tool_choice"],
+    [{ model: "m", max_tokens: 8, messages: [user], tools, tool_choice: { type: "tool", name: "nope" } },
       Anthropic.BadRequestError, "tool_choice"],
     [{ model: "m", max_tokens: "8", messages: [user] }, Anthropic.BadRequestError, "max_tokens"],
   ];
@@ -117,6 +131,7 @@ try {
   await create();
   await stream();
   await toolUse();
+  await toolChoice();
   await countTokens();
   await errors();
 } catch (e) {

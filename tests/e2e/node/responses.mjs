@@ -3,7 +3,8 @@
 // fixes the assistant text with "debug_forced_output"; see test_responses_messages.sh):
 // responses.create, responses.stream with its typed events, retrieve / delete, a two-turn
 // conversation through previous_response_id, a function-call round trip with
-// function_call_output, and the SDK's error classes. Exits 1 on any failure.
+// function_call_output, text.format json_schema and a named tool_choice, and the SDK's error
+// classes. Exits 1 on any failure.
 import OpenAI from "openai";
 
 const [baseURL, apiKey] = process.argv.slice(2);
@@ -99,12 +100,33 @@ async function functionCall() {
   check(args === done && JSON.parse(args).city === "Paris", "streamed function_call arguments", { args, done });
 }
 
+// text.format json_schema and a forced tool choice are accepted in the SDK's own spelling and
+// come back in its shapes (the constraint itself is tested against the model in fronts_http.py)
+async function structured() {
+  const format = { type: "json_schema", name: "sum", strict: true, schema: {
+    type: "object", properties: { answer: { type: "integer" } }, required: ["answer"],
+    additionalProperties: false } };
+  const r = await client.responses.create({
+    model: "m", input: "23 + 45?", text: { format }, debug_forced_output: '\n</think>\n\n{"answer": 68}',
+  });
+  check(JSON.parse(r.output_text).answer === 68 && r.text.format.name === "sum", "text.format json_schema", r);
+  const f = await client.responses.create({
+    model: "m", input: "Weather in Paris?", tools, tool_choice: { type: "function", name: "get_weather" },
+    parallel_tool_calls: false, debug_forced_output: CALL,
+  });
+  const calls = f.output.filter((o) => o.type === "function_call");
+  check(calls.length === 1 && calls[0].name === "get_weather" && f.tool_choice.name === "get_weather",
+    "named tool_choice -> one function_call", f.output);
+}
+
 async function errors() {
   const cases = [
     [{ model: "m" }, OpenAI.BadRequestError, "input"],
     [{ model: "m", input: [{ type: "computer_call" }] }, OpenAI.BadRequestError, "input[0].type"],
     [{ model: "m", input: "x", tools: [{ type: "web_search" }] }, OpenAI.BadRequestError, "tools[0]"],
-    [{ model: "m", input: "x", text: { format: { type: "json_object" } } }, OpenAI.BadRequestError, "text.format"],
+    [{ model: "m", input: "x", text: { format: { type: "json_schema", name: "s", schema: { type: "hiccup" } } } },
+      OpenAI.BadRequestError, "text.format.schema"],
+    [{ model: "m", input: "x", tool_choice: "required" }, OpenAI.BadRequestError, "tool_choice"],
     [{ model: "m", input: "x", previous_response_id: "resp_unknown" }, OpenAI.NotFoundError, "previous_response_id"],
   ];
   for (const [body, cls, param] of cases) {
@@ -139,6 +161,7 @@ try {
   await stream();
   await twoTurns(first);
   await functionCall();
+  await structured();
   await errors();
   await del(first);
 } catch (e) {
