@@ -435,6 +435,27 @@ def check_eviction():
     C.ok(d.stop() == 0, "clean exit (eviction daemon)")
 
 
+def check_conversation_cache():
+    """previous_response_id continues a conversation in the slot that holds it: the second
+    turn's prompt starts with the first turn's prompt and answer, and the prompt cache serves
+    that prefix (tiny qwen3: attention only, so any prefix is reusable)."""
+    d = Daemon(B, B + "/models/tiny-qwen3.gguf", ["--slots", "1", "--ctx", "2048"],
+               name="fronts_http_cache").start()
+    sys_text = "You are the assistant of the conversation cache test; answer in a few words."
+    st, _, r1 = post_json(d.port, RESP, {"input": "first turn", "instructions": sys_text,
+                                         "max_output_tokens": 8, "temperature": 0})
+    C.ok(st == 200 and r1 and r1.get("id"), "conversation turn 1", (st, r1))
+    st, _, r2 = post_json(d.port, RESP, {"input": "second turn", "instructions": sys_text,
+                                         "previous_response_id": (r1 or {}).get("id"),
+                                         "max_output_tokens": 8, "temperature": 0})
+    u1, u2 = (r1 or {}).get("usage", {}), (r2 or {}).get("usage", {})
+    cached = (u2.get("input_tokens_details") or {}).get("cached_tokens", 0)
+    C.ok(st == 200 and cached >= u1.get("input_tokens", 1 << 30),
+         "turn 2 via previous_response_id reuses turn 1's prompt from the cache",
+         (st, u1, u2))
+    C.ok(d.stop() == 0, "clean exit (cache daemon)")
+
+
 def main():
     d = Daemon(B, MODEL, ["--slots", "2", "--ctx", "2048", "--api-key", KEY, "--max-body",
                           str(MAX_BODY)], name="fronts_http").start()
@@ -460,6 +481,7 @@ def main():
          "metrics label both endpoints")
     C.ok(d.stop() == 0, "clean exit after SIGTERM")
     check_eviction()
+    check_conversation_cache()
     return C.finish()
 
 

@@ -33,23 +33,40 @@ server {
 """
 
 
-def check_incremental(port, bias):
-    body = {"messages": [{"role": "user", "content": "stream through nginx"}], "max_tokens": 1000,
-            "logit_bias": bias, "stream": True}
+def check_incremental(port, path, body, last_ok, what):
+    """A stream through nginx arrives incrementally: spread over its life, in many reads."""
     t0 = time.time()
-    st, hd, ev = stream(port, CHAT, body)
-    C.ok(st == 200 and ev and ev[-1][1] == "[DONE]", "stream through nginx completes",
+    st, hd, ev = stream(port, path, body)
+    C.ok(st == 200 and ev and last_ok(ev[-1][1]), "%s stream through nginx completes" % what,
          (st, ev[-2:] if ev else None))
     times = [t for t, p in ev if p != "[DONE]"]
+    if len(times) < 2:
+        C.ok(False, "%s stream has events" % what, ev)
+        return
     span = times[-1] - times[0]
     distinct = len(set(round(t, 4) for t in times))
-    C.ok(span > 0.1, "time between first and last chunk > 0 (%.3f s)" % span)
+    C.ok(span > 0.1, "%s: time between first and last chunk > 0 (%.3f s)" % (what, span))
     C.ok(times[0] - t0 < 0.5 * (times[-1] - t0),
-         "first chunk arrives before the stream is half over (%.3f of %.3f s)" %
-         (times[0] - t0, times[-1] - t0))
-    print("nginx stream: %d events in %d reads over %.3f s" % (len(times), distinct, span))
-    C.ok(distinct >= len(times) // 4, "chunks arrive in many reads, not one burst (%d reads, "
-         "%d events)" % (distinct, len(times)))
+         "%s: first chunk arrives before the stream is half over (%.3f of %.3f s)" %
+         (what, times[0] - t0, times[-1] - t0))
+    print("nginx %s stream: %d events in %d reads over %.3f s" % (what, len(times), distinct, span))
+    C.ok(distinct >= len(times) // 4, "%s: chunks arrive in many reads, not one burst (%d reads, "
+         "%d events)" % (what, distinct, len(times)))
+
+
+def check_streams(port, bias):
+    """Chat completions, the Responses API and the Messages API, each streamed through nginx."""
+    msgs = [{"role": "user", "content": "stream through nginx"}]
+    check_incremental(port, CHAT, {"messages": msgs, "max_tokens": 1000, "logit_bias": bias,
+                                   "stream": True}, lambda p: p == "[DONE]", "chat")
+    check_incremental(port, "/v1/responses",
+                      {"input": "stream through nginx", "max_output_tokens": 1000,
+                       "logit_bias": bias, "stream": True, "store": False},
+                      lambda p: json.loads(p).get("type") == "response.incomplete", "responses")
+    check_incremental(port, "/v1/messages",
+                      {"model": "m", "messages": msgs, "max_tokens": 1000, "logit_bias": bias,
+                       "stream": True},
+                      lambda p: json.loads(p).get("type") == "message_stop", "messages")
 
 
 def check_disconnect(dport, nport, bias):
@@ -99,7 +116,7 @@ def main():
         st, _, r = post_json(nport, CHAT, {"messages": [{"role": "user", "content": "hi"}],
                                           "max_tokens": 4})
         C.ok(st == 200 and r["object"] == "chat.completion", "non-streaming through nginx", r)
-        check_incremental(nport, bias)
+        check_streams(nport, bias)
         check_disconnect(d.port, nport, bias)
     finally:
         if nginx:
