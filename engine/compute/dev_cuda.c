@@ -1,10 +1,13 @@
 /*
  * dev_cuda — the CUDA device (contract in dev_cuda.h): buffers in GPU memory and the forward
- * ops that have a kernel in kernels/cuda, through the launchers of kcuda.h, all ordered on one
- * stream. supports() names them: matmul (every weight type kcuda computes), embed, rmsnorm,
- * SwiGLU, GDN gates, conv1d, the gated delta rule, MoE routing and combine, argmax. The other
- * entries are NULL (supports() is false for them): the device is not a full forward device
- * yet, and devices = cuda stays refused.
+ * ops through the launchers of kcuda.h, all ordered on one stream. supports() is true for
+ * every forward op: matmul and products by expert id (every weight type kcuda computes),
+ * embed, RoPE tables, rmsnorm, the q/k norm + RoPE + KV store and attention (the batch's int64
+ * positions converted on the device to the int32 positions and lengths kcuda takes), SwiGLU,
+ * GDN gates, conv1d, the gated delta rule, the shared-expert gate, MoE routing, gather and
+ * combine, row gathers / scatters, argmax. matmul_id downloads the expert offsets (one sync
+ * per call) and runs one product per expert with rows; matmul_multi, reserve_attn and
+ * allreduce take the wrappers' fallbacks.
  *
  * Weights: the device table hands over host views into the mmap. The first matmul with a view
  * uploads it (its n_out rows of row_bytes) and remembers the device copy in a hash table keyed
@@ -59,6 +62,10 @@ struct cuda_dev {
     size_t w_cap, w_n, w_bytes;
     cpu_set_t near; /* PUs near the GPU (has_near): where its host thread runs */
     bool has_near;
+    int32_t *ipos; /* device [2][ipos_n]: a batch's int32 positions and n_kv (attention) */
+    int64_t ipos_n;
+    int32_t *e_off; /* host [e_off_n]: matmul_id's expert offsets, downloaded */
+    int64_t e_off_n;
 };
 
 static struct cuda_dev *cuda_of(struct dev *d)
@@ -239,7 +246,7 @@ static void cuda_sync(struct dev *d)
     kc_stream_sync(cuda_of(d)->s);
 }
 
-/* ---- the forward ops with a kernel (the others are NULL; see supports) ---- */
+/* ---- the forward ops ---- */
 
 static bool cuda_supports(const struct dev *d, enum dev_op op, enum kq_type t)
 {
@@ -249,6 +256,14 @@ static bool cuda_supports(const struct dev *d, enum dev_op op, enum kq_type t)
     case DEV_OP_EMBED:
         return t == KQ_F32 || t == KQ_F16 || t == KQ_BF16 || t == KQ_Q8_0 || t == KQ_Q4_0 ||
                t == KQ_Q4_K || t == KQ_Q5_K || t == KQ_Q6_K;
+    case DEV_OP_MATMUL_ID:
+        return cuda_supports(d, DEV_OP_MATMUL, t);
+    case DEV_OP_ROPE_TABLE:
+    case DEV_OP_ATTN_STORE:
+    case DEV_OP_ATTN:
+    case DEV_OP_SHEXP_GATE:
+    case DEV_OP_MOE_GATHER:
+    case DEV_OP_ROWS:
     case DEV_OP_RMSNORM:
     case DEV_OP_SWIGLU:
     case DEV_OP_GDN_GATES:
@@ -268,6 +283,122 @@ static void cuda_embed(struct dev *d, const struct dev_mat *w, const struct dev_
     struct cuda_dev *cd = cuda_of(d);
     struct kc_mat m = kmat(cd, w);
     kc_embed(cd->s, &m, b->token, b->T, x);
+}
+
+static void cuda_rope_table(struct dev *d, const struct dev_batch *b, int64_t n_rot, float base,
+                            float *cs)
+{
+    kc_rope_table(cuda_of(d)->s, b->pos, b->T, n_rot, base, cs);
+}
+
+/* The batch's positions as int32 and its visible lengths pos + 1 (kc_kv_store, kc_attention
+ * take them), in the device's scratch, grown as batches grow. */
+static const int32_t *batch_pos32(struct cuda_dev *cd, const struct dev_batch *b)
+{
+    if (b->T > cd->ipos_n) {
+        kc_stream_sync(cd->s);
+        kc_free(cd->ipos);
+        cd->ipos_n = b->T > 64 ? b->T : 64;
+        cd->ipos = kc_malloc((size_t)(2 * cd->ipos_n) * sizeof(int32_t));
+        if (!cd->ipos) {
+            LOG_E("cuda device %d: out of GPU memory for %lld positions", cd->gpu, (long long)b->T);
+            abort();
+        }
+    }
+    kc_pos_n_kv(cd->s, b->pos, b->T, cd->ipos, cd->ipos + cd->ipos_n);
+    return cd->ipos;
+}
+
+/* The cache layout (seq_stride = n_ctx * kv_dim) as kcuda addresses it. */
+static struct kc_kv kc_kv_of(const struct dev_kv *kv)
+{
+    ASSERT(kv->kv_dim > 0 && kv->seq_stride % kv->kv_dim == 0);
+    return (struct kc_kv){kv->k, kv->v, kv->seq_stride / kv->kv_dim, kv->kv_dim};
+}
+
+/* q (if any) and k heads: rmsnorm, then RoPE from the tables; then K/V stored at (seq, pos). */
+static void cuda_attn_store(struct dev *d, const struct dev_attn *a)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    const int64_t T = a->b->T, D = a->head_dim, kvd = a->n_head_kv * D;
+    const int64_t qstride = a->gated ? 2 * D : D;
+    if (T <= 0)
+        return;
+    if (a->q) {
+        kc_rmsnorm(cd->s, a->q, a->q_norm, a->q, T, a->n_head, a->q_ld, qstride, D, a->eps);
+        kc_rope_neox_cs(cd->s, a->q, a->cs, T, a->n_head, a->q_ld, qstride, a->n_rot);
+    }
+    kc_rmsnorm(cd->s, a->k, a->k_norm, a->k, T, a->n_head_kv, kvd, D, D, a->eps);
+    kc_rope_neox_cs(cd->s, a->k, a->cs, T, a->n_head_kv, kvd, D, a->n_rot);
+    const struct kc_kv kv = kc_kv_of(&a->kv);
+    ASSERT(kv.kv_dim == kvd);
+    kc_kv_store(cd->s, &kv, a->k, a->v, kvd, a->b->seq, batch_pos32(cd, a->b), T);
+}
+
+/* Every (row, query head) over rows 0..pos of its sequence, then the gate (kc_attention). */
+static void cuda_attn(struct dev *d, const struct dev_attn *a)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    const int64_t T = a->b->T, D = a->head_dim, qstride = a->gated ? 2 * D : D;
+    if (T <= 0)
+        return;
+    const struct kc_kv kv = kc_kv_of(&a->kv);
+    ASSERT(kv.kv_dim == a->n_head_kv * D);
+    batch_pos32(cd, a->b);
+    kc_attention(cd->s, &kv, a->q, a->q_ld, qstride, a->gated ? a->q + D : NULL, a->b->seq,
+                 cd->ipos + cd->ipos_n, T, a->n_head, a->n_head_kv, D, a->scale, a->out,
+                 a->n_head * D);
+}
+
+static void cuda_shexp_gate(struct dev *d, const float *w, const float *x, int64_t T, int64_t E,
+                            float *out)
+{
+    kc_shexp_gate(cuda_of(d)->s, w, x, T, E, out);
+}
+
+static void cuda_moe_gather(struct dev *d, const struct dev_moe *m)
+{
+    kc_gather_rows(cuda_of(d)->s, m->xn, m->e_row, m->T * m->k, m->E, m->gath);
+}
+
+static void cuda_gather_rows(struct dev *d, float *dst, const float *src, const int32_t *idx,
+                             int64_t n, int64_t w)
+{
+    if (dst == src) /* in place: row by row, in the reference's order */
+        kc_move_rows(cuda_of(d)->s, dst, src, idx, n, w, 0);
+    else
+        kc_gather_rows(cuda_of(d)->s, src, idx, n, w, dst);
+}
+
+static void cuda_scatter_rows(struct dev *d, float *dst, const float *src, const int32_t *idx,
+                              int64_t n, int64_t w)
+{
+    kc_move_rows(cuda_of(d)->s, dst, src, idx, n, w, 1);
+}
+
+/* The expert products: e_off is downloaded (one sync per call: the host picks the experts with
+ * rows and their row counts), then one cuda_matmul per (expert, tensor) on the expert's slice
+ * of the weights (each slice its own uploaded view), then the extra products. */
+static void cuda_matmul_id(struct dev *d, const struct dev_mm_id *p)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    if (p->n_expert + 1 > cd->e_off_n) {
+        free(cd->e_off);
+        cd->e_off_n = p->n_expert + 1;
+        cd->e_off = xcalloc((size_t)cd->e_off_n, sizeof *cd->e_off);
+    }
+    kc_download(cd->s, cd->e_off, p->e_off, (size_t)(p->n_expert + 1) * sizeof *cd->e_off);
+    kc_stream_sync(cd->s);
+    for (int64_t e = 0; e < p->n_expert; e++) {
+        const int64_t s0 = cd->e_off[e], ns = cd->e_off[e + 1] - s0;
+        for (int i = 0; ns > 0 && i < p->n_w; i++) {
+            struct dev_mat w = p->w[i];
+            w.data = (const char *)w.data + (size_t)e * p->expert_bytes[i];
+            cuda_matmul(d, &w, p->x + s0 * p->x_ld, ns, p->y[i] + s0 * w.n_out);
+        }
+    }
+    for (int i = 0; i < p->n_extra; i++)
+        cuda_matmul(d, &p->extra[i].w, p->extra[i].x, p->extra[i].T, p->extra[i].y);
 }
 
 static void cuda_rmsnorm(struct dev *d, const struct dev_norm *a)
@@ -355,7 +486,9 @@ static void cuda_destroy(struct dev *d)
     for (size_t i = 0; i < cd->w_cap; i++)
         if (cd->w[i].host)
             kc_free(cd->w[i].dev);
+    kc_free(cd->ipos);
     kc_stream_destroy(cd->s);
+    free(cd->e_off);
     free(cd->w);
     free(cd);
 }
@@ -417,6 +550,14 @@ static const struct dev_ops cuda_ops = {
     .moe_route = cuda_moe_route,
     .moe_combine = cuda_moe_combine,
     .argmax = cuda_argmax,
+    .rope_table = cuda_rope_table,
+    .attn_store = cuda_attn_store,
+    .attn = cuda_attn,
+    .shexp_gate = cuda_shexp_gate,
+    .moe_gather = cuda_moe_gather,
+    .matmul_id = cuda_matmul_id,
+    .gather_rows = cuda_gather_rows,
+    .scatter_rows = cuda_scatter_rows,
 };
 
 int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)

@@ -39,6 +39,26 @@ extern "C" void kc_kv_store(kc_stream *s, const struct kc_kv *kv, const float *k
     KC_LAUNCHED();
 }
 
+/* The device interface's int64 positions [T] as the int32 positions and visible lengths
+ * (pos + 1, the causal mask) that kc_kv_store and kc_attention take. */
+__global__ void k_pos_n_kv(const int64_t *pos, int64_t T, int32_t *pos32, int32_t *n_kv)
+{
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T)
+        return;
+    pos32[t] = (int32_t)pos[t];
+    n_kv[t] = (int32_t)(pos[t] + 1);
+}
+
+extern "C" void kc_pos_n_kv(kc_stream *s, const int64_t *pos, int64_t T, int32_t *pos32,
+                            int32_t *n_kv)
+{
+    if (T <= 0)
+        return;
+    k_pos_n_kv<<<kc__blocks(T, 256), 256, 0, s->st>>>(pos, T, pos32, n_kv);
+    KC_LAUNCHED();
+}
+
 __global__ void __launch_bounds__(32 * ATT_WARPS)
     k_attention(const float *kc, const float *vc, int64_t n_ctx, int64_t kv_dim, const float *q,
                 int64_t q_tok, int64_t q_head, const float *gate, const int32_t *seq,

@@ -120,6 +120,59 @@ extern "C" void kc_rope_neox(kc_stream *s, float *x, const int32_t *pos, int64_t
     KC_LAUNCHED();
 }
 
+/* ptxas-local: k_rope_table — the double cos/sin (as in k_rope) take CUDA's slow range
+ * reduction for large angles, whose table lives in local memory. */
+/* cs [T][n_rot] from pos [T] (int64); reference: kop_rope_table. */
+__global__ void k_rope_table(const int64_t *pos, int64_t T, int64_t n_rot, float base, float *cs)
+{
+    const int64_t half = n_rot / 2;
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= T * half)
+        return;
+    const int64_t t = id / half, i = id % half;
+    const double theta = (double)pos[t] * pow((double)base, -2.0 * (double)i / (double)n_rot);
+    cs[t * n_rot + i] = (float)cos(theta);
+    cs[t * n_rot + half + i] = (float)sin(theta);
+}
+
+extern "C" void kc_rope_table(kc_stream *s, const int64_t *pos, int64_t T, int64_t n_rot,
+                              float base, float *cs)
+{
+    const int64_t n = T * (n_rot / 2);
+    if (n <= 0)
+        return;
+    k_rope_table<<<kc__blocks(n, 256), 256, 0, s->st>>>(pos, T, n_rot, base, cs);
+    KC_LAUNCHED();
+}
+
+/* NEOX rotation from the tables cs [n_tok][n_rot]; reference: kop_rope_neox_cs. */
+__global__ void k_rope_cs(float *x, const float *cs, int64_t n_rows, int64_t n_head,
+                          int64_t tok_stride, int64_t head_stride, int64_t n_rot)
+{
+    const int64_t half = n_rot / 2;
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n_rows * half)
+        return;
+    const int64_t row = id / half, i = id % half, t = row / n_head, h = row % n_head;
+    float *xr = x + t * tok_stride + h * head_stride;
+    const float c = cs[t * n_rot + i], sn = cs[t * n_rot + half + i];
+    const float a = xr[i], b = xr[i + half];
+    xr[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
+    xr[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+}
+
+extern "C" void kc_rope_neox_cs(kc_stream *s, float *x, const float *cs, int64_t n_tok,
+                                int64_t n_head, int64_t tok_stride, int64_t head_stride,
+                                int64_t n_rot)
+{
+    const int64_t n = n_tok * n_head * (n_rot / 2);
+    if (n <= 0)
+        return;
+    k_rope_cs<<<kc__blocks(n, 256), 256, 0, s->st>>>(x, cs, n_tok * n_head, n_head, tok_stride,
+                                                     head_stride, n_rot);
+    KC_LAUNCHED();
+}
+
 /* ---- element-wise ------------------------------------------------------------------------- */
 
 enum { EW_SWIGLU, EW_MUL_SIGMOID, EW_SIGMOID, EW_ADD };

@@ -135,6 +135,53 @@ extern "C" void kc_gather_rows(kc_stream *s, const float *x, const int32_t *idx,
     KC_LAUNCHED();
 }
 
+/* One block of 256 per row: out [t] = sigmoid(w . x_t) with the dot in double; reference:
+ * dev_cpu__shexp_gate (kop_sigmoid). */
+__global__ void k_shexp_gate(const float *w, const float *x, int64_t E, float *out)
+{
+    const int64_t t = blockIdx.x;
+    double dot = 0.0;
+    for (int64_t i = threadIdx.x; i < E; i += blockDim.x)
+        dot += (double)w[i] * x[t * E + i];
+    dot = kc__block_sum_d(dot);
+    if (threadIdx.x == 0)
+        out[t] = kc__sigmoid((float)dot);
+}
+
+extern "C" void kc_shexp_gate(kc_stream *s, const float *w, const float *x, int64_t T, int64_t E,
+                              float *out)
+{
+    if (T <= 0)
+        return;
+    k_shexp_gate<<<(unsigned)T, 256, 0, s->st>>>(w, x, E, out);
+    KC_LAUNCHED();
+}
+
+/* Row moves that may run in place (dst == src): one block walks the rows in the order of the
+ * reference (gather ascending, scatter descending), a barrier after each row, so a row is read
+ * before a later one overwrites it. References: dev_cpu__gather_rows, dev_cpu__scatter_rows. */
+__global__ void k_move_rows(float *dst, const float *src, const int32_t *idx, int64_t n, int64_t w,
+                            int scatter)
+{
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t i = scatter ? n - 1 - r : r;
+        float *d = dst + (scatter ? (int64_t)idx[i] : i) * w;
+        const float *sr = src + (scatter ? i : (int64_t)idx[i]) * w;
+        for (int64_t c = threadIdx.x; c < w; c += blockDim.x)
+            d[c] = sr[c]; /* rows are whole: d and sr are one row or disjoint */
+        __syncthreads();
+    }
+}
+
+extern "C" void kc_move_rows(kc_stream *s, float *dst, const float *src, const int32_t *idx,
+                             int64_t n, int64_t w, int scatter)
+{
+    if (n * w <= 0)
+        return;
+    k_move_rows<<<1, 256, 0, s->st>>>(dst, src, idx, n, w, scatter);
+    KC_LAUNCHED();
+}
+
 __global__ void k_moe_combine(const float *shared, const float *sh_gate, const float *route_w,
                               const int32_t *slot, const float *eout, int64_t T, int64_t k,
                               int64_t E, float *out)

@@ -147,6 +147,14 @@ void kc_rmsnorm_gate(kc_stream *s, float *x, const float *w, const float *z, int
  * token's position pos [n_tok] (device int32), in place. Reference: kop_rope_neox. */
 void kc_rope_neox(kc_stream *s, float *x, const int32_t *pos, int64_t n_tok, int64_t n_head,
                   int64_t tok_stride, int64_t head_stride, int64_t n_rot, float base);
+/* cs [T][n_rot] = the rotation table of each position pos [T] (device int64): cos theta_i at
+ * i, sin theta_i at n_rot/2 + i, theta in double. Reference: kop_rope_table. */
+void kc_rope_table(kc_stream *s, const int64_t *pos, int64_t T, int64_t n_rot, float base,
+                   float *cs);
+/* NEOX RoPE of every head (addressed as kc_rmsnorm's rows) from its token's table cs
+ * [n_tok][n_rot], in place. Reference: kop_rope_neox_cs. */
+void kc_rope_neox_cs(kc_stream *s, float *x, const float *cs, int64_t n_tok, int64_t n_head,
+                     int64_t tok_stride, int64_t head_stride, int64_t n_rot);
 /* g = silu(g) * u over n elements (kop_swiglu). */
 void kc_swiglu(kc_stream *s, float *g, const float *u, int64_t n);
 /* x *= sigmoid(g) over n elements (kop_mul_sigmoid). */
@@ -177,6 +185,9 @@ struct kc_kv {
     float *k, *v;
     int64_t n_ctx, kv_dim;
 };
+/* pos32 [T] = pos [T] (device int64) as int32, n_kv [T] = pos + 1 (the causal mask of
+ * kc_attention). Reference: dev_cpu__attn's n_kv. */
+void kc_pos_n_kv(kc_stream *s, const int64_t *pos, int64_t T, int32_t *pos32, int32_t *n_kv);
 /* Store each token's new K/V rows at (seq [t], pos [t]): k_new, v_new [T][new_stride]. */
 void kc_kv_store(kc_stream *s, const struct kc_kv *kv, const float *k_new, const float *v_new,
                  int64_t new_stride, const int32_t *seq, const int32_t *pos, int64_t T);
@@ -253,6 +264,14 @@ void kc_moe_dispatch(kc_stream *s, const int32_t *route_e, int64_t T, int64_t k,
 /* out [n][E] = x rows idx [n] (device int32) of x [*][E]. */
 void kc_gather_rows(kc_stream *s, const float *x, const int32_t *idx, int64_t n, int64_t E,
                     float *out);
+/* out [T] = sigmoid(w . x_t) over x [T][E], the dot in double (the shared expert's gate).
+ * Reference: dev_cpu__shexp_gate. */
+void kc_shexp_gate(kc_stream *s, const float *w, const float *x, int64_t T, int64_t E, float *out);
+/* Rows of w floats, in place allowed (dst == src): gather (scatter 0) dst [i] = src [idx[i]] for
+ * i ascending (in place when idx[i] >= i); scatter dst [idx[i]] = src [i] for i descending. One
+ * block, row by row. References: dev_cpu__gather_rows, dev_cpu__scatter_rows. */
+void kc_move_rows(kc_stream *s, float *dst, const float *src, const int32_t *idx, int64_t n,
+                  int64_t w, int scatter);
 /* out [T][E] = sh_gate[t] * shared[t] (both may be NULL: 0) + sum_i route_w[t][i] *
  * eout[j] with j = slot[t * k + i] (slot NULL: j = t * k + i), in the order i = 0 .. k-1. */
 void kc_moe_combine(kc_stream *s, const float *shared, const float *sh_gate, const float *route_w,

@@ -12,9 +12,11 @@
  * give the new weight's product, for another type with the same row bytes (Q4_0 -> Q4_K at
  * n = 512), and so must new content of the same type written over the buffer.
  *
- * The forward ops the CUDA device has a kernel for (embed, rmsnorm, SwiGLU, argmax, GDN gates,
- * conv1d and the gated delta rule with a snapshot group, MoE route + combine) against the CPU
- * device's, on device buffers from the same host inputs.
+ * Every other forward op (embed, rmsnorm, SwiGLU, argmax, GDN gates, conv1d and the gated
+ * delta rule with a snapshot group, MoE route + combine; RoPE tables, attention store +
+ * gated GQA attention, the shared-expert gate, MoE gather, products by expert id, row
+ * gathers / scatters in place) against the CPU device's, on device buffers from the same host
+ * inputs.
  *
  * Exit: 0 pass, 1 fail, 77 no GPU or no CUDA device (SKIP with the device's own message).
  */
@@ -307,6 +309,102 @@ static void test_ops(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
         free(h[i]);
 }
 
+/* The rest of the forward ops: RoPE tables, q/k norm + RoPE + KV store and gated GQA attention
+ * over two sequences (one from position 0, one after 3 cached rows), the shared-expert gate,
+ * the MoE gather, products by expert id (two tensors, an expert without rows, an extra
+ * product), row gathers (in place and not) and the in-place scatter. */
+static void test_ops2(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
+{
+    enum { T = 5, NO = 9 };
+    const int64_t H = 4, Hkv = 2, D = 32, n_rot = 16, n_ctx = 8, n_seq = 2, kvd = Hkv * D;
+    const int64_t q_ld = H * 2 * D, E = 64, W = 40, NX = 4, NS = 6, n_out[2] = {32, 48};
+    struct dev *devs[2] = {gpu, cpu};
+    float *out[2][NO];
+    int32_t seq[T] = {0, 0, 0, 1, 1}, e_row[2 * T] = {3, 0, 1, 4, 2, 2, 0, 1, 4, 3};
+    int64_t pos[T] = {0, 1, 2, 3, 4};
+    int32_t e_off[5] = {0, 2, 2, 5, 6}, gi[6] = {1, 1, 3, 5, 5, 5}, go[3] = {4, 0, 2};
+    int32_t si[4] = {0, 2, 3, 5};
+    float *q0 = frands(T * q_ld), *k0 = frands(T * kvd), *v0 = frands(T * kvd);
+    float *qn = frands(D), *kn = frands(D), *cache = frands(2 * n_seq * n_ctx * kvd);
+    float *gw = frands(E), *gx = frands(T * E), *rows = frands(NS * W), *xid = frands(NS * 256);
+    const size_t rb = kq_row_bytes(KQ_F16, 256);
+    uint8_t *wid[2] = {malloc(rb * n_out[0] * NX), malloc(rb * n_out[1] * NX)};
+    fill_weights(wid[0], KQ_F16, 256, n_out[0] * NX);
+    fill_weights(wid[1], KQ_F16, 256, n_out[1] * NX);
+    const size_t osz[NO] = {T * n_rot, T * q_ld, 2 * n_seq * n_ctx * kvd, T * H * D, T, 2 * T * E,
+                            NS * (n_out[0] + n_out[1]) + 3 * n_out[0], NS * W + 3 * W, NS * W};
+    for (int i = 0; i < 2; i++) {
+        struct dev *d = devs[i];
+        struct arena a;
+        arena_init(&a, d);
+        for (int j = 0; j < NO; j++)
+            out[i][j] = malloc(osz[j] * 4);
+        dev_reserve_attn(d, n_ctx, H / Hkv);
+        struct dev_batch b = {.T = T, .token = NULL, .seq = put(&a, seq, sizeof seq),
+                              .pos = put(&a, pos, sizeof pos)};
+        float *cs = room(&a, T * n_rot * 4), *kc = put(&a, cache, 2 * n_seq * n_ctx * kvd * 4);
+        dev_rope_table(d, &b, n_rot, 10000.0f, cs);
+        get(&a, out[i][0], cs, T * n_rot * 4);
+        struct dev_attn at = {.b = &b, .q = put(&a, q0, T * q_ld * 4),
+                              .k = put(&a, k0, T * kvd * 4), .v = put(&a, v0, T * kvd * 4),
+                              .out = room(&a, T * H * D * 4), .q_ld = q_ld, .n_head = H,
+                              .n_head_kv = Hkv, .head_dim = D, .n_rot = n_rot,
+                              .q_norm = put(&a, qn, D * 4), .k_norm = put(&a, kn, D * 4),
+                              .cs = cs, .gated = true, .eps = 1e-6f, .scale = 0.17f,
+                              .kv = {kc, kc + n_seq * n_ctx * kvd, kvd, n_ctx * kvd}};
+        dev_attn_store(d, &at);
+        dev_attn(d, &at);
+        get(&a, out[i][1], at.q, T * q_ld * 4);
+        get(&a, out[i][2], kc, 2 * n_seq * n_ctx * kvd * 4);
+        get(&a, out[i][3], at.out, T * H * D * 4);
+        float *sg = room(&a, T * 4);
+        dev_shexp_gate(d, put(&a, gw, E * 4), put(&a, gx, T * E * 4), T, E, sg);
+        get(&a, out[i][4], sg, T * 4);
+        struct dev_moe m = {.T = T, .k = 2, .E = E, .e_row = put(&a, e_row, sizeof e_row),
+                            .xn = put(&a, gx, T * E * 4), .gath = room(&a, 2 * T * E * 4)};
+        dev_moe_gather(d, &m);
+        get(&a, out[i][5], m.gath, 2 * T * E * 4);
+        float *yid = room(&a, osz[6] * 4), *xd = put(&a, xid, NS * 256 * 4);
+        struct dev_mm extra = {{wid[0], KQ_F16, 256, n_out[0], rb}, xd, 3,
+                               yid + NS * (n_out[0] + n_out[1])};
+        struct dev_mm_id p = {.e_off = put(&a, e_off, sizeof e_off), .n_expert = NX, .n_w = 2,
+                              .w = {{wid[0], KQ_F16, 256, n_out[0], rb},
+                                    {wid[1], KQ_F16, 256, n_out[1], rb}},
+                              .expert_bytes = {rb * n_out[0], rb * n_out[1]}, .x = xd,
+                              .x_ld = 256, .y = {yid, yid + NS * n_out[0]}, .extra = &extra,
+                              .n_extra = 1};
+        dev_matmul_id(d, &p);
+        get(&a, out[i][6], yid, osz[6] * 4);
+        float *r = put(&a, rows, NS * W * 4), *g2 = room(&a, 3 * W * 4);
+        dev_gather_rows(d, g2, r, put(&a, go, sizeof go), 3, W); /* not in place, first */
+        dev_gather_rows(d, r, r, put(&a, gi, sizeof gi), NS, W);
+        get(&a, out[i][7], r, NS * W * 4);
+        get(&a, out[i][7] + NS * W, g2, 3 * W * 4);
+        r = put(&a, rows, NS * W * 4);
+        dev_scatter_rows(d, r, r, put(&a, si, sizeof si), 4, W);
+        get(&a, out[i][8], r, NS * W * 4);
+        dev_buf_free(d, a.b);
+    }
+    static const char *const what[NO] = {"rope table",
+                                         "attn store: q normed + rotated",
+                                         "attn store: kv cache rows",
+                                         "attn (gated, gqa 4/2, 2 seqs)",
+                                         "shexp gate",
+                                         "moe gather",
+                                         "matmul_id f16 (2 tensors + extra)",
+                                         "gather rows (in place and not)",
+                                         "scatter rows (in place)"};
+    static const double tol[NO] = {1e-6, 1e-5, 1e-5, 1e-4, 1e-6, 0, 1e-4, 0, 0};
+    for (int j = 0; j < NO; j++)
+        check(what[j], out[0][j], out[1][j], (int64_t)osz[j], tol[j], passes, fails);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < NO; j++)
+            free(out[i][j]);
+    void *h[] = {q0, k0, v0, qn, kn, cache, gw, gx, rows, xid, wid[0], wid[1]};
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        free(h[i]);
+}
+
 int main(void)
 {
     char err[256] = "";
@@ -383,6 +481,7 @@ int main(void)
     const int rf = test_realloc(gpu, cpu);
     fails += rf, passes += 3 - rf;
     test_ops(gpu, cpu, &passes, &fails);
+    test_ops2(gpu, cpu, &passes, &fails);
     dev_destroy(gpu);
     dev_destroy(cpu);
     printf("%d passed, %d failed\n", passes, fails);
