@@ -248,3 +248,14 @@ def start_nginx(tmp, site):
         time.sleep(0.05)
     p.kill()
     raise RuntimeError("nginx did not start: " + open(tmp + "/stderr.log").read()[-800:])
+
+
+def stop_nginx(p):
+    """Stop an nginx from start_nginx (None: nothing to do): SIGTERM, SIGKILL after 10 s."""
+    if not p:
+        return
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()

@@ -11,14 +11,14 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
-    Checks, Daemon, eog_bias, post_json, request, run_main, start_nginx, stream, tiny_model)
+    Checks, Daemon, eog_bias, post_json, request, run_main, start_nginx, stop_nginx, stream,
+    tiny_model)
 
 B = sys.argv[1]
 C = Checks("test_nginx")
@@ -119,12 +119,7 @@ def main():
         check_streams(nport, bias)
         check_disconnect(d.port, nport, bias)
     finally:
-        if nginx:
-            nginx.terminate()
-            try:
-                nginx.wait(10)
-            except subprocess.TimeoutExpired:
-                nginx.kill()
+        stop_nginx(nginx)
         C.ok(d.stop() == 0, "clean exit after SIGTERM")
         shutil.rmtree(tmp, ignore_errors=True)
     return C.finish()

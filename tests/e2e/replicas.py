@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (  # noqa: E402
-    Checks, Daemon, eog_bias, post_json, request, run_main, sse_parse, start_nginx)
+    Checks, Daemon, eog_bias, post_json, request, run_main, sse_parse, start_nginx, stop_nginx)
 
 B = sys.argv[1]
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -207,12 +207,7 @@ def main():
         check_sessions(port)
         check_faults(port, replicas, bias)
     finally:
-        if nginx:
-            nginx.terminate()
-            try:
-                nginx.wait(10)
-            except subprocess.TimeoutExpired:
-                nginx.kill()
+        stop_nginx(nginx)
         for r in replicas:
             r.stop()
         shutil.rmtree(tmp, ignore_errors=True)
