@@ -63,6 +63,8 @@ int api__parse_translated(const cJSON *chat, const struct api_ctx *ctx, const ch
 cJSON *api__assistant_turn(cJSON *msgs);
 /* Add a tool call {id, type: function, function: {name, arguments}} to that assistant turn. */
 void api__add_tool_call(cJSON *msgs, const char *id, const char *name, const char *args);
+/* Append a chat "tool" message answering call_id with content. */
+void api__add_tool_result(cJSON *msgs, const char *call_id, const char *content);
 /* A string of at most max bytes, required or not; -1 with a 400 naming param otherwise. */
 int api__need_str(const cJSON *o, const char *key, bool required, const char *param,
                   const char **out, struct api_error *e);

@@ -87,11 +87,7 @@ static int block(const cJSON *b, bool user, const char *param, cJSON *msgs, stru
         char *out = c ? blocks_text(c, param, e) : xstrdup("");
         if (!out)
             return -1;
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "tool");
-        cJSON_AddStringToObject(m, "tool_call_id", id);
-        cJSON_AddStringToObject(m, "content", out);
-        cJSON_AddItemToArray(msgs, m);
+        api__add_tool_result(msgs, id, out);
         free(out);
         return 0;
     }

@@ -137,6 +137,15 @@ void api__add_tool_call(cJSON *msgs, const char *id, const char *name, const cha
     cJSON_AddItemToArray(calls, c);
 }
 
+void api__add_tool_result(cJSON *msgs, const char *call_id, const char *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "tool");
+    cJSON_AddStringToObject(m, "tool_call_id", call_id);
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(msgs, m);
+}
+
 /* A message item (type "message", or an easy input message without type). */
 static int item_message(const cJSON *it, int i, cJSON *msgs, struct api_error *e)
 {
@@ -195,11 +204,7 @@ static int item_output(const cJSON *it, int i, cJSON *msgs, struct api_error *e)
     char *text = content_text(out, i, e);
     if (!text)
         return -1;
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "tool");
-    cJSON_AddStringToObject(m, "tool_call_id", id);
-    cJSON_AddStringToObject(m, "content", text);
-    cJSON_AddItemToArray(msgs, m);
+    api__add_tool_result(msgs, id, text);
     free(text);
     return 0;
 }
