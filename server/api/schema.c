@@ -27,36 +27,24 @@
 
 /* The primitives every generated grammar starts with. Whitespace is bounded: nothing, one
  * blank, or one newline and up to 16 blanks. */
-static const char prims[] =
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n"
-    "jhex ::= [0-9a-fA-F]\n"
-    "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"
-    "jesc ::= [0-9a-cA-Ce-fE-F] jhex jhex jhex | [dD] [0-7] jhex jhex\n"
-    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
-    "jint ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "jnumber ::= jint ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
-    "jbool ::= \"true\" | \"false\"\n"
-    "jnull ::= \"null\"\n"
-    "jvalue ::= jobject | jarray | jstring | jnumber | jbool | jnull\n"
-    "jmember ::= jstring ws \":\" ws jvalue ws\n"
-    "jobject ::= \"{\" ws ( jmember ( \",\" ws jmember )* )? \"}\"\n"
-    "jarray ::= \"[\" ws ( jvalue ws ( \",\" ws jvalue ws )* )? \"]\"\n";
+#define SCHEMA_PRIMS                                                                               \
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n"                                                      \
+    "jhex ::= [0-9a-fA-F]\n"                                                                       \
+    "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"                  \
+    "jesc ::= [0-9a-cA-Ce-fE-F] jhex jhex jhex | [dD] [0-7] jhex jhex\n"                           \
+    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"                                                       \
+    "jint ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"                                              \
+    "jnumber ::= jint ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"                         \
+    "jbool ::= \"true\" | \"false\"\n"                                                             \
+    "jnull ::= \"null\"\n"                                                                         \
+    "jvalue ::= jobject | jarray | jstring | jnumber | jbool | jnull\n"                            \
+    "jmember ::= jstring ws \":\" ws jvalue ws\n"                                                  \
+    "jobject ::= \"{\" ws ( jmember ( \",\" ws jmember )* )? \"}\"\n"                              \
+    "jarray ::= \"[\" ws ( jvalue ws ( \",\" ws jvalue ws )* )? \"]\"\n"
+static const char prims[] = SCHEMA_PRIMS;
 
-static const char json_object_gbnf[] =
-    "root ::= jobject\n"
-    "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n"
-    "jhex ::= [0-9a-fA-F]\n"
-    "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"
-    "jesc ::= [0-9a-cA-Ce-fE-F] jhex jhex jhex | [dD] [0-7] jhex jhex\n"
-    "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"
-    "jint ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "jnumber ::= jint ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
-    "jbool ::= \"true\" | \"false\"\n"
-    "jnull ::= \"null\"\n"
-    "jvalue ::= jobject | jarray | jstring | jnumber | jbool | jnull\n"
-    "jmember ::= jstring ws \":\" ws jvalue ws\n"
-    "jobject ::= \"{\" ws ( jmember ( \",\" ws jmember )* )? \"}\"\n"
-    "jarray ::= \"[\" ws ( jvalue ws ( \",\" ws jvalue ws )* )? \"]\"\n";
+/* response_format json_object: any object, over the same primitives. */
+static const char json_object_gbnf[] = "root ::= jobject\n" SCHEMA_PRIMS;
 
 const char *schema_json_object_gbnf(void)
 {
