@@ -551,16 +551,15 @@ int cmd_bench(const struct cmd_opts *o)
     /* warm-up, not counted: page tables of the mapping, caches, thread wake-up */
     int64_t n_warm = o->n_prompt < 32 ? o->n_prompt : 32;
     int rc = cmd_feed(&e, toks, n_warm, 0, o->batch, NULL, NULL);
-    if (!rc && n_b) {
+    if (!rc && n_b) { /* --parallel: the batched table instead of prefill and decode */
         rc = bench_parallel(&e, o, bs, n_b, toks, &tr, td, peak, total);
-        n_b = -1; /* done: no prefill / decode run */
-    }
-    if (!rc && n_b == 0)
+    } else if (!rc) {
         rc = bench_prefill(&e, o, toks, &b);
-    if (!rc && n_b == 0)
-        rc = bench_decode(&e, o, toks, &tr, td, &b);
-    if (!rc && n_b == 0)
-        bench_print(&e, o, &b, peak);
+        if (!rc)
+            rc = bench_decode(&e, o, toks, &tr, td, &b);
+        if (!rc)
+            bench_print(&e, o, &b, peak);
+    }
     triad_free(&tr);
     if (td != e.dev)
         dev_destroy(td);
