@@ -3,8 +3,12 @@
  * (STYLE rule 8: the #ifdef ladder lives here and in the Makefile only). Everything else asks
  * through these functions.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "comm.h"        // defines: comm_create, comm_create_host
-#include "dev_cuda.h"    // defines: dev_cuda_create
+#include "dev_cuda.h"    // defines: dev_cuda_create, dev_cuda_count
+#include "device.h"      // defines: struct dev_spec, dev_cpu_create_group
 #include "engine/util.h" // defines: dd_errf
 
 #ifdef DELTAD_CUDA
@@ -13,6 +17,111 @@
 #ifdef DELTAD_NCCL
 #include "comm_nccl.h" // defines: comm_nccl_create
 #endif
+#ifdef DELTAD_CUDA
+#include "kernels/cuda/kcuda.h" // defines: kc_device_count
+#endif
+
+int dev_cuda_count(void)
+{
+#ifdef DELTAD_CUDA
+    char err[256];
+    return kc_device_count(err, sizeof err);
+#else
+    return 0;
+#endif
+}
+
+/* A decimal in [lo, hi] from *p up to a ',' or the end; advances *p. */
+static int parse_int(const char **p, int lo, int hi, int *v)
+{
+    char *end;
+    long x = strtol(*p, &end, 10);
+    if (end == *p || (*end && *end != ',') || x < lo || x > hi || **p == '-' || **p == '+' ||
+        **p == ' ')
+        return -1;
+    *v = (int)x;
+    *p = end;
+    return 0;
+}
+
+int dev_spec_parse(const char *s, struct dev_spec *out, char *msg, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    const char *p = s;
+    if (strncmp(s, "cpu:", 4) == 0) {
+        p += 4;
+        if (parse_int(&p, 1, DEV_GROUP_MAX, &out->n) || *p) {
+            dd_errf(msg, cap, "expected cpu:N with N from 1 to %d, got '%s'", DEV_GROUP_MAX, s);
+            return DD_EINVAL;
+        }
+        return 0;
+    }
+    if (strncmp(s, "cuda:", 5) != 0) {
+        dd_errf(msg, cap, "expected cpu:N, cuda:I[,J...] or cuda:all, got '%s'", s);
+        return DD_EINVAL;
+    }
+#ifndef DELTAD_CUDA
+    dd_errf(msg, cap, "'%s': this build has no CUDA (rebuild with make CUDA=1); use cpu:N", s);
+    return DD_EUNSUPPORTED;
+#endif
+    out->cuda = true;
+    p += 5;
+    if (strcmp(p, "all") == 0) {
+        out->all = true;
+        return 0;
+    }
+    while (1) {
+        int g;
+        if (out->n == DEV_GROUP_MAX || parse_int(&p, 0, 1023, &g)) {
+            dd_errf(msg, cap,
+                    "expected cuda:all or cuda: and up to %d distinct GPU ordinals separated by "
+                    "commas (cuda:0,1), got '%s'",
+                    DEV_GROUP_MAX, s);
+            return DD_EINVAL;
+        }
+        for (int i = 0; i < out->n; i++)
+            if (out->gpu[i] == g) {
+                dd_errf(msg, cap, "'%s' names GPU %d twice", s, g);
+                return DD_EINVAL;
+            }
+        out->gpu[out->n++] = g;
+        if (!*p)
+            return 0;
+        p++; /* the comma */
+    }
+}
+
+int dev_group_create(const struct dev_spec *sp, int n_threads, bool bind, struct dev **devs,
+                     int *n_dev, char *err, size_t errlen)
+{
+    *n_dev = 0;
+    if (!sp->cuda) {
+        int rc = dev_cpu_create_group(sp->n, n_threads * sp->n, bind, devs, err, errlen);
+        *n_dev = rc ? 0 : sp->n;
+        return rc;
+    }
+    struct dev_spec all = *sp;
+    if (sp->all) {
+        all.n = dev_cuda_count();
+        if (all.n < 1) {
+            dd_errf(err, errlen, "cuda:all: no usable GPU");
+            return DD_EUNSUPPORTED;
+        }
+        all.n = all.n < DEV_GROUP_MAX ? all.n : DEV_GROUP_MAX;
+        for (int i = 0; i < all.n; i++)
+            all.gpu[i] = i;
+    }
+    for (int i = 0; i < all.n; i++) {
+        int rc = dev_cuda_create(all.gpu[i], &devs[i], err, errlen);
+        if (rc) {
+            while (i-- > 0)
+                dev_destroy(devs[i]);
+            return rc;
+        }
+    }
+    *n_dev = all.n;
+    return 0;
+}
 
 int dev_cuda_create(int gpu, struct dev **out, char *err, size_t errlen)
 {

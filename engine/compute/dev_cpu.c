@@ -275,6 +275,7 @@ static void cpu_destroy(struct dev *d)
 static const struct dev_ops cpu_ops = {
     .api_version = DEV_API_VERSION,
     .name = "cpu",
+    .host_weights = true,
     .destroy = cpu_destroy,
     .buf_alloc = cpu_buf_alloc,
     .buf_free = cpu_buf_free,

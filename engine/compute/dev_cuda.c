@@ -9,21 +9,16 @@
  * per call) and runs one product per expert with rows; matmul_multi, reserve_attn and
  * allreduce take the wrappers' fallbacks.
  *
- * Weights: the device table hands over host views into the mmap. The first matmul with a view
- * uploads it (its n_out rows of row_bytes) and remembers the device copy in a hash table keyed
- * by the host address, so each weight crosses PCIe once; the copies live until destroy.
- * IMPORTANT: an address alone does not identify a weight. A host buffer that is freed and
- * reallocated (glibc hands the same address back for the same size) would otherwise meet the
- * previous buffer's device copy, of another type or content (issue 29: test_dev_cuda failed 6
- * to 16 of its cases under kcpu). So a copy is reused only when the view's type, row_bytes and
- * n_in match and it covers the view's rows, and when a fingerprint of sampled bytes (the
- * first 64 and 16 words spread over the uploaded range, checked where the view covers them)
- * still matches the host bytes; otherwise the view is uploaded again. The samples cost a few
- * cache lines per matmul; a change that misses every sample goes unnoticed, so a caller that
- * rewrites a view in place must not rely on this.
+ * Weights: device addresses like everything else. The device has no host_weights, so the
+ * group uploads each device's model (or shard) once at start-up into one buffer
+ * (shard_upload); nothing here maps host views to copies (an earlier design cached uploads by
+ * host address and had to fingerprint them against reuse of freed memory: issue 29).
  * Activations: device addresses (buf_alloc: cudaMalloc, zeroed on the stream); a product runs
  * the matrix-vector kernel for up to KC_MATVEC_MAX_T rows, dequantise + cuBLAS above, without
- * a host round trip. Weights are still host views uploaded on first use (above).
+ * a host round trip.
+ *
+ * Several GPUs: the CUDA current device is per host thread, so every entry that allocates or
+ * launches first selects this device's GPU (kc_set_device, a no-op when it already is).
  *
  * Thread: the engine thread only. A CUDA failure aborts (kcuda.h, STYLE rule 18c).
  */
@@ -40,26 +35,10 @@
 #include "kernels/cuda/kcuda.h" // defines: kc_stream, kc_matmul
 #include "topo.h"               // defines: topo_create, topo_coreset_init_gpu, topo_bind_set
 
-#define FP_HEAD 8    /* words sampled at the start of an upload */
-#define FP_SPREAD 16 /* words sampled at evenly spaced offsets */
-
-/* One uploaded weight view: host address -> device copy of bytes, with what identifies it. */
-struct wslot {
-    const void *host;
-    void *dev;
-    size_t bytes;
-    enum kq_type type;
-    int64_t n_in;
-    size_t row_bytes;
-    uint64_t fp[FP_HEAD + FP_SPREAD]; /* the host bytes at fp_off(i, bytes) when uploaded */
-};
-
 struct cuda_dev {
     struct dev base;
     kc_stream *s;
     int gpu;
-    struct wslot *w; /* open addressing, cap a power of two, at most half full */
-    size_t w_cap, w_n, w_bytes;
     cpu_set_t near; /* PUs near the GPU (has_near): where its host thread runs */
     bool has_near;
     int32_t *ipos; /* device [2][ipos_n]: a batch's int32 positions and n_kv (attention) */
@@ -73,103 +52,9 @@ static struct cuda_dev *cuda_of(struct dev *d)
     return (struct cuda_dev *)d;
 }
 
-static size_t hash_ptr(const void *p, size_t cap)
+static struct kc_mat kmat(const struct dev_mat *w)
 {
-    uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
-    return (size_t)(h >> 17) & (cap - 1);
-}
-
-static struct wslot *slot_find(struct cuda_dev *cd, const void *host)
-{
-    for (size_t i = hash_ptr(host, cd->w_cap);; i = (i + 1) & (cd->w_cap - 1))
-        if (cd->w[i].host == host || !cd->w[i].host)
-            return &cd->w[i];
-}
-
-static void table_grow(struct cuda_dev *cd)
-{
-    struct wslot *old = cd->w;
-    size_t old_cap = cd->w_cap;
-    cd->w_cap = old_cap ? 2 * old_cap : 1024;
-    cd->w = xcalloc(cd->w_cap, sizeof *cd->w);
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].host)
-            *slot_find(cd, old[i].host) = old[i];
-    free(old);
-}
-
-/* Offset of fingerprint word i in an upload of bytes (>= 8). */
-static size_t fp_off(int i, size_t bytes)
-{
-    if (i < FP_HEAD)
-        return (size_t)i * 8 < bytes - 8 ? (size_t)i * 8 : bytes - 8;
-    return (bytes - 8) / (FP_SPREAD - 1) * (size_t)(i - FP_HEAD);
-}
-
-static uint64_t fp_word(const void *host, size_t off)
-{
-    uint64_t v;
-    memcpy(&v, (const uint8_t *)host + off, sizeof v);
-    return v;
-}
-
-static void fp_take(struct wslot *sl)
-{
-    for (int i = 0; i < FP_HEAD + FP_SPREAD; i++)
-        sl->fp[i] = sl->bytes >= 8 ? fp_word(sl->host, fp_off(i, sl->bytes)) : 0;
-}
-
-/* Whether slot sl holds view w of bytes: the same weight, rows covered, samples unchanged
- * where the view reaches. */
-static bool slot_holds(const struct wslot *sl, const struct dev_mat *w, size_t bytes)
-{
-    if (sl->type != w->type || sl->n_in != w->n_in || sl->row_bytes != w->row_bytes ||
-        sl->bytes < bytes)
-        return false;
-    if (sl->bytes < 8)
-        return true;
-    for (int i = 0; i < FP_HEAD + FP_SPREAD; i++) {
-        const size_t off = fp_off(i, sl->bytes);
-        if (off + 8 <= bytes && fp_word(w->data, off) != sl->fp[i])
-            return false;
-    }
-    return true;
-}
-
-/* The device copy of weight view w, uploaded on first use (or again when the bytes at its
- * address are no longer the ones uploaded, see the opening comment). */
-static const void *weight_dev(struct cuda_dev *cd, const struct dev_mat *w)
-{
-    const size_t bytes = w->row_bytes * (size_t)w->n_out;
-    if (2 * (cd->w_n + 1) > cd->w_cap)
-        table_grow(cd);
-    struct wslot *sl = slot_find(cd, w->data);
-    if (sl->host && slot_holds(sl, w, bytes))
-        return sl->dev;
-    if (sl->host) { /* fewer rows before, or another weight at this address: replace the copy */
-        kc_stream_sync(cd->s);
-        kc_free(sl->dev);
-        cd->w_bytes -= sl->bytes;
-        cd->w_n--;
-    }
-    void *p = kc_malloc(bytes);
-    if (!p) {
-        LOG_E("cuda device %d: out of GPU memory uploading a %s weight of %.1f MiB "
-              "(%.1f MiB resident)",
-              cd->gpu, kq_type_name(w->type), bytes / 1048576.0, cd->w_bytes / 1048576.0);
-        abort();
-    }
-    kc_upload(cd->s, p, w->data, bytes);
-    *sl = (struct wslot){w->data, p, bytes, w->type, w->n_in, w->row_bytes, {0}};
-    fp_take(sl);
-    cd->w_n++;
-    cd->w_bytes += bytes;
-    return p;
-}
-
-static struct kc_mat kmat(struct cuda_dev *cd, const struct dev_mat *w)
-{
-    return (struct kc_mat){weight_dev(cd, w), w->type, w->n_in, w->n_out, w->row_bytes};
+    return (struct kc_mat){w->data, w->type, w->n_in, w->n_out, w->row_bytes};
 }
 
 static void cuda_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y)
@@ -181,7 +66,7 @@ static void cuda_matmul(struct dev *d, const struct dev_mat *w, const float *x, 
         kc_memset(cd->s, y, 0, (size_t)(T * w->n_out) * sizeof(float));
         return;
     }
-    struct kc_mat m = kmat(cd, w);
+    struct kc_mat m = kmat(w);
     if (T > KC_MATVEC_MAX_T && kc_stream_reserve(cd->s, kc_matmul_scratch_bytes(&m, T))) {
         LOG_E("cuda device %d: cannot allocate GEMM scratch", cd->gpu);
         abort();
@@ -201,6 +86,7 @@ static int cuda_buf_alloc(struct dev *d, size_t bytes, size_t align, struct dev_
     struct cuda_dev *cd = cuda_of(d);
     const size_t extra = align > 256 ? align : 0;
     struct cuda_buf *b = xcalloc(1, sizeof *b);
+    kc_set_device(cd->gpu);
     b->raw = kc_malloc(bytes + extra ? bytes + extra : 1);
     if (!b->raw) {
         free(b);
@@ -216,6 +102,7 @@ static int cuda_buf_alloc(struct dev *d, size_t bytes, size_t align, struct dev_
 static void cuda_buf_free(struct dev *d, struct dev_buf *buf)
 {
     struct cuda_buf *b = (struct cuda_buf *)buf;
+    kc_set_device(cuda_of(d)->gpu);
     kc_stream_sync(cuda_of(d)->s);
     kc_free(b->raw);
     free(b);
@@ -281,7 +168,7 @@ static bool cuda_supports(const struct dev *d, enum dev_op op, enum kq_type t)
 static void cuda_embed(struct dev *d, const struct dev_mat *w, const struct dev_batch *b, float *x)
 {
     struct cuda_dev *cd = cuda_of(d);
-    struct kc_mat m = kmat(cd, w);
+    struct kc_mat m = kmat(w);
     kc_embed(cd->s, &m, b->token, b->T, x);
 }
 
@@ -482,14 +369,11 @@ static int cuda_n_threads(const struct dev *d)
 static void cuda_destroy(struct dev *d)
 {
     struct cuda_dev *cd = cuda_of(d);
+    kc_set_device(cd->gpu);
     kc_stream_sync(cd->s);
-    for (size_t i = 0; i < cd->w_cap; i++)
-        if (cd->w[i].host)
-            kc_free(cd->w[i].dev);
     kc_free(cd->ipos);
     kc_stream_destroy(cd->s);
     free(cd->e_off);
-    free(cd->w);
     free(cd);
 }
 
@@ -518,10 +402,17 @@ static bool find_near(int gpu, cpu_set_t *near, int *numa)
     return ok;
 }
 
-/* Best effort: a container that forbids binding leaves the thread where it was. */
+static int cuda_ordinal(const struct dev *d)
+{
+    return ((const struct cuda_dev *)d)->gpu;
+}
+
+/* The calling thread drives this GPU from now on; binding is best effort: a container that forbids
+ * binding leaves the thread where it was. */
 static void cuda_bind_host(struct dev *d)
 {
     struct cuda_dev *cd = cuda_of(d);
+    kc_set_device(cd->gpu);
     if (cd->has_near && sched_setaffinity(0, sizeof cd->near, &cd->near) != 0)
         LOG_W("cuda device %d: cannot bind its host thread (runs unbound)", cd->gpu);
 }
@@ -529,6 +420,8 @@ static void cuda_bind_host(struct dev *d)
 static const struct dev_ops cuda_ops = {
     .api_version = DEV_API_VERSION,
     .name = "cuda",
+    .host_weights = false,
+    .cuda_ordinal = cuda_ordinal,
     .destroy = cuda_destroy,
     .buf_alloc = cuda_buf_alloc,
     .buf_free = cuda_buf_free,
@@ -573,7 +466,6 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
     cd->base.ops = &cuda_ops;
     cd->base.ctx = cd;
     cd->gpu = gpu;
-    table_grow(cd);
     int numa = -1;
     cd->has_near = find_near(gpu, &cd->near, &numa);
     if (cd->has_near)

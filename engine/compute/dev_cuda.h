@@ -1,13 +1,9 @@
 /*
  * dev_cuda — the CUDA device (one GPU) behind the device interface of device.h.
  *
- * Today's device table passes host pointers (weights in the mmap, f32 activations), so this
- * device is the first step of issue 8: it runs every matmul on the GPU (weights uploaded once,
- * on first use, and kept; activations copied per call) and leaves the other ops on the calling
- * thread (no `parallel`). It makes `cuda` selectable and its matmuls checkable against the
- * CPU; the fast path (weights, caches and activations resident on the GPU, the decode step in
- * a CUDA graph) needs the forward pass to call device ops for every op (see the plan in
- * tests/cuda/README.md).
+ * Every op of the device interface runs on the GPU on one stream; weights, caches and
+ * activations live in GPU memory (the group uploads the weights at start-up). Under
+ * `make KCPU=1` the same code runs on the CUDA-on-CPU emulator (tools/kcpu).
  *
  * Thread safety: driven by one thread (the engine thread), like every device.
  */
@@ -23,5 +19,8 @@ struct dev;
  * #ifdef ladder), which calls dev_cuda.c in CUDA builds. Transferred:
  * dev_destroy. */
 int dev_cuda_create(int gpu, struct dev **out, char *err, size_t errlen);
+
+/* GPUs the driver reports (0 without CUDA, a driver or a GPU). */
+int dev_cuda_count(void);
 
 #endif

@@ -7,8 +7,8 @@
  * (tests/golden/test_strict.sh), which proves the forward pass touches device memory only
  * through the device.
  *
- * Not covered: weights (the model's mapping, read by inner's ops), which the forward pass
- * passes to ops as device addresses but which stay readable.
+ * Weights too: the strict device has no host_weights, so the group uploads them into one of
+ * its buffers at start-up (shard_upload) and they are as untouchable as the activations.
  *
  * Thread: one driving thread per device, as for any device; a group's devices each open and
  * close their own mappings (the host allreduce reads the other ranks' buffers only while they
@@ -233,6 +233,7 @@ static void strict_destroy(struct dev *d)
 static const struct dev_ops strict_ops = {
     .api_version = DEV_API_VERSION,
     .name = "strict",
+    .host_weights = false,
     .destroy = strict_destroy,
     .buf_alloc = strict_buf_alloc,
     .buf_free = strict_buf_free,

@@ -8,9 +8,11 @@
  * first byte). A device address is a typed pointer the host must never dereference, as with
  * cudaMalloc: pointer arithmetic on it is fine, reading through it is not. The CPU device's
  * device memory is host memory it owns; the strict device's faults when the host touches it.
- * Weights (struct dev_mat) are device addresses too. upload / download / copy / memset and
- * every op are ordered on the device's stream and may return before they finish; sync waits
- * for all of them (a download's host bytes are valid after sync).
+ * Weights (struct dev_mat) are device addresses too: a device with host_weights reads the
+ * model's mapping (or its shard's host copies) in place; for any other device the group
+ * uploads every weight once at start-up into one buffer of the device (shard_upload). upload /
+ * download / copy / memset and every op are ordered on the device's stream and may return before
+ * they finish; sync waits for all of them (a download's host bytes are valid after sync).
  *
  * Ops: one entry per forward op at batch granularity, on device addresses; their arguments
  * are host structs (below) whose pointer fields are device addresses. The CPU device runs the
@@ -35,7 +37,7 @@
 #include "kernels/cpu/kq.h" // defines: enum kq_type, kq_act_row_bytes
 #include "tpool.h"          // defines: tpool_split, topo_coreset
 
-#define DEV_API_VERSION 2
+#define DEV_API_VERSION 3
 
 /* The forward ops, for supports() (X-macro: name). */
 #define DEV_OP_LIST(X)                                                                             \
@@ -196,6 +198,9 @@ struct dev;
 struct dev_ops {
     int api_version;
     const char *name;
+    /* Weights may stay in host memory (the CPU device); false: they are uploaded into device
+     * memory at start-up (shard_upload) and every op sees device addresses only. */
+    bool host_weights;
     void (*destroy)(struct dev *d);
     /* ---- memory (see the top) ---- */
     /* A buffer of bytes at an align-aligned device address *addr, reading as zeros (the cache
@@ -282,6 +287,9 @@ struct dev_ops {
                          int64_t w);
     /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows. */
     void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out);
+    /* The CUDA ordinal of the GPU this device runs on; NULL: not a GPU (groups of such
+     * devices reduce over the host communicator, GPUs over NCCL). */
+    int (*cuda_ordinal)(const struct dev *d);
     /* buf [n] (device) summed over the ranks of c, ordered after the device's earlier work.
      * NULL: sync, then comm_allreduce on buf. */
     void (*allreduce)(struct dev *d, struct comm *c, int rank, float *buf, int64_t n);
@@ -555,6 +563,17 @@ static inline enum kq_type dev_weight_layout(const struct dev *d, enum kq_type t
     return d->ops->weight_layout ? d->ops->weight_layout(d, t) : t;
 }
 
+static inline bool dev_host_weights(const struct dev *d)
+{
+    return d->ops->host_weights;
+}
+
+/* The device's GPU ordinal, or -1 for a device that is not a GPU. */
+static inline int dev_cuda_ordinal(const struct dev *d)
+{
+    return d->ops->cuda_ordinal ? d->ops->cuda_ordinal(d) : -1;
+}
+
 static inline int dev_n_threads(const struct dev *d)
 {
     return d->ops->n_threads ? d->ops->n_threads(d) : 1;
@@ -586,9 +605,33 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
 int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
                          size_t errlen);
 
+/* ---- device groups from a spec (backend_registry.c: it knows what the build has) ---------- */
+
+#define DEV_GROUP_MAX 64
+
+/* "cpu:N" (N CPU devices over disjoint core sets), "cuda:I[,J...]" (those GPUs, distinct
+ * ordinals) or "cuda:all" (every GPU the driver reports, resolved by dev_group_create). */
+struct dev_spec {
+    bool cuda;
+    bool all; /* cuda:all */
+    int n;    /* devices (cuda:all: 0 until created) */
+    int gpu[DEV_GROUP_MAX];
+};
+
+/* Parse s into *out. Returns 0, or DD_EINVAL / DD_EUNSUPPORTED (cuda in a build without
+ * CUDA) with the reason in msg. */
+int dev_spec_parse(const char *s, struct dev_spec *out, char *msg, size_t cap);
+
+/* The devices of *sp into devs[0 .. *n_dev): CPU devices as dev_cpu_create_group (n_threads
+ * per device, bind), or one CUDA device per listed GPU (a missing GPU is an error naming it).
+ * Transferred: dev_destroy each. */
+int dev_group_create(const struct dev_spec *sp, int n_threads, bool bind, struct dev **devs,
+                     int *n_dev, char *err, size_t errlen);
+
 /* The strict test device (dev_strict.c): inner (transferred) behind buffers the host cannot
  * touch outside the device's own calls (PROT_NONE between them), so a host dereference of an
- * activation or cache address faults. Weights stay inner's. Transferred: dev_destroy. */
+ * activation, cache or weight address faults (its weights are uploaded: no host_weights).
+ * Transferred: dev_destroy. */
 int dev_strict_create(struct dev *inner, struct dev **out, char *err, size_t errlen);
 
 #endif

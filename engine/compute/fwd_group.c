@@ -6,13 +6,18 @@
  * (the caller is host thread 0). Devices meet inside the step at the allreduces (comm.c). The
  * logits slices of the devices are downloaded into one host [rows][n_vocab] buffer when asked.
  *
+ * Weights: a device without host_weights (a GPU, the strict test device) gets its model (or
+ * shard) uploaded into one buffer of its own at creation (shard_upload). A group of GPUs
+ * reduces over NCCL (one communicator made here, at start-up), any other group over the host
+ * communicator; CPU and GPU devices never share a group.
+ *
  * Invariants: every device's cache has the same per-sequence bookkeeping (rs_idx, valid),
  * because every cache operation goes to all of them. Thread: the engine thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"        // defines: comm_create_host
+#include "comm.h"        // defines: comm_create_host, comm_create
 #include "engine/util.h" // defines: xcalloc, dd_errf
 #include "fwd_impl.h"    // defines: fwd__dev_*
 #include "shard.h"       // defines: shard_build, shard_relayout
@@ -25,11 +30,13 @@ struct fwd_ctx {
     struct fwd_params p;
     int n;
     struct fwd_dev *dev[MAX_DEV];
-    struct model *shard[MAX_DEV]; /* owned shards (n > 1, or relaid-out weights), else NULL */
-    struct comm *comm;            /* n > 1 */
-    tpool_t *hosts;               /* n > 1: one host thread per device */
-    bool bound[MAX_DEV];          /* host thread d was bound near device d (its first step) */
-    struct fwd_run *runs;         /* [max_tokens] */
+    struct model *shard[MAX_DEV];  /* owned shards (n > 1, relaid-out or uploaded weights) */
+    struct dev *wdev[MAX_DEV];     /* the device holding wbuf[d] */
+    struct dev_buf *wbuf[MAX_DEV]; /* device d's uploaded weights (no host_weights), else NULL */
+    struct comm *comm;             /* n > 1 */
+    tpool_t *hosts;                /* n > 1: one host thread per device */
+    bool bound[MAX_DEV];           /* host thread d was bound near device d (its first step) */
+    struct fwd_run *runs;          /* [max_tokens] */
     int64_t n_runs;
     float *logits; /* [max_tokens][n_vocab] host: the devices' rows, gathered on demand */
     int64_t n_logits;
@@ -254,6 +261,26 @@ static enum kq_type layout_of(void *ctx, enum kq_type t)
     return dev_weight_layout(ctx, t);
 }
 
+/* The group's communicator: NCCL over the GPUs' ordinals when every device is a GPU, the host
+ * one when none is. */
+static int group_comm(struct fwd_ctx *f, struct dev **devs, char *err, size_t errlen)
+{
+    int gpu[MAX_DEV], n_gpu = 0;
+    for (int d = 0; d < f->n; d++)
+        if ((gpu[d] = dev_cuda_ordinal(devs[d])) >= 0)
+            n_gpu++;
+    if (n_gpu && n_gpu != f->n) {
+        dd_errf(err, errlen, "a device group is all GPUs or all CPU devices (%d of %d are GPUs)",
+                n_gpu, f->n);
+        return DD_EINVAL;
+    }
+    f->comm = n_gpu ? comm_create(COMM_NCCL, f->n, gpu, err, errlen) : comm_create_host(f->n);
+    if (!f->comm)
+        return DD_EUNSUPPORTED;
+    comm_reserve(f->comm, f->p.max_tokens * f->m->hp.n_embd);
+    return 0;
+}
+
 int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
                      const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen)
 {
@@ -269,10 +296,9 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
     f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
     int rc = 0;
     if (n_dev > 1) {
-        f->comm = comm_create_host(n_dev);
-        comm_reserve(f->comm, p->max_tokens * m->hp.n_embd);
-        f->hosts = tpool_create(n_dev, NULL, "deltad-tp");
-        if (!f->hosts) {
+        rc = group_comm(f, devs, err, errlen);
+        f->hosts = rc ? NULL : tpool_create(n_dev, NULL, "deltad-tp");
+        if (!rc && !f->hosts) {
             dd_errf(err, errlen, "cannot create the device host threads");
             rc = DD_ENOMEM;
         }
@@ -289,8 +315,17 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
                       "layout",
                       d, devs[d]->ops->name, n_re,
                       (double)(f->shard[d]->owned_bytes - had) / 1048576.0);
-            dm = f->shard[d] ? f->shard[d] : m;
         }
+        if (!rc && !dev_host_weights(devs[d])) {
+            size_t bytes = 0;
+            rc = shard_upload(m, &f->shard[d], devs[d], &f->wbuf[d], &bytes, err, errlen);
+            f->wdev[d] = devs[d];
+            if (!rc)
+                LOG_I("device %d (%s): weights uploaded, %.1f MiB", d, devs[d]->ops->name,
+                      (double)bytes / 1048576.0);
+        }
+        if (!rc)
+            dm = f->shard[d] ? f->shard[d] : m;
         if (!rc)
             rc = fwd__dev_create(dm, devs[d], p, f->comm, d, &f->dev[d], err, errlen);
     }
@@ -314,6 +349,8 @@ void fwd_destroy(struct fwd_ctx *f)
         return;
     for (int d = 0; d < f->n; d++) {
         fwd__dev_destroy(f->dev[d]);
+        if (f->wbuf[d])
+            dev_buf_free(f->wdev[d], f->wbuf[d]);
         shard_free(f->shard[d]);
     }
     tpool_destroy(f->hosts);

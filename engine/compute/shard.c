@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"      // defines: dev_buf_alloc, dev_upload, dev_sync
 #include "engine/util.h" // defines: xcalloc, xmalloc, dd_errf
 
 /* A slice [lo, hi) of one split dimension, in units of the split (heads, channels, ...). */
@@ -402,6 +403,128 @@ int shard_relayout(const struct model *m, struct model **shard,
     }
     *shard = s;
     return n;
+}
+
+/* ============================================================================================
+ * Weights into device memory
+ * ========================================================================================== */
+
+/* Every weight view of a layer (the matrices and the f32 vectors). */
+static const size_t layer_views[] = {
+    offsetof(struct model_layer, attn_norm),
+    offsetof(struct model_layer, ffn_norm),
+    offsetof(struct model_layer, wq),
+    offsetof(struct model_layer, wk),
+    offsetof(struct model_layer, wv),
+    offsetof(struct model_layer, wo),
+    offsetof(struct model_layer, q_norm),
+    offsetof(struct model_layer, k_norm),
+    offsetof(struct model_layer, qkv),
+    offsetof(struct model_layer, gate),
+    offsetof(struct model_layer, conv),
+    offsetof(struct model_layer, dt_bias),
+    offsetof(struct model_layer, ssm_a),
+    offsetof(struct model_layer, beta),
+    offsetof(struct model_layer, alpha),
+    offsetof(struct model_layer, ba),
+    offsetof(struct model_layer, ssm_norm),
+    offsetof(struct model_layer, ssm_out),
+    offsetof(struct model_layer, ffn_gate),
+    offsetof(struct model_layer, ffn_up),
+    offsetof(struct model_layer, ffn_down),
+    offsetof(struct model_layer, gate_inp),
+    offsetof(struct model_layer, gate_exps),
+    offsetof(struct model_layer, up_exps),
+    offsetof(struct model_layer, down_exps),
+    offsetof(struct model_layer, gate_inp_shexp),
+    offsetof(struct model_layer, gate_shexp),
+    offsetof(struct model_layer, up_shexp),
+    offsetof(struct model_layer, down_shexp),
+    offsetof(struct model_layer, eh_proj),
+    offsetof(struct model_layer, enorm),
+    offsetof(struct model_layer, hnorm),
+    offsetof(struct model_layer, shared_head_norm),
+};
+
+#define N_LAYER_VIEWS (sizeof layer_views / sizeof layer_views[0])
+
+/* The host bytes a view covers: its rows of every expert. */
+static size_t view_bytes(const struct model_w *w)
+{
+    return w->nb2 * (size_t)(w->ne[2] > 0 ? w->ne[2] : 1);
+}
+
+/* One host range to upload: the union of the views that overlap it. */
+struct range {
+    const char *lo, *hi;
+    size_t off; /* in the device buffer */
+};
+
+static int cmp_view(const void *a, const void *b)
+{
+    const char *x = (*(struct model_w *const *)a)->data, *y = (*(struct model_w *const *)b)->data;
+    return x < y ? -1 : x > y;
+}
+
+int shard_upload(const struct model *m, struct model **shard, struct dev *d, struct dev_buf **buf,
+                 size_t *bytes, char *err, size_t errlen)
+{
+    struct model *s = *shard ? *shard : shallow_copy(m);
+    const int64_t L = s->hp.n_layer_all;
+    struct model_w **v = xmalloc((size_t)(L * (int64_t)N_LAYER_VIEWS + 3) * sizeof *v);
+    size_t n = 0;
+    struct model_w *top[3] = {&s->tok_embd, &s->output_norm, &s->output};
+    for (int i = 0; i < 3; i++)
+        if (top[i]->data)
+            v[n++] = top[i];
+    for (int64_t il = 0; il < L; il++)
+        for (size_t i = 0; i < N_LAYER_VIEWS; i++) {
+            struct model_w *w = (void *)((char *)&s->layers[il] + layer_views[i]);
+            if (w->data)
+                v[n++] = w;
+        }
+    /* views that overlap (a tied LM head, a vocab slice of the embedding) share one range */
+    qsort(v, n, sizeof *v, cmp_view);
+    struct range *r = xmalloc((n ? n : 1) * sizeof *r);
+    size_t nr = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *lo = v[i]->data, *hi = lo + view_bytes(v[i]);
+        if (nr && lo < r[nr - 1].hi) {
+            r[nr - 1].hi = hi > r[nr - 1].hi ? hi : r[nr - 1].hi;
+            continue;
+        }
+        r[nr++] = (struct range){lo, hi, 0};
+    }
+    for (size_t i = 0; i < nr; i++) {
+        r[i].off = total;
+        total += ((size_t)(r[i].hi - r[i].lo) + 255) / 256 * 256;
+    }
+    char *base = NULL;
+    int rc = dev_buf_alloc(d, total ? total : 256, 256, buf, (void **)&base);
+    if (rc) {
+        dd_errf(err, errlen, "device %s: cannot allocate %.1f MiB for the weights", d->ops->name,
+                (double)total / 1048576.0);
+    } else {
+        for (size_t i = 0; i < nr; i++)
+            dev_upload(d, base + r[i].off, r[i].lo, (size_t)(r[i].hi - r[i].lo));
+        dev_sync(d); /* the host copies may go now */
+        for (size_t i = 0, k = 0; i < n; i++) {
+            while ((const char *)v[i]->data >= r[k].hi)
+                k++;
+            v[i]->data = base + r[k].off + ((const char *)v[i]->data - r[k].lo);
+        }
+        for (int64_t i = 0; i < s->n_owned; i++) /* the shard's host copies are uploaded */
+            free(s->owned[i]);
+        s->n_owned = 0;
+        *bytes = total;
+    }
+    free(r);
+    free(v);
+    if (rc && !*shard)
+        shard_free(s);
+    else
+        *shard = s;
+    return rc;
 }
 
 void shard_free(struct model *s)

@@ -48,6 +48,20 @@ int shard_relayout(const struct model *m, struct model **shard,
 size_t shard_relayout_bytes(const struct model *m, enum kq_type (*want)(void *ctx, enum kq_type t),
                             void *ctx, int *n);
 
+struct dev;
+struct dev_buf;
+
+/*
+ * Move the weights of a device's model into device memory (for a device without
+ * host_weights): one buffer of d holds every weight view once (views that overlap, a tied LM
+ * head, share their bytes), uploaded in one pass; every view of *shard then points at device
+ * addresses and the shard's host copies are freed. *shard as for shard_relayout (NULL: the
+ * whole model, a shallow copy is made). *buf is d's (dev_buf_free it before the shard is
+ * freed); *bytes its size. Returns 0 or DD_ENOMEM (message in err).
+ */
+int shard_upload(const struct model *m, struct model **shard, struct dev *d, struct dev_buf **buf,
+                 size_t *bytes, char *err, size_t errlen);
+
 /* Bytes this shard owns (split tensors) and reads from the shared mapping (replicated). */
 void shard_bytes(const struct model *shard, size_t *owned, size_t *replicated);
 

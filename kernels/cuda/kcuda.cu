@@ -91,6 +91,13 @@ extern "C" int kc_stream_create(int device, size_t scratch_bytes, kc_stream **ou
     return 0;
 }
 
+extern "C" void kc_set_device(int device)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != device)
+        KC_CHECK(cudaSetDevice(device));
+}
+
 extern "C" void kc_stream_destroy(kc_stream *s)
 {
     if (!s)

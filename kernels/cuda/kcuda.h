@@ -42,6 +42,10 @@ void kc_device_describe(int device, char *buf, size_t len);
 /* The device's PCI bus id ("0000:3b:00.0") into buf; "" when CUDA cannot tell. */
 void kc_device_busid(int device, char *buf, size_t len);
 
+/* Make `device` the calling host thread's current CUDA device (allocations and launches go
+ * to it); cheap when it already is. */
+void kc_set_device(int device);
+
 typedef struct kc_stream kc_stream;
 
 /* A stream on `device` with its own cuBLAS handle and scratch_bytes of device scratch (for the

@@ -312,7 +312,7 @@ int cmd_parse(int argc, char **argv, int first, int which, struct cmd_opts *o)
             return 2;
     }
     char msg[256];
-    if (cfg_parse_devices(o->devices, &o->n_dev, msg, sizeof msg)) {
+    if (dev_spec_parse(o->devices, &o->dev_spec, msg, sizeof msg)) {
         fprintf(stderr, "error: --devices: %s\n", msg);
         return 2;
     }
@@ -352,9 +352,8 @@ int cmd_engine_open(struct cmd_engine *e, const struct cmd_opts *o)
         return 1;
     }
     /* threads is per device, as in the daemon (devices = cpu:N, threads = per CPU device) */
-    e->n_dev = o->n_dev;
-    if (dev_cpu_create_group(e->n_dev, (int)o->threads * e->n_dev, o->bind, e->devs, err,
-                             sizeof err)) {
+    if (dev_group_create(&o->dev_spec, (int)o->threads, o->bind, e->devs, &e->n_dev, err,
+                         sizeof err)) {
         fprintf(stderr, "error: devices: %s\n", err);
         e->n_dev = 0;
         goto fail;

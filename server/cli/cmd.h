@@ -31,12 +31,12 @@ enum { CMD_GENERATE = 1, CMD_LOGITS = 2, CMD_BENCH = 4, CMD_INFO = 8 };
  * BOOL bool, STR char * (owned, freed by cmd_opts_free), ENUM int (the choice's index). */
 struct cmd_opts {
     /* ---- config keys (the daemon's rows and defaults) ---- */
-    char *model;       /* model; "" = none given (-m is required but for info) */
-    char *devices;     /* devices "cpu:N" (--tp N is an alias) */
-    int n_dev;         /* N of devices, derived by cmd_parse */
-    int64_t threads;   /* threads per CPU device, 0 = one per allowed core */
-    bool bind;         /* bind_threads; --no-bind clears it */
-    int64_t batch;     /* max_batch_tokens: max tokens per forward call */
+    char *model;              /* model; "" = none given (-m is required but for info) */
+    char *devices;            /* devices "cpu:N" or "cuda:..." (--tp N is an alias of cpu:N) */
+    struct dev_spec dev_spec; /* devices, parsed by cmd_parse */
+    int64_t threads;          /* threads per CPU device, 0 = one per allowed core */
+    bool bind;                /* bind_threads; --no-bind clears it */
+    int64_t batch;            /* max_batch_tokens: max tokens per forward call */
     int64_t ctx;       /* ctx: context positions at most (the command allocates what it needs) */
     int spec_type;     /* spec_type: enum cfg_spec_type (generate) */
     int64_t draft_max; /* spec_draft_max */

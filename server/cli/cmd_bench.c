@@ -589,7 +589,7 @@ int cmd_info(const struct cmd_opts *o)
         return 1;
     }
     topo_plan *plan = NULL;
-    if (topo_split(topo, o->n_dev, 0, &plan, err, sizeof err))
+    if (!o->dev_spec.cuda && topo_split(topo, o->dev_spec.n, 0, &plan, err, sizeof err))
         fprintf(stderr, "warning: placement: %s\n", err);
     topo_print(topo, plan, stdout);
     printf("kernels: %s (best on this CPU: %s)\n", kq_isa_name(kq_isa_active()),

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/compute/device.h" // defines: dev_cpu_create
+#include "engine/compute/device.h" // defines: dev_group_create
 #include "engine/model/model.h"    // defines: model_load
 #include "engine/sched/eng.h"      // defines: eng_create, eng_get_stats
 #include "engine/util.h"           // defines: LOG_I, dd_log_set
@@ -313,20 +313,28 @@ static int load_template(struct serve *s, char *err, size_t errlen)
     return 0;
 }
 
-/* hwloc placement and the CPU devices (devices = cpu:N). The group binds the calling thread
- * to device 0's first core, so the engine thread started next inherits that placement. */
+/* The devices (devices = cpu:N with hwloc placement, or cuda:...). A CPU group binds the
+ * calling thread to device 0's first core, so the engine thread started next inherits that
+ * placement; a GPU's driving thread binds near it at its first step. */
 static int build_devices(struct serve *s, char *err, size_t errlen)
 {
     const struct cfg *c = s->cfg;
-    int n = c->n_cpu_devices;
-    int rc = dev_cpu_create_group(n, (int)(c->threads * n), c->bind_threads, s->devs, err, errlen);
+    const struct dev_spec *sp = &c->dev_spec;
+    int rc =
+        dev_group_create(sp, (int)c->threads, c->bind_threads, s->devs, &s->n_dev, err, errlen);
     if (rc) {
-        add_hint(c, "devices", "use at most as many CPU devices as allowed cores", err, errlen);
+        add_hint(c, "devices",
+                 sp->cuda ? "name GPUs this machine has (nvidia-smi lists them)"
+                          : "use at most as many CPU devices as allowed cores",
+                 err, errlen);
         return rc;
     }
-    s->n_dev = n;
-    LOG_I("%d CPU device%s, %d threads each%s", n, n > 1 ? "s (tensor parallel)" : "",
-          dev_n_threads(s->devs[0]), c->bind_threads ? ", bound with hwloc" : "");
+    const int n = s->n_dev;
+    if (sp->cuda)
+        LOG_I("%d GPU%s (%s)", n, n > 1 ? "s, tensor parallel over NCCL" : "", c->devices);
+    else
+        LOG_I("%d CPU device%s, %d threads each%s", n, n > 1 ? "s (tensor parallel)" : "",
+              dev_n_threads(s->devs[0]), c->bind_threads ? ", bound with hwloc" : "");
     return 0;
 }
 

@@ -62,8 +62,9 @@ const struct cfg_row cfg__rows[] = {
      "GGUF model file to serve"},
     {"model_name", CFG_STR, "", 0, 255, R, OFF(model_name), NULL,
      "model id in the API (\"\" = the file name without .gguf)"},
-    {"devices", CFG_STR, "cpu:1", 0, 64, R, OFF(devices), NULL,
-     "compute devices: cpu:N = N CPU devices over disjoint core sets, tensor parallel"},
+    {"devices", CFG_STR, "cpu:1", 0, 255, R, OFF(devices), NULL,
+     "compute devices: cpu:N = N CPU devices over disjoint core sets; cuda:0, cuda:0,1 or "
+     "cuda:all = those GPUs (a CUDA build); several devices run tensor parallel"},
     {"threads", CFG_INT, "0", 0, 1024, R, OFF(threads), NULL,
      "threads per CPU device (0 = one per allowed core)"},
     {"bind_threads", CFG_BOOL, "true", 0, 0, R, OFF(bind_threads), NULL,

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/compute/device.h" // defines: struct dev_spec
+
 /* Upper bound on the number of table rows (the table has fewer; a static assert checks). */
 #define CFG_MAX_KEYS 64
 
@@ -91,7 +93,7 @@ struct cfg {
     char *log_file; /* "" = stderr */
 
     /* ---- derived by cfg_check ---- */
-    int n_cpu_devices; /* N of devices = cpu:N */
+    struct dev_spec dev_spec; /* devices, parsed (dev_spec_parse) */
 
     /* ---- bookkeeping ---- */
     char *config_path;               /* --config FILE, or NULL */
@@ -136,8 +138,6 @@ int cfg_row_set(const struct cfg_row *r, void *base, const char *val, char *msg,
 void cfg_row_help(FILE *f, const struct cfg_row *r, const char *flag, int width);
 /* "--" + r->name with dashes for underscores, into buf. Returns buf. */
 const char *cfg_row_flag(const struct cfg_row *r, char *buf, size_t cap);
-/* devices = "cpu:N": N in [1, 64]. Returns 0 and *n, or -1 with the reason in msg. */
-int cfg_parse_devices(const char *devices, int *n, char *msg, size_t cap);
 
 /* Fill c with the built-in defaults. Release with cfg_free. */
 void cfg_init(struct cfg *c);

@@ -15,9 +15,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cfg.h"         // defines: struct cfg, cfg_check
-#include "cfg_impl.h"    // defines: cfg__rows, cfg__fmt_value
-#include "engine/util.h" // defines: dd_errf, LOG_I, xstrdup
+#include "cfg.h"                   // defines: struct cfg, cfg_check
+#include "cfg_impl.h"              // defines: cfg__rows, cfg__fmt_value
+#include "engine/compute/device.h" // defines: dev_spec_parse
+#include "engine/util.h"           // defines: dd_errf, LOG_I, xstrdup
 
 /* ============================================================================================
  * Where a value came from
@@ -100,29 +101,16 @@ static const char *read_key_file(const char *path, char **key, bool *world_reada
     return NULL;
 }
 
-/* devices = cpu:N: N CPU devices over disjoint core sets, tensor parallel. */
+/* devices = cpu:N | cuda:I[,J...] | cuda:all (dev_spec_parse; GPUs are looked for when the
+ * devices are created). */
 static int check_devices(struct cfg *c, char *err, size_t errlen)
 {
-    const char *hint = "devices = cpu:N with N from 1 to 64 (this build has no CUDA)";
     char msg[256];
-    if (cfg_parse_devices(c->devices, &c->n_cpu_devices, msg, sizeof msg))
-        return fail_check(c, "devices", hint, err, errlen, "%s", msg);
-    return 0;
-}
-
-int cfg_parse_devices(const char *devices, int *n, char *msg, size_t cap)
-{
-    int64_t v;
-    if (strncmp(devices, "cuda", 4) == 0) {
-        dd_errf(msg, cap, "CUDA devices are not supported by this build, got '%s'", devices);
-        return -1;
-    }
-    bool cpu_n = strncmp(devices, "cpu:", 4) == 0 && cfg__parse_i64(devices + 4, &v) == 0;
-    if (!cpu_n || v < 1 || v > 64) {
-        dd_errf(msg, cap, "expected cpu:N with N from 1 to 64, got '%s'", devices);
-        return -1;
-    }
-    *n = (int)v;
+    if (dev_spec_parse(c->devices, &c->dev_spec, msg, sizeof msg))
+        return fail_check(c, "devices",
+                          "devices = cpu:N (N from 1 to 64), or cuda:0, cuda:0,1, cuda:all in a "
+                          "CUDA build",
+                          err, errlen, "%s", msg);
     return 0;
 }
 

@@ -141,7 +141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         require(strstr(err, "HINT:") != NULL, "rejected without a HINT line", err);
     } else {
         require(c.model_name && c.model_name[0], "no model_name after cfg_check", NULL);
-        require(c.n_cpu_devices >= 1, "no device count after cfg_check", NULL);
+        require(c.dev_spec.n >= 1 || c.dev_spec.all, "no device count after cfg_check", NULL);
         cfg_dump(&c);
         cfg_report_changes(&def, &c);
     }

@@ -63,7 +63,8 @@ TEST(defaults_valid)
     CHECK(c.auth_metrics);
     CHECK_EQ(cfg_check(&c, err, sizeof err), 0);
     CHECK_STR_EQ(c.model_name, "demo");
-    CHECK_EQ(c.n_cpu_devices, 1);
+    CHECK_EQ(c.dev_spec.n, 1);
+    CHECK(!c.dev_spec.cuda);
     for (int i = 0; i < cfg__n_rows; i++) {
         CHECK(cfg__rows[i].help && *cfg__rows[i].help);
         CHECK_EQ(c.src[i], CFG_SRC_DEFAULT);

@@ -10,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_create, dev_cuda_count
+#include "engine/util.h"             // defines: dd_errf
+
 /* The fixture every model test needs; mkmodel writes the others next to it. */
 #define TESTUTIL_PROBE "tiny-qwen35.gguf"
 
@@ -64,10 +67,19 @@ bool testutil_req_drain(eng_req_t *r, int max_polls,
 int testutil_dev_cpu(int n_threads, struct dev **out, char *err, size_t errlen)
 {
     struct dev *d;
+    const char *kind = getenv("DELTAD_TEST_DEVICE");
+    if (kind && strcmp(kind, "cuda") == 0) { /* successive calls take successive GPUs */
+        static int next;
+        const int n = dev_cuda_count();
+        if (n < 1) {
+            dd_errf(err, errlen, "DELTAD_TEST_DEVICE=cuda: no GPU in this build or machine");
+            return DD_EUNSUPPORTED;
+        }
+        return dev_cuda_create(next++ % n, out, err, errlen);
+    }
     int rc = dev_cpu_create(n_threads, NULL, &d, err, errlen);
     if (rc)
         return rc;
-    const char *kind = getenv("DELTAD_TEST_DEVICE");
     if (kind && strcmp(kind, "strict") == 0)
         return dev_strict_create(d, out, err, errlen);
     *out = d;

@@ -18,7 +18,9 @@
 
 /* The device of the forward tests: an unbound CPU device of n_threads, wrapped in the strict
  * device (dev_strict_create: device memory the host cannot touch) when the environment has
- * DELTAD_TEST_DEVICE=strict (tests/golden/test_strict.sh). Transferred: dev_destroy. */
+ * DELTAD_TEST_DEVICE=strict (tests/golden/test_strict.sh), or the CUDA device of the next GPU
+ * (round robin, so a group's devices are distinct GPUs) with DELTAD_TEST_DEVICE=cuda
+ * (tests/cuda/test_cuda_forward.sh, under kcpu). Transferred: dev_destroy. */
 int testutil_dev_cpu(int n_threads, struct dev **out, char *err, size_t errlen);
 
 /* The exit status of a skipped test program, as test.h's TEST_SKIP returns it. */
