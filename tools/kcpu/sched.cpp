@@ -161,6 +161,21 @@ struct pool {
 };
 static __thread pool *tpool;
 
+/* Unmaps the thread's pool when the thread exits: the engine's device host threads come and
+ * go with each device group, and the guard pages of a leaked pool (one mapping each) would
+ * exhaust vm.max_map_count after a few dozen groups. */
+struct pool_owner {
+    ~pool_owner()
+    {
+        if (!tpool)
+            return;
+        munmap(tpool->stacks, (size_t)MAX_THREADS * STACK_BYTES);
+        free(tpool);
+        tpool = NULL;
+    }
+};
+static thread_local pool_owner pool_owned;
+
 static pool *pool_get()
 {
     if (tpool)
@@ -176,6 +191,7 @@ static pool *pool_get()
     const char *seed = getenv("KCPU_SEED");
     p->rng = seed ? strtoull(seed, NULL, 0) | 1 : 0x2545f4914f6cdd1dull;
     tpool = p;
+    (void)&pool_owned; /* odr-use: constructs the owner, whose destructor runs at thread exit */
     return p;
 }
 
