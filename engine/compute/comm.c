@@ -109,6 +109,15 @@ void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n)
         c->ops->allreduce(c, rank, buf, n);
 }
 
+int comm_allreduce_on(struct comm *c, int rank, float *buf, int64_t n, void *stream)
+{
+    if (!c->ops->allreduce_on)
+        return -1;
+    if (n > 0)
+        c->ops->allreduce_on(c, rank, buf, n, stream);
+    return 0;
+}
+
 /* Sense-counting barrier: the last rank to arrive advances the generation. */
 static void barrier(struct comm *c)
 {

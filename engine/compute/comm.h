@@ -23,6 +23,9 @@ struct comm_ops {
     void (*destroy)(struct comm *c);
     /* Size buffers for allreduces of up to n floats (start-up); NULL when none are needed. */
     void (*reserve)(struct comm *c, int64_t n);
+    /* allreduce enqueued on a device stream (a cudaStream_t as void *) after the work already
+     * there, returning before it completes; NULL when the kind has no streams. */
+    void (*allreduce_on)(struct comm *c, int rank, float *buf, int64_t n, void *stream);
 };
 
 enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1 };
@@ -42,6 +45,10 @@ int comm_size(const struct comm *c);
 
 /* buf [n] on rank `rank` := sum over ranks of their buf. Blocks until every rank arrived. */
 void comm_allreduce(struct comm *c, int rank, float *buf, int64_t n);
+
+/* comm_allreduce ordered on `stream` (the device's own), without waiting for it: returns -1
+ * (nothing done) when c has no stream form; the caller then syncs and calls comm_allreduce. */
+int comm_allreduce_on(struct comm *c, int rank, float *buf, int64_t n, void *stream);
 
 /* Seconds all ranks spent inside comm_allreduce, and the call count (rank 0's view). */
 void comm_stats(const struct comm *c, double *seconds, int64_t *calls);

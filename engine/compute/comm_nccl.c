@@ -5,12 +5,13 @@
  * Communicators are created once, eagerly, with ncclCommInitAll over exactly the group's GPUs
  * (STYLE rule 9); a group of one GPU still goes through NCCL. Each rank's host thread calls
  * comm_allreduce with a device pointer; the reduction runs on the rank's stream, inside
- * ncclGroupStart/End, and the call returns when it completed (the CUDA device will order its
- * own stream with an event instead: TODO(issue 8)). Wire format (docs/parallelism-and-
- * speculation.md section 5): F32 in place below a size threshold that grows with the group
- * (32768 elements for up to 2 GPUs, 131072 for 3, 262144 for 4 or more); at or above it the
- * buffer is rounded to BF16 into a per-rank device temporary (sized by comm_reserve), reduced
- * as BF16 and widened back, so every rank ends with the same bits. Zero-element calls never
+ * ncclGroupStart/End, and the call returns when it completed. The CUDA device calls
+ * comm_allreduce_on instead: the same reduction enqueued on the device's own stream, after the
+ * step's kernels, with no host wait (the step's one sync is the logits download). Wire format
+ * (docs/parallelism-and- speculation.md section 5): F32 in place below a size threshold that grows
+ * with the group (32768 elements for up to 2 GPUs, 131072 for 3, 262144 for 4 or more); at or above
+ * it the buffer is rounded to BF16 into a per-rank device temporary (sized by comm_reserve),
+ * reduced as BF16 and widened back, so every rank ends with the same bits. Zero-element calls never
  * reach NCCL (comm_allreduce skips them). Every NCCL and CUDA call goes through a check that
  * reports file:line and aborts (STYLE rule 18c).
  */
@@ -57,10 +58,9 @@ static void cuda_check(cudaError_t r, const char *file, int line)
     }
 }
 
-static void nccl_allreduce(struct comm *c, int rank, float *buf, int64_t n)
+/* The reduction of rank's buf on stream st, enqueued (not waited for). */
+static void nccl_enqueue(struct comm_nccl *g, int rank, float *buf, int64_t n, cudaStream_t st)
 {
-    struct comm_nccl *g = (struct comm_nccl *)c;
-    cudaStream_t st = g->streams[rank];
     CUDA_CHECK(cudaSetDevice(g->devs[rank]));
     const int bf16 = n >= g->bf16_min && n <= g->cap;
     if (bf16)
@@ -74,7 +74,19 @@ static void nccl_allreduce(struct comm *c, int rank, float *buf, int64_t n)
     NCCL_CHECK(ncclGroupEnd());
     if (bf16)
         kc_bf16_to_f32_on(st, g->wire[rank], buf, n);
-    CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+static void nccl_allreduce(struct comm *c, int rank, float *buf, int64_t n)
+{
+    struct comm_nccl *g = (struct comm_nccl *)c;
+    nccl_enqueue(g, rank, buf, n, g->streams[rank]);
+    CUDA_CHECK(cudaStreamSynchronize(g->streams[rank]));
+}
+
+/* On the caller's stream (the CUDA device's): ordered after its kernels, no host wait. */
+static void nccl_allreduce_on(struct comm *c, int rank, float *buf, int64_t n, void *stream)
+{
+    nccl_enqueue((struct comm_nccl *)c, rank, buf, n, (cudaStream_t)stream);
 }
 
 /* Start-up: the BF16 temporaries for calls of up to n elements. A call larger than the
@@ -111,6 +123,7 @@ static const struct comm_ops nccl_ops = {
     .allreduce = nccl_allreduce,
     .destroy = nccl_destroy,
     .reserve = nccl_reserve,
+    .allreduce_on = nccl_allreduce_on,
 };
 
 struct comm *comm_nccl_create(int n_ranks, const int *cuda_devices, char *err, size_t errlen)

@@ -6,8 +6,8 @@
  * positions converted on the device to the int32 positions and lengths kcuda takes), SwiGLU,
  * GDN gates, conv1d, the gated delta rule, the shared-expert gate, MoE routing, gather and
  * combine, row gathers / scatters, argmax. matmul_id downloads the expert offsets (one sync
- * per call) and runs one product per expert with rows; matmul_multi, reserve_attn and
- * allreduce take the wrappers' fallbacks.
+ * per call) and runs one product per expert with rows; matmul_multi and reserve_attn
+ * take the wrappers' fallbacks; allreduce goes on the stream (comm_allreduce_on).
  *
  * Weights: device addresses like everything else. The device has no host_weights, so the
  * group uploads each device's model (or shard) once at start-up into one buffer
@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"               // defines: comm_allreduce_on, comm_allreduce
 #include "dev_cuda_impl.h"      // defines: dev_cuda__create
 #include "device.h"             // defines: struct dev, struct dev_ops
 #include "engine/util.h"        // defines: xcalloc, dd_errf, LOG_I
@@ -402,6 +403,16 @@ static bool find_near(int gpu, cpu_set_t *near, int *numa)
     return ok;
 }
 
+/* NCCL on this device's stream (no host wait); another communicator: sync, then its call. */
+static void cuda_allreduce(struct dev *d, struct comm *c, int rank, float *buf, int64_t n)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    if (comm_allreduce_on(c, rank, buf, n, kc_stream_handle(cd->s)) == 0)
+        return;
+    kc_stream_sync(cd->s);
+    comm_allreduce(c, rank, buf, n);
+}
+
 static int cuda_ordinal(const struct dev *d)
 {
     return ((const struct cuda_dev *)d)->gpu;
@@ -422,6 +433,7 @@ static const struct dev_ops cuda_ops = {
     .name = "cuda",
     .host_weights = false,
     .cuda_ordinal = cuda_ordinal,
+    .allreduce = cuda_allreduce,
     .destroy = cuda_destroy,
     .buf_alloc = cuda_buf_alloc,
     .buf_free = cuda_buf_free,

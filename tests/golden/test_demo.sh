@@ -7,7 +7,8 @@
 #   2. the engine's tokenizer on the dialogue text gives the fixture's token ids (the logits of
 #      `-p TEXT` and `--tokens IDS` are byte-identical);
 #   3. greedy generation answers "What is 23 + 45?" with "23 + 45 = 68".
-# Needs only coreutils and awk. Skips (77) when models/demo.gguf is absent.
+# Needs only coreutils and awk. Skips (77) when models/demo.gguf is absent. DEMO_DEVICES (e.g.
+# cuda:0, from tests/cuda/test_cuda_forward.sh under kcpu) runs all of it on those devices.
 set -u
 B=${1:?usage: test_demo.sh BUILD_DIR}
 cd "$(dirname "$0")/../.." || exit 1
@@ -17,6 +18,7 @@ FX=$FXD/logits.bin
 PROMPT=$FXD/prompt.txt
 [ -f "$M" ] || { echo "SKIP: $M is absent (make demo-model builds it)"; exit 77; }
 [ -f "$FX" ] || { echo "FAIL: $FX missing"; exit 1; }
+dev=(--devices "${DEMO_DEVICES:-cpu:1}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -34,7 +36,7 @@ fi
 hdr=80
 toks=$(od -An -td4 -v -j$hdr -N$((4 * n)) "$FX" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 
-"$B/deltad" logits -m "$M" --tokens "$toks" -o "$tmp/eng.f32" --mtp -t 1 >"$tmp/log" 2>&1 ||
+"$B/deltad" logits -m "$M" --tokens "$toks" -o "$tmp/eng.f32" --mtp -t 1 "${dev[@]}" >"$tmp/log" 2>&1 ||
   { echo "FAIL: deltad logits"; cat "$tmp/log"; exit 1; }
 size=$(stat -c %s "$tmp/eng.f32")
 [ "$size" -eq $((2 * n * V * 4)) ] || { echo "FAIL: engine wrote $size bytes, want $((2 * n * V * 4))"; exit 1; }
@@ -58,7 +60,7 @@ paste "$tmp/ref.txt" "$tmp/eng.txt" | awk -v V="$V" -v n="$n" '
   END { printf "logits: %d trunk + %d MTP rows x %d, worst per-row relative error %.3g\n", n, n, V, worst; exit bad > 0 }' ||
   { echo "FAIL: logits differ from the PyTorch reference"; fail=1; }
 
-"$B/deltad" logits -m "$M" -p "$(cat "$PROMPT")" -o "$tmp/tok.f32" --mtp -t 1 >"$tmp/log" 2>&1 ||
+"$B/deltad" logits -m "$M" -p "$(cat "$PROMPT")" -o "$tmp/tok.f32" --mtp -t 1 "${dev[@]}" >"$tmp/log" 2>&1 ||
   { echo "FAIL: deltad logits -p"; cat "$tmp/log"; exit 1; }
 if cmp -s "$tmp/tok.f32" "$tmp/eng.f32"; then
   echo "tokenizer: prompt.txt encodes to the fixture's $n ids"
@@ -67,7 +69,7 @@ else
 fi
 
 q=$'<|im_start|>user\nWhat is 23 + 45?<|im_end|>\n<|im_start|>assistant\n'
-ans=$("$B/deltad" generate -m "$M" -p "$q" -n 16 -t 1 2>/dev/null)
+ans=$("$B/deltad" generate -m "$M" -p "$q" -n 16 -t 1 "${dev[@]}" 2>/dev/null)
 if [ "$ans" = "23 + 45 = 68" ]; then
   echo "generate: '$ans'"
 else

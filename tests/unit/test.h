@@ -5,7 +5,8 @@
  * failed check prints the expression, both values and file:line, and marks the current test
  * failed (the test continues to its end). TEST_MAIN_END prints "name: N passed, N failed" and
  * returns 1 on any failure. A program with nothing to test here prints "SKIP: reason" and
- * returns 77 (tests/run.sh counts it as skipped).
+ * returns 77 (tests/run.sh counts it as skipped). DELTAD_TEST_ONLY=name[,name...] in the
+ * environment runs only those tests (the others are neither run nor counted).
  */
 #ifndef DELTAD_TEST_H
 #define DELTAD_TEST_H
@@ -18,9 +19,22 @@
 static int test__failed_checks;
 static int test__passed, test__failed;
 
+/* Whether DELTAD_TEST_ONLY (unset: every test) names test `name`. */
+static inline int test__selected(const char *name)
+{
+    const char *only = getenv("DELTAD_TEST_ONLY");
+    const size_t n = strlen(name);
+    for (const char *p = only; p && *p; p += strcspn(p, ","), p += *p == ',')
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return !only || !*only;
+}
+
 #define TEST(name) static void test_##name(void)
 #define RUN(name)                                                                                  \
     do {                                                                                           \
+        if (!test__selected(#name))                                                                \
+            break;                                                                                 \
         int before_ = test__failed_checks;                                                         \
         test_##name();                                                                             \
         if (test__failed_checks == before_) {                                                      \

@@ -135,6 +135,7 @@ struct fiber : thread_info {
 /* The pending warp op of one warp: who arrived, with which values. */
 struct warp {
     unsigned arrived, mask;
+    unsigned done; /* lanes that exited (so a warp op checks them in one test) */
     int kind, size, width;
     uint64_t val[32], res[32];
     int arg[32];
@@ -243,8 +244,9 @@ static void fiber_main()
     block *b = f->b;
     b->body(b->body_ctx);
     f->state = F_DONE;
-    const warp *w = &b->w[f->lin / 32];
+    warp *w = &b->w[f->lin / 32];
     const unsigned bit = 1u << (f->lin % 32);
+    w->done |= bit;
     if (w->arrived && (w->mask & bit))
         fail_at(f, "exited while lanes 0x%08x of its warp wait for it at a warp op (mask 0x%08x)",
                 w->arrived, w->mask);
@@ -323,7 +325,7 @@ static void run_block(pool *p, block *b)
         ctx_make(&f->c, p->stacks + (size_t)i * STACK_BYTES, STACK_BYTES, fiber_main);
     }
     for (int i = 0; i < (b->n + 31) / 32; i++)
-        b->w[i].arrived = 0;
+        b->w[i].arrived = b->w[i].done = 0;
     do {
         bool ran;
         do {
@@ -451,10 +453,9 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, int 
     if (base + top >= b->n)
         fail_at(f, "%s with mask 0x%08x names lane %d, beyond the block's %d threads",
                 warp_name(kind), mask, top, b->n);
-    for (int l = 0; l < 32; l++)
-        if ((mask & 1u << l) && b->f[base + l].state == F_DONE)
-            fail_at(f, "%s (mask 0x%08x): lane %d exited before the warp op", warp_name(kind), mask,
-                    l);
+    if (mask & w->done)
+        fail_at(f, "%s (mask 0x%08x): lane %d exited before the warp op", warp_name(kind), mask,
+                __builtin_ctz(mask & w->done));
     if (!w->arrived) {
         w->mask = mask, w->kind = kind, w->size = size, w->width = width;
     } else if (w->mask != mask || w->kind != kind || w->size != size) {
