@@ -76,6 +76,13 @@ enum eng_finish {
 struct eng_req_params {
     int32_t *prompt; /* [n_prompt] token ids; transferred to the request */
     int64_t n_prompt;
+    /* Positions where a chat message ends (ascending; transferred, may be NULL): prefill
+     * saves the recurrent state there (the first one, the system prompt, kept longest), since
+     * that is where later conversations diverge. Without them (raw prompts) the state is saved
+     * every checkpoint_every tokens and one token before the prompt's end. Positions outside
+     * 1 .. n_prompt - 1 or out of order are ignored. */
+    int64_t *bounds; /* [n_bounds] */
+    int64_t n_bounds;
     int64_t max_tokens;       /* 0 = until end-of-generation or the context is full */
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, transferred; never emitted */
     int n_stop;

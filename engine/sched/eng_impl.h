@@ -47,6 +47,8 @@ struct ckpt {
     int64_t pos;  /* -1 = unused */
     float *state; /* [cache_ckpt_floats] */
     float *h;     /* [n_embd] */
+    uint64_t age; /* the engine's ckpt_clock when saved or last used: smaller = older */
+    bool keep;    /* a system-prompt boundary: dropped only when every other one is */
 };
 
 /* A slot's run in the current batch. */
@@ -110,8 +112,9 @@ struct eng {
     struct fwd_ctx *fwd;
     struct slot *slots; /* [n_slots] */
     int64_t n_ckpt;
-    int64_t draft_cap;  /* longest draft of any drafter */
-    int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
+    uint64_t ckpt_clock; /* ticks at every checkpoint save or use (struct ckpt.age) */
+    int64_t draft_cap;   /* longest draft of any drafter */
+    int64_t snap_depth;  /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
@@ -171,6 +174,15 @@ const float *eng__gram_row(eng_t *e, struct slot *s, const float *logits);
 bool eng__gram_accept(eng_t *e, struct slot *s, int32_t id);
 /* Cut every constrained slot's draft at its first token the grammar refuses. */
 void eng__gram_check_drafts(eng_t *e);
+/* ---- the prompt cache (eng_cache.c) ---- */
+/* The free slot a new request r goes to, with the longest cached prefix of its prompt already
+ * in place; returns it with *reuse = the prompt tokens served (0 = start from scratch). */
+struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse);
+/* The end of slot s's next prefill chunk, at most want: the chunk stops where a checkpoint
+ * is due, so saving it costs no extra forward work. */
+int64_t eng__cache_chunk_end(const eng_t *e, const struct slot *s, int64_t want);
+/* After a prefill step of s: save a checkpoint if one is due at s->n_cached. */
+void eng__cache_after_prefill(eng_t *e, struct slot *s);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
 void eng__slot_set_state(struct slot *s, enum slot_state st);
 void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);
