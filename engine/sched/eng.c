@@ -382,6 +382,9 @@ static void publish_slots(eng_t *e)
                               memory_order_relaxed);
         atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
         atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
+        for (int64_t k = 0; k < ENG_PUB_CKPTS; k++)
+            atomic_store_explicit(&s->pub_ckpt[k], k < e->n_ckpt ? s->ckpts[k].pos : -1,
+                                  memory_order_relaxed);
     }
 }
 
@@ -408,6 +411,7 @@ static void *eng_main(void *arg)
             break;
     }
     cancel_everything(e);
+    eng__cache_persist(e); /* with a disk tier: the slots' checkpoints outlive the daemon */
     return NULL;
 }
 
@@ -491,9 +495,11 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
                 p->spec_rollback);
         return DD_EINVAL;
     }
-    if (p->mem_max < 0) {
-        dd_errf(err, errlen, "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit)",
-                (long long)p->mem_max);
+    if (p->mem_max < 0 || p->cache_ram_max < 0) {
+        dd_errf(err, errlen,
+                "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit), cache_ram_max "
+                "%lld (>= 0)",
+                (long long)p->mem_max, (long long)p->cache_ram_max);
         return DD_EINVAL;
     }
     return 0;
@@ -546,6 +552,11 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    rc = eng__cache_init(e, err, errlen);
+    if (rc) {
+        eng_destroy(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
@@ -579,6 +590,7 @@ void eng_destroy(eng_t *e)
         return;
     eng_stop(e, 0.0);
     eng__spec_deinit(e);
+    eng__cache_deinit(e);
     for (int64_t i = 0; i < e->p.n_slots; i++)
         slot_deinit(e, &e->slots[i]);
     free(e->slots);
@@ -624,6 +636,22 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
     s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
     s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
+    s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
+    s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
+    s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);
+    s->pc_hit_disk = atomic_load_explicit(&e->st_pc_hit[2], memory_order_relaxed);
+    s->pc_copies = atomic_load_explicit(&e->st_pc_copies, memory_order_relaxed);
+    s->pc_demoted = atomic_load_explicit(&e->st_pc_demoted, memory_order_relaxed);
+    struct pcache_stats ps;
+    pcache_get_stats(e->pc, &ps);
+    s->pc_ram_bytes = ps.ram_bytes;
+    s->pc_ram_entries = ps.ram_entries;
+    s->pc_disk_entries = ps.disk_entries;
+    s->pc_ram_evictions = ps.ram_evictions;
+    s->pc_disk_writes = ps.disk_writes;
+    s->pc_disk_write_errors = ps.disk_write_errors;
+    s->pc_disk_reads = ps.disk_reads;
+    s->pc_disk_rejected = ps.disk_rejected;
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
         s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);
@@ -643,6 +671,11 @@ int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
             .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
             .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
             .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed)};
+        for (int64_t k = 0; k < ENG_PUB_CKPTS; k++) {
+            int64_t pos = atomic_load_explicit(&s->pub_ckpt[k], memory_order_relaxed);
+            if (pos > 0)
+                out[i].ckpt_pos[out[i].n_ckpts++] = pos;
+        }
     }
     return e->p.n_slots;
 }
