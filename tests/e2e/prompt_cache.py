@@ -15,7 +15,8 @@ default. Cases:
 4. restart from disk: the slots' checkpoints are written at shutdown, and the restarted daemon
    serves the first request from disk;
 5. a damaged cache file, a garbage file and a file of another model are each ignored with one
-   warning, and the answers stay right.
+   warning, and the answers stay right;
+6. two CPU devices (tensor parallel).
 """
 
 import glob
@@ -235,8 +236,25 @@ def case_disk():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def case_tp():
+    """Two CPU devices (tensor parallel: every device saves its shard): the shared prompt, and
+    a prefix back from RAM."""
+    d = Daemon(B, model("tiny-qwen35.gguf"), ["--slots", "1", "--ctx", "4096", "--devices",
+                                              "cpu:2"], name="pcache-tp").start()
+    shared_prompt(C, d, "cpu:2", system_text(42, 20), ((0.0, None),))
+    bias = eog_bias(d.port)
+    a, b = system_text(42, 21), system_text(42, 22)
+    ref = chat(d.port, a, QUESTIONS[3], bias, False)
+    chat(d.port, b, QUESTIONS[0], bias)
+    got = chat(d.port, a, QUESTIONS[3], bias)
+    C.ok(got[1] >= sys_tokens(d.port, a) and got[0] == ref[0],
+         "cpu:2: prefix back from RAM, answer equals the uncached one", (got, ref))
+    C.ok(d.stop() == 0, "cpu:2: clean exit")
+
+
 def main():
     case_archs()
+    case_tp()
     case_slots()
     case_ram()
     case_disk()
