@@ -242,6 +242,7 @@ TEST(user_control_tokens_stay_text)
         ends += ap.ids[i] == im_end;
     CHECK_EQ(ends, 2); /* the system turn (tools) and the user turn */
     free(ap.ids);
+    free(ap.bounds);
     chat_prompt_free(&p);
 }
 
