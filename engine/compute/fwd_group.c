@@ -223,6 +223,38 @@ void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src)
     }
 }
 
+size_t fwd_kv_floats(const struct fwd_ctx *f)
+{
+    size_t n = 0;
+    for (int d = 0; d < f->n; d++)
+        n += cache_kv_floats(fwd__dev_cache(f->dev[d]));
+    return n;
+}
+
+void fwd_seq_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t n)
+{
+    for (int d = 0; d < f->n; d++)
+        cache_seq_kv_copy(fwd__dev_cache(f->dev[d]), dst, src, n);
+}
+
+void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t n, float *dst)
+{
+    for (int d = 0; d < f->n; d++) {
+        const struct cache *c = fwd__dev_cache(f->dev[d]);
+        cache_seq_kv_download(c, s, n, dst);
+        dst += (size_t)n * cache_kv_floats(c);
+    }
+}
+
+void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t n, const float *src)
+{
+    for (int d = 0; d < f->n; d++) {
+        struct cache *c = fwd__dev_cache(f->dev[d]);
+        cache_seq_kv_upload(c, s, n, src);
+        src += (size_t)n * cache_kv_floats(c);
+    }
+}
+
 void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls)
 {
     *seconds = 0.0;

@@ -205,3 +205,51 @@ void cache_seq_restore(struct cache *c, int64_t s, const float *src)
     c->rs_idx[s] = 0;
     c->valid[s] = 0;
 }
+
+size_t cache_kv_floats(const struct cache *c)
+{
+    size_t n = 0;
+    for (int64_t il = 0; il < c->n_layers; il++)
+        n += 2 * (size_t)c->kv_dim[il];
+    return n;
+}
+
+/* Device address of row 0 of sequence s in layer il's K (v false) or V block. */
+static float *kv_at(const struct cache *c, int64_t il, bool v, int64_t s)
+{
+    ASSERT(s >= 0 && s < c->n_seq);
+    return (v ? c->v[il] : c->k[il]) + (size_t)s * c->n_ctx * c->kv_dim[il];
+}
+
+void cache_seq_kv_copy(struct cache *c, int64_t dst, int64_t src, int64_t n)
+{
+    ASSERT(n >= 0 && n <= c->n_ctx);
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int v = 0; v < 2; v++)
+            dev_copy(c->dev, kv_at(c, il, v, dst), kv_at(c, il, v, src),
+                     (size_t)n * c->kv_dim[il] * sizeof(float));
+}
+
+void cache_seq_kv_download(const struct cache *c, int64_t s, int64_t n, float *dst)
+{
+    ASSERT(n >= 0 && n <= c->n_ctx);
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int v = 0; v < 2; v++) {
+            const size_t m = (size_t)n * c->kv_dim[il];
+            dev_download(c->dev, dst, kv_at(c, il, v, s), m * sizeof(float));
+            dst += m;
+        }
+    dev_sync(c->dev);
+}
+
+void cache_seq_kv_upload(struct cache *c, int64_t s, int64_t n, const float *src)
+{
+    ASSERT(n >= 0 && n <= c->n_ctx);
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int v = 0; v < 2; v++) {
+            const size_t m = (size_t)n * c->kv_dim[il];
+            dev_upload(c->dev, kv_at(c, il, v, s), src, m * sizeof(float));
+            src += m;
+        }
+    dev_sync(c->dev);
+}

@@ -45,6 +45,12 @@ int eng_submit(eng_t *e, eng_req_t *r, char *err, size_t errlen)
                     (long long)i, r->p.prompt[i]);
             return DD_EINVAL;
         }
+    int64_t nb = 0; /* message ends: keep the ascending ones inside the prompt */
+    for (int64_t i = 0; i < r->p.n_bounds; i++)
+        if (r->p.bounds[i] >= 1 && r->p.bounds[i] < r->p.n_prompt &&
+            (nb == 0 || r->p.bounds[i] > r->p.bounds[nb - 1]))
+            r->p.bounds[nb++] = r->p.bounds[i];
+    r->p.n_bounds = nb;
     pthread_mutex_lock(&e->mu);
     if (e->stopping || e->in_count >= e->p.queue_max) {
         pthread_mutex_unlock(&e->mu);
@@ -80,7 +86,7 @@ static eng_req_t *inbox_pop(eng_t *e)
 }
 
 /* ============================================================================================
- * Slots: finishing, prompt cache, checkpoints
+ * Slots: state and finishing (the prompt cache and its checkpoints: eng_cache.c)
  * ========================================================================================== */
 
 void eng__slot_set_state(struct slot *s, enum slot_state st)
@@ -108,111 +114,13 @@ void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *erro
     atomic_fetch_sub(&e->st_active, 1);
 }
 
-static int64_t common_prefix(const int32_t *a, int64_t na, const int32_t *b, int64_t nb)
-{
-    int64_t n = 0;
-    while (n < na && n < nb && a[n] == b[n])
-        n++;
-    return n;
-}
-
-/* Newest checkpoint with pos <= limit, or NULL. */
-static struct ckpt *best_ckpt(eng_t *e, struct slot *s, int64_t limit)
-{
-    struct ckpt *best = NULL;
-    for (int64_t i = 0; i < e->n_ckpt; i++) {
-        struct ckpt *c = &s->ckpts[i];
-        if (c->pos > 0 && c->pos <= limit && (!best || c->pos > best->pos))
-            best = c;
-    }
-    return best;
-}
-
-/* How many prompt tokens the slot's cache can serve, restoring a checkpoint when needed.
- * At least one prompt token is always re-evaluated so that logits exist. */
-static int64_t reuse_prefix(eng_t *e, struct slot *s, const eng_req_t *r)
-{
-    struct cache *c = fwd_cache(e->fwd);
-    int64_t limit = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
-    if (limit > r->p.n_prompt - 1)
-        limit = r->p.n_prompt - 1;
-    if (!r->p.cache_prompt)
-        limit = 0;
-    int64_t reuse = 0;
-    if (c->n_gdn_layers == 0) {
-        reuse = limit; /* pure KV: truncation is free */
-    } else if (s->n_cached <= limit && s->n_cached > 0) {
-        reuse = s->n_cached; /* the whole cached sequence is a prefix: current state serves */
-    } else {
-        struct ckpt *k = best_ckpt(e, s, limit);
-        if (k) {
-            fwd_seq_restore(e->fwd, s->id, k->state);
-            memcpy(s->pending_h, k->h, (size_t)e->m->hp.n_embd * sizeof(float));
-            reuse = k->pos;
-        }
-    }
-    for (int64_t i = 0; i < e->n_ckpt; i++)
-        if (s->ckpts[i].pos > reuse)
-            s->ckpts[i].pos = -1; /* beyond the reuse point: stale */
-    if (reuse == 0)
-        fwd_seq_clear(e->fwd, s->id);
-    if (reuse == 0 || (c->n_gdn_layers == 0 && reuse != s->n_cached))
-        memset(s->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float)); /* unknown: zeros */
-    return reuse;
-}
-
-static void save_ckpt(eng_t *e, struct slot *s)
-{
-    struct ckpt *victim = NULL;
-    for (int64_t i = 0; i < e->n_ckpt; i++) {
-        struct ckpt *c = &s->ckpts[i];
-        if (c->pos == s->n_cached)
-            return; /* already have it */
-        if (!victim || c->pos < victim->pos)
-            victim = c; /* unused (-1) first, then the oldest */
-    }
-    if (!victim)
-        return;
-    fwd_seq_save(e->fwd, s->id, victim->state);
-    memcpy(victim->h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
-    victim->pos = s->n_cached;
-}
-
-/* Is pos a prefill boundary where a checkpoint is taken (a few tokens before the prompt end,
- * and every checkpoint_every tokens)? */
-static bool ckpt_boundary(const eng_t *e, const struct slot *s, int64_t pos)
-{
-    if (e->n_ckpt == 0 || pos <= 0)
-        return false;
-    int64_t n = s->req->p.n_prompt;
-    return pos == n - 4 || (pos < n && pos % e->p.checkpoint_every == 0);
-}
-
 /* ============================================================================================
  * Phases 1-3: admit, reap, plan
  * ========================================================================================== */
 
-static struct slot *pick_slot(eng_t *e, const eng_req_t *r)
-{
-    struct slot *best = NULL;
-    int64_t best_common = -1;
-    for (int64_t i = 0; i < e->p.n_slots; i++) {
-        struct slot *s = &e->slots[i];
-        if (s->state != SLOT_FREE)
-            continue;
-        int64_t cp = common_prefix(s->tokens, s->n_cached, r->p.prompt, r->p.n_prompt);
-        if (cp > best_common || (cp == best_common && s->last_used < best->last_used)) {
-            best = s;
-            best_common = cp;
-        }
-    }
-    return best;
-}
-
-static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
+static void slot_start(eng_t *e, struct slot *s, eng_req_t *r, int64_t reuse)
 {
     s->req = r;
-    int64_t reuse = reuse_prefix(e, s, r);
     s->n_cached = reuse;
     s->n_prompt_done = reuse;
     memcpy(s->tokens, r->p.prompt, (size_t)reuse * sizeof *s->tokens);
@@ -238,10 +146,10 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r)
 static void phase_admit(eng_t *e)
 {
     for (;;) {
-        struct slot *s = NULL;
-        for (int64_t i = 0; i < e->p.n_slots && !s; i++)
-            s = e->slots[i].state == SLOT_FREE ? &e->slots[i] : NULL;
-        if (!s)
+        bool any = false;
+        for (int64_t i = 0; i < e->p.n_slots && !any; i++)
+            any = e->slots[i].state == SLOT_FREE;
+        if (!any)
             return;
         eng_req_t *r = inbox_pop(e);
         if (!r)
@@ -252,7 +160,9 @@ static void phase_admit(eng_t *e)
             eng_req_release(r);
             continue;
         }
-        slot_start(e, pick_slot(e, r), r);
+        int64_t reuse;
+        struct slot *s = eng__cache_admit(e, r, &reuse);
+        slot_start(e, s, r, reuse);
     }
 }
 
@@ -307,13 +217,7 @@ static void plan_decode(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
 static void plan_prefill(eng_t *e, struct slot *s, int64_t *n, int64_t budget)
 {
     const eng_req_t *r = s->req;
-    int64_t end = s->n_prompt_done + (budget - *n);
-    end = end < r->p.n_prompt ? end : r->p.n_prompt;
-    for (int64_t p = s->n_prompt_done + 1; p < end; p++)
-        if (ckpt_boundary(e, s, p)) {
-            end = p; /* the chunk ends where a checkpoint is due */
-            break;
-        }
+    const int64_t end = eng__cache_chunk_end(e, s, s->n_prompt_done + (budget - *n));
     s->row0 = *n;
     for (int64_t p = s->n_prompt_done; p < end; p++)
         batch_add(e, n, r->p.prompt[p], p, s->id, p == r->p.n_prompt - 1);
@@ -379,11 +283,9 @@ static void phase_sample_emit(eng_t *e)
         s->n_replay = 0;
         eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
     }
-    for (int64_t i = 0; i < e->p.n_slots; i++) {
-        struct slot *s = &e->slots[i];
-        if (s->state == SLOT_PREFILL && ckpt_boundary(e, s, s->n_cached))
-            save_ckpt(e, s);
-    }
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].state == SLOT_PREFILL)
+            eng__cache_after_prefill(e, &e->slots[i]);
 }
 
 /* MTP inputs of this batch: row k pairs its token with the trunk hidden of the previous
@@ -480,6 +382,9 @@ static void publish_slots(eng_t *e)
                               memory_order_relaxed);
         atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
         atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
+        for (int64_t k = 0; k < ENG_PUB_CKPTS; k++)
+            atomic_store_explicit(&s->pub_ckpt[k], k < e->n_ckpt ? s->ckpts[k].pos : -1,
+                                  memory_order_relaxed);
     }
 }
 
@@ -506,6 +411,7 @@ static void *eng_main(void *arg)
             break;
     }
     cancel_everything(e);
+    eng__cache_persist(e); /* with a disk tier: the slots' checkpoints outlive the daemon */
     return NULL;
 }
 
@@ -589,9 +495,11 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
                 p->spec_rollback);
         return DD_EINVAL;
     }
-    if (p->mem_max < 0) {
-        dd_errf(err, errlen, "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit)",
-                (long long)p->mem_max);
+    if (p->mem_max < 0 || p->cache_ram_max < 0) {
+        dd_errf(err, errlen,
+                "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit), cache_ram_max "
+                "%lld (>= 0)",
+                (long long)p->mem_max, (long long)p->cache_ram_max);
         return DD_EINVAL;
     }
     return 0;
@@ -644,6 +552,11 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    rc = eng__cache_init(e, err, errlen);
+    if (rc) {
+        eng_destroy(e);
+        return rc;
+    }
     *out = e;
     return 0;
 }
@@ -677,6 +590,7 @@ void eng_destroy(eng_t *e)
         return;
     eng_stop(e, 0.0);
     eng__spec_deinit(e);
+    eng__cache_deinit(e);
     for (int64_t i = 0; i < e->p.n_slots; i++)
         slot_deinit(e, &e->slots[i]);
     free(e->slots);
@@ -722,6 +636,22 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
     s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
     s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
+    s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
+    s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
+    s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);
+    s->pc_hit_disk = atomic_load_explicit(&e->st_pc_hit[2], memory_order_relaxed);
+    s->pc_copies = atomic_load_explicit(&e->st_pc_copies, memory_order_relaxed);
+    s->pc_demoted = atomic_load_explicit(&e->st_pc_demoted, memory_order_relaxed);
+    struct pcache_stats ps;
+    pcache_get_stats(e->pc, &ps);
+    s->pc_ram_bytes = ps.ram_bytes;
+    s->pc_ram_entries = ps.ram_entries;
+    s->pc_disk_entries = ps.disk_entries;
+    s->pc_ram_evictions = ps.ram_evictions;
+    s->pc_disk_writes = ps.disk_writes;
+    s->pc_disk_write_errors = ps.disk_write_errors;
+    s->pc_disk_reads = ps.disk_reads;
+    s->pc_disk_rejected = ps.disk_rejected;
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
         s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);
@@ -741,6 +671,11 @@ int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
             .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
             .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
             .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed)};
+        for (int64_t k = 0; k < ENG_PUB_CKPTS; k++) {
+            int64_t pos = atomic_load_explicit(&s->pub_ckpt[k], memory_order_relaxed);
+            if (pos > 0)
+                out[i].ckpt_pos[out[i].n_ckpts++] = pos;
+        }
     }
     return e->p.n_slots;
 }

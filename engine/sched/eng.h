@@ -42,6 +42,9 @@ struct eng_params {
     float mtp_p_min;          /* stop an MTP draft at a token the head gives less than this */
     int spec_rollback;        /* ENG_ROLLBACK_SNAPSHOT, or ENG_ROLLBACK_RECOMPUTE (debug) */
     int64_t mem_max;          /* bytes the caches and checkpoints may take (0 = no limit) */
+    int64_t cache_ram_max;    /* bytes of saved prefixes kept in host RAM (0 = none) */
+    const char *cache_dir;    /* directory of saved prefixes that outlive the daemon (NULL or
+                               * "" = none); borrowed during eng_create only */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject
@@ -76,6 +79,13 @@ enum eng_finish {
 struct eng_req_params {
     int32_t *prompt; /* [n_prompt] token ids; transferred to the request */
     int64_t n_prompt;
+    /* Positions where a chat message ends (ascending; transferred, may be NULL): prefill
+     * saves the recurrent state there (the first one, the system prompt, kept longest), since
+     * that is where later conversations diverge. Without them (raw prompts) the state is saved
+     * every checkpoint_every tokens and one token before the prompt's end. Positions outside
+     * 1 .. n_prompt - 1 or out of order are ignored. */
+    int64_t *bounds; /* [n_bounds] */
+    int64_t n_bounds;
     int64_t max_tokens;       /* 0 = until end-of-generation or the context is full */
     char *stop[ENG_MAX_STOP]; /* NUL-terminated, transferred; never emitted */
     int n_stop;
@@ -163,10 +173,13 @@ void eng_delta_free(struct eng_delta *d);
 void eng_req_release(eng_req_t *r);
 
 /* Point-in-time statistics for /metrics and /slots (any thread; values are relaxed reads). */
+#define ENG_PUB_CKPTS 64 /* checkpoints per slot /slots shows at most */
 struct eng_slot_stats {
     int state; /* 0 free, 1 prefill, 2 decode */
     int64_t n_past, n_prompt, n_generated, n_cached_tokens;
     int64_t drafted, accepted; /* speculation, current request */
+    int64_t n_ckpts;           /* the slot's prompt-cache checkpoints: their positions */
+    int64_t ckpt_pos[ENG_PUB_CKPTS];
 };
 struct eng_stats {
     int64_t queue_depth, active_slots, n_slots;
@@ -185,6 +198,13 @@ struct eng_stats {
     double sync_seconds;     /* time spent feeding accepted rows to the MTP layer's KV */
     int64_t mtp_rows_total;  /* rows run through the MTP layer (drafting + sync) */
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
+    /* the prompt cache (issue 36): requests that looked for a prefix, prompt tokens served
+     * from a slot (in place or copied from another slot), from RAM and from disk, slot-to-slot
+     * copies, checkpoints saved to the RAM / disk tiers when a slot dropped them, and the
+     * tiers' own counters */
+    int64_t pc_queries, pc_hit_slot, pc_hit_ram, pc_hit_disk, pc_copies, pc_demoted;
+    int64_t pc_ram_bytes, pc_ram_entries, pc_disk_entries, pc_ram_evictions;
+    int64_t pc_disk_writes, pc_disk_write_errors, pc_disk_reads, pc_disk_rejected;
 };
 void eng_get_stats(eng_t *e, struct eng_stats *s);
 /* Copies up to max slots' stats; returns the number of slots. */

@@ -13,6 +13,7 @@
 #include "engine/model/tok.h"   // defines: struct tok_stream
 #include "engine/util.h"        // defines: struct dd_buf
 #include "gram.h"               // defines: gram_m_t, gram_vocab_t
+#include "pcache.h"             // defines: pcache_t, pcache_get_stats
 #include "smp.h"                // defines: struct smp
 
 /* Bytes a request's outbox reserves when created (eng_req.c). */
@@ -47,6 +48,8 @@ struct ckpt {
     int64_t pos;  /* -1 = unused */
     float *state; /* [cache_ckpt_floats] */
     float *h;     /* [n_embd] */
+    uint64_t age; /* the engine's ckpt_clock when saved or last used: smaller = older */
+    bool keep;    /* a system-prompt boundary: dropped only when every other one is */
 };
 
 /* A slot's run in the current batch. */
@@ -101,6 +104,7 @@ struct slot {
     /* published after every step for eng_get_slots (other threads) */
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
+    atomic_llong pub_ckpt[ENG_PUB_CKPTS]; /* checkpoint positions, -1 = none */
 };
 
 struct eng {
@@ -110,8 +114,11 @@ struct eng {
     struct fwd_ctx *fwd;
     struct slot *slots; /* [n_slots] */
     int64_t n_ckpt;
-    int64_t draft_cap;  /* longest draft of any drafter */
-    int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
+    uint64_t ckpt_clock; /* ticks at every checkpoint save or use (struct ckpt.age) */
+    pcache_t *pc;        /* the RAM and disk tiers, NULL = none */
+    uint64_t *ph;        /* [n_ctx + 1] prefix hashes of the prompt being admitted */
+    int64_t draft_cap;   /* longest draft of any drafter */
+    int64_t snap_depth;  /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
@@ -141,7 +148,8 @@ struct eng {
     atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
-    atomic_llong st_accepted_at[ENG_MAX_DRAFT];        /* drafts accepted at position i */
+    atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
+    atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
 
@@ -171,6 +179,20 @@ const float *eng__gram_row(eng_t *e, struct slot *s, const float *logits);
 bool eng__gram_accept(eng_t *e, struct slot *s, int32_t id);
 /* Cut every constrained slot's draft at its first token the grammar refuses. */
 void eng__gram_check_drafts(eng_t *e);
+/* ---- the prompt cache (eng_cache.c) ---- */
+/* The free slot a new request r goes to, with the longest cached prefix of its prompt already
+ * in place; returns it with *reuse = the prompt tokens served (0 = start from scratch). */
+struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse);
+/* The end of slot s's next prefill chunk, at most want: the chunk stops where a checkpoint
+ * is due, so saving it costs no extra forward work. */
+int64_t eng__cache_chunk_end(const eng_t *e, const struct slot *s, int64_t want);
+/* After a prefill step of s: save a checkpoint if one is due at s->n_cached. */
+void eng__cache_after_prefill(eng_t *e, struct slot *s);
+/* The tiers below the slots (after the slots exist), and their end. */
+int eng__cache_init(eng_t *e, char *err, size_t errlen);
+void eng__cache_deinit(eng_t *e);
+/* At shutdown, with a disk tier: write every slot's checkpoints there. */
+void eng__cache_persist(eng_t *e);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
 void eng__slot_set_state(struct slot *s, enum slot_state st);
 void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *error);

@@ -44,6 +44,7 @@ void eng_req_release(eng_req_t *r)
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
         return;
     free(r->p.prompt);
+    free(r->p.bounds);
     for (int i = 0; i < r->p.n_stop; i++)
         free(r->p.stop[i]);
     free(r->p.s.logit_bias);

@@ -544,6 +544,7 @@ void api_req_free(struct api_req *r)
     for (int64_t i = 0; i < r->n_prompts; i++) {
         free(r->prompts[i].ids);
         free(r->prompts[i].text);
+        free(r->prompts[i].bounds);
     }
     free(r->prompts);
     free(r->tools_json);
@@ -563,6 +564,11 @@ void api_req_params(const struct api_req *r, int64_t prompt, int64_t choice, dou
     out->prompt = xmalloc((size_t)p->n_ids * sizeof *out->prompt);
     memcpy(out->prompt, p->ids, (size_t)p->n_ids * sizeof *out->prompt);
     out->n_prompt = p->n_ids;
+    if (p->n_bounds) {
+        out->bounds = xmalloc((size_t)p->n_bounds * sizeof *out->bounds);
+        memcpy(out->bounds, p->bounds, (size_t)p->n_bounds * sizeof *out->bounds);
+        out->n_bounds = p->n_bounds;
+    }
     /* check_prompts guaranteed room >= 1; no cap at all means "until the context is full" */
     int64_t room = r->n_ctx - p->n_ids;
     out->max_tokens = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;

@@ -67,6 +67,9 @@ struct api_prompt {
     int64_t n_ids;
     char *text; /* prompt text for echo (completions), owned, may be NULL */
     size_t text_len;
+    int64_t *bounds; /* [n_bounds] token positions where a chat message ends (ascending, in
+                      * 1 .. n_ids): the prompt cache checkpoints there; owned, may be NULL */
+    int64_t n_bounds;
 };
 
 struct api_req {

@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_impl.h"    // defines: api__parse_chat
-#include "chat.h"        // defines: chat_render, chat_check, struct chat_prompt
-#include "engine/util.h" // defines: xcalloc, xstrdup
+#include "api_impl.h"         // defines: api__parse_chat
+#include "chat.h"             // defines: chat_render, chat_check, struct chat_prompt
+#include "engine/model/tok.h" // defines: tok_piece, tok_bos
+#include "engine/util.h"      // defines: xcalloc, xstrdup
 
 /* ---- prompt ---------------------------------------------------------------------------- */
 
@@ -35,6 +36,25 @@ void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_p
         at = cp->spans[i].off + cp->spans[i].len;
     }
     api__encode_into(t, cp->text.p + at, cp->text.len - at, true, p);
+    /* message ends: byte offsets to token positions, walking the tokens' bytes; an end inside
+     * a token (no token boundary there) is dropped */
+    if (cp->n_ends == 0)
+        return;
+    p->bounds = xmalloc((size_t)cp->n_ends * sizeof *p->bounds);
+    int64_t j = 0, i = tok_add_bos(t) && tok_bos(t) >= 0 && p->n_ids && p->ids[0] == tok_bos(t);
+    size_t bytes = 0;
+    for (; i <= p->n_ids && j < cp->n_ends; i++) {
+        while (j < cp->n_ends && cp->ends[j] < bytes)
+            j++;
+        if (j < cp->n_ends && cp->ends[j] == bytes) {
+            p->bounds[p->n_bounds++] = i;
+            j++;
+        }
+        size_t len = 0;
+        if (i < p->n_ids)
+            tok_piece(t, p->ids[i], &len);
+        bytes += len;
+    }
 }
 
 /* The text of chat_render without its spans (the buffer changes hands). */

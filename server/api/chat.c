@@ -68,6 +68,7 @@ void chat_prompt_free(struct chat_prompt *p)
 {
     dd_buf_free(&p->text);
     free(p->spans);
+    free(p->ends);
     memset(p, 0, sizeof *p);
 }
 
@@ -223,6 +224,86 @@ static int render_precheck(const cJSON *messages, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- message ends ---------------------------------------------------------------------- */
+
+/* Is the end of message k (1-based) of n one that chat_render records (chat.h)? */
+static bool want_end(int k, int n)
+{
+    return k == 1 || k > n - CHAT_TAIL_ENDS;
+}
+
+/* Record off as a message end (ascending; an empty prefix or a repeat is no boundary). */
+static void add_end(struct chat_prompt *p, size_t off)
+{
+    if (off == 0 || (p->n_ends && p->ends[p->n_ends - 1] >= off))
+        return;
+    if (!p->ends)
+        p->ends = xmalloc((1 + CHAT_TAIL_ENDS) * sizeof *p->ends);
+    ASSERT(p->n_ends < 1 + CHAT_TAIL_ENDS);
+    p->ends[p->n_ends++] = off;
+}
+
+/* The offset of the last control-token text in text[lo .. hi] (a turn starts there), or 0. */
+static size_t last_ctl_at(const chat_tmpl_t *t, const char *text, size_t lo, size_t hi)
+{
+    for (size_t o = hi + 1; o-- > lo;) {
+        if (!t->first[(unsigned char)text[o]])
+            continue;
+        for (int i = 0; i < t->n_ctl; i++)
+            if (strncmp(text + o, t->ctl[i], t->ctl_len[i]) == 0)
+                return o;
+    }
+    return 0;
+}
+
+/* Where the rendering of messages[0 .. k) ends inside full (0: unknown). Exact when the
+ * template renders that conversation as a prefix of the whole; else (templates that refuse a
+ * conversation without a user message, like Qwen3.5's) the turn start before the point where
+ * full and the rendering of messages[0 .. k) + one placeholder user turn part. */
+static size_t prefix_end(const chat_tmpl_t *t, const cJSON *messages, int k, const cJSON *tools,
+                         const cJSON *kwargs, const struct chat_prompt *full, size_t prev)
+{
+    size_t at = 0;
+    for (int probe = 0; probe < 2 && at == 0; probe++) {
+        cJSON *sub = cJSON_CreateArray();
+        for (int i = 0; i < k; i++)
+            cJSON_AddItemReferenceToArray(sub, cJSON_GetArrayItem(messages, i));
+        if (probe == 1) {
+            cJSON *u = cJSON_CreateObject();
+            cJSON_AddStringToObject(u, "role", "user");
+            cJSON_AddStringToObject(u, "content", "\x01");
+            cJSON_AddItemToArray(sub, u);
+        }
+        struct chat_prompt cp = {0}; /* chat__render_jinja appends to it */
+        char err[128];
+        if (chat__render_jinja(t, sub, tools, kwargs, false, &cp, err, sizeof err) == 0) {
+            const char *a = cp.text.p, *b = full->text.p;
+            size_t n = 0;
+            while (n < cp.text.len && n < full->text.len && a[n] == b[n])
+                n++;
+            if (probe == 0 && n == cp.text.len)
+                at = n;
+            else if (probe == 1 && n > prev && n < full->text.len)
+                at = last_ctl_at(t, b, prev + 1, n);
+        }
+        chat_prompt_free(&cp);
+        cJSON_Delete(sub);
+    }
+    return at;
+}
+
+/* The Jinja path knows nothing of message ends: render each wanted prefix of the conversation
+ * on its own (no generation prompt) and see where it ends in the whole. */
+static void jinja_ends(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
+                       const cJSON *kwargs, struct chat_prompt *out)
+{
+    const int n = cJSON_GetArraySize(messages);
+    for (int k = 1; k <= n; k++)
+        if (want_end(k, n))
+            add_end(out, prefix_end(t, messages, k, tools, kwargs, out,
+                                    out->n_ends ? out->ends[out->n_ends - 1] : 0));
+}
+
 /* Layout: [system turn with the tools block] turns... [open assistant turn]. With tools and
  * no leading system message, a system turn carrying only the tools block comes first. */
 int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
@@ -233,9 +314,13 @@ int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
     int rc = render_precheck(messages, err, errlen);
     if (rc)
         return rc;
-    if (t && chat__tmpl_is_jinja(t))
-        return chat__render_jinja(t, messages, tools, kwargs, add_generation_prompt, out, err,
-                                  errlen);
+    if (t && chat__tmpl_is_jinja(t)) {
+        rc =
+            chat__render_jinja(t, messages, tools, kwargs, add_generation_prompt, out, err, errlen);
+        if (rc == 0)
+            jinja_ends(t, messages, tools, kwargs, out);
+        return rc;
+    }
     if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) == 0))
         tools = NULL;
     const cJSON *first = cJSON_GetArrayItem(messages, 0);
@@ -253,6 +338,8 @@ int chat_render(const chat_tmpl_t *t, const cJSON *messages, const cJSON *tools,
     {
         bool last = ++i == n;
         put_turn(out, msg, i == 1 && system_first ? tools : NULL, last && prefill);
+        if (want_end(i, n) && !(last && prefill))
+            add_end(out, out->text.len);
     }
     if (add_generation_prompt && !prefill) {
         puts_(out, "<|im_start|>assistant\n");

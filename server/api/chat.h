@@ -47,7 +47,17 @@ struct chat_prompt {
     int64_t n_spans;
     size_t cap_spans; /* allocation size (internal) */
     bool think_open;  /* the prompt ends inside an open <think> block: output starts reasoning */
+    /* Byte offsets where the rendering of a message ends (ascending, each <= text.len): the
+     * places where two conversations that share their first messages diverge, and where the
+     * prompt cache keeps the model's state. Only some messages are marked: the first one (the
+     * system prompt) and the last CHAT_TAIL_ENDS. A template whose rendering of a shorter
+     * conversation is not a prefix of the whole contributes no offset for it. */
+    size_t *ends; /* [n_ends] */
+    int64_t n_ends;
 };
+
+/* Messages at the end of a conversation whose end offsets chat_render records. */
+#define CHAT_TAIL_ENDS 3
 
 /* A compiled chat template (opaque). */
 typedef struct chat_tmpl chat_tmpl_t;

@@ -443,6 +443,9 @@ char *resp_slots(const struct eng_slot_stats *s, int64_t n, size_t *len)
         cJSON_AddNumberToObject(o, "n_cached_tokens", (double)s[i].n_cached_tokens);
         cJSON_AddNumberToObject(o, "spec_drafted", (double)s[i].drafted);
         cJSON_AddNumberToObject(o, "spec_accepted", (double)s[i].accepted);
+        cJSON *ck = cJSON_AddArrayToObject(o, "checkpoints"); /* prompt-cache positions */
+        for (int64_t k = 0; k < s[i].n_ckpts && k < ENG_PUB_CKPTS; k++)
+            cJSON_AddItemToArray(ck, cJSON_CreateNumber((double)s[i].ckpt_pos[k]));
         cJSON_AddItemToArray(arr, o);
     }
     return print(arr, len);

@@ -107,6 +107,8 @@ static int run_engine(struct cmd_engine *e, const struct cmd_opts *o, int32_t *t
     struct eng_params p;
     serve_eng_params(&c, &p);
     cfg_free(&c);
+    p.cache_dir = NULL; /* pointed into c; one request has no prefix to save anyway */
+    p.cache_ram_max = 0;
     p.n_slots = 1;
     p.queue_max = 1;
     char err[512];

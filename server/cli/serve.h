@@ -24,8 +24,9 @@
  * status: 0 after a clean stop (or --help), 1 for a start-up failure, 2 for a config error. */
 int serve_main(int n, char **args);
 
-/* The engine parameters of config c: slots, ctx, batch, checkpoints and speculation, the draft
- * clamped to max_batch_tokens - 1. Shared with `deltad generate`, which runs the same engine. */
+/* The engine parameters of config c: slots, ctx, batch, checkpoints, the prompt cache's tiers
+ * and speculation, the draft clamped to max_batch_tokens - 1. Shared with `deltad generate`,
+ * which runs the same engine. p->cache_dir points into c (valid while c is). */
 void serve_eng_params(const struct cfg *c, struct eng_params *p);
 
 #endif

@@ -81,6 +81,12 @@ const struct cfg_row cfg__rows[] = {
      "minimum spacing of prompt-cache checkpoints, tokens"},
     {"cache_mem_max", CFG_INT, "0", 0, 1LL << 50, R, OFF(cache_mem_max), NULL,
      "bytes the caches, snapshots and checkpoints may take (K/M/G; 0 = the available memory)"},
+    {"cache_ram_max", CFG_INT, "2G", 0, 1LL << 50, R, OFF(cache_ram_max), NULL,
+     "bytes of saved prompt prefixes (KV rows + state) kept in RAM when slots drop them, least "
+     "recently used dropped first (K/M/G; 0 = none)"},
+    {"cache_dir", CFG_STR, "", 0, 4096, R, OFF(cache_dir), NULL,
+     "directory where saved prompt prefixes are also written, read back after a restart "
+     "(\"\" = none)"},
     /* ---- speculative decoding (lossless; drafts back off when they keep missing) ---- */
     {"spec_type", CFG_ENUM, "ngram,mtp", 0, 0, R, OFF(spec_type), "none|ngram|mtp|ngram,mtp",
      "draft sources: n-gram lookup in the request's own text, the model's MTP head, or both"},

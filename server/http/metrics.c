@@ -231,6 +231,49 @@ static void render_spec_positions(struct dd_buf *b, const struct eng_stats *es)
              (long long)es->drafted_at[i]);
 }
 
+/* The prompt cache (issue 36): hit tokens by the tier that served them, and the tiers. */
+static void render_pcache(struct dd_buf *b, const struct eng_stats *es)
+{
+    head(b, "deltad_prompt_cache_hit_tokens_total", "counter",
+         "Prompt tokens served by the prompt cache, by tier (slot: in place or copied from "
+         "another slot).");
+    const char *tier[] = {"slot", "ram", "disk"};
+    const int64_t hit[] = {es->pc_hit_slot, es->pc_hit_ram, es->pc_hit_disk};
+    for (int i = 0; i < 3; i++)
+        outf(b, "deltad_prompt_cache_hit_tokens_total{tier=\"%s\"} %lld\n", tier[i],
+             (long long)hit[i]);
+    struct {
+        const char *name, *type, *help;
+        int64_t v;
+    } rows[] = {
+        {"deltad_prompt_cache_queries_total", "counter", "Requests that looked for a prefix.",
+         es->pc_queries},
+        {"deltad_prompt_cache_slot_copies_total", "counter",
+         "Prefixes copied from one slot into another.", es->pc_copies},
+        {"deltad_prompt_cache_saved_total", "counter",
+         "Checkpoints a slot dropped that were saved to RAM / disk.", es->pc_demoted},
+        {"deltad_prompt_cache_evictions_total", "counter",
+         "Saved prefixes dropped from RAM (least recently used first).", es->pc_ram_evictions},
+        {"deltad_prompt_cache_ram_bytes", "gauge", "Bytes of saved prefixes in RAM.",
+         es->pc_ram_bytes},
+        {"deltad_prompt_cache_ram_entries", "gauge", "Saved prefixes in RAM.", es->pc_ram_entries},
+        {"deltad_prompt_cache_disk_entries", "gauge", "Saved prefixes on disk.",
+         es->pc_disk_entries},
+        {"deltad_prompt_cache_disk_writes_total", "counter", "Prefix files written.",
+         es->pc_disk_writes},
+        {"deltad_prompt_cache_disk_write_errors_total", "counter", "Prefix files not written.",
+         es->pc_disk_write_errors},
+        {"deltad_prompt_cache_disk_reads_total", "counter", "Prefix files read back.",
+         es->pc_disk_reads},
+        {"deltad_prompt_cache_disk_rejected_total", "counter",
+         "Prefix files ignored when read (damaged).", es->pc_disk_rejected},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        head(b, rows[i].name, rows[i].type, rows[i].help);
+        outf(b, "%s %lld\n", rows[i].name, (long long)rows[i].v);
+    }
+}
+
 /* The engine's point-in-time statistics, one row per series; tokens per second is generated
  * tokens over the seconds spent in forward steps (idle time does not dilute it). */
 static void render_engine(struct dd_buf *b, const struct eng_stats *es)
@@ -268,6 +311,7 @@ static void render_engine(struct dd_buf *b, const struct eng_stats *es)
         outf(b, "%s %.17g\n", rows[i].name, rows[i].v);
     }
     render_spec_positions(b, es);
+    render_pcache(b, es);
 }
 
 /* Prometheus buckets are cumulative: each le bucket counts everything at or below it. */

@@ -182,6 +182,7 @@ static void check_req(const struct api_req *r, const struct api_ctx *ctx)
             require(prm.max_tokens >= 1 && prm.n_prompt + prm.max_tokens <= ctx->n_ctx,
                     "max_tokens leaves no room or overflows the context");
             free(prm.prompt);
+            free(prm.bounds);
             for (int s = 0; s < prm.n_stop; s++)
                 free(prm.stop[s]);
             free(prm.s.logit_bias);

@@ -179,6 +179,7 @@ TEST(chat_fields_and_params)
     CHECK_EQ(p.n_stop, 2);
     CHECK(p.s.logit_bias != r.s.logit_bias); /* a copy the engine owns */
     free(p.prompt);
+    free(p.bounds);
     free(p.s.logit_bias);
     for (int i = 0; i < p.n_stop; i++)
         free(p.stop[i]);
@@ -202,6 +203,7 @@ TEST(constraints)
     api_req_params(&r, 0, 0, 0, &p);
     CHECK(p.gram == r.gram);
     free(p.prompt);
+    free(p.bounds);
     gram_release(p.gram);
     api_req_free(&r);
     CHECK_EQ(
@@ -304,6 +306,7 @@ TEST(chatml_render_and_spans)
         n_end += ap.ids[i] == im_end;
     CHECK_EQ(n_end, 4); /* one per closed turn, none from the user text */
     free(ap.ids);
+    free(ap.bounds);
     chat_prompt_free(&p);
     cJSON_Delete(msgs);
     cJSON_Delete(kw);

@@ -242,7 +242,67 @@ TEST(user_control_tokens_stay_text)
         ends += ap.ids[i] == im_end;
     CHECK_EQ(ends, 2); /* the system turn (tools) and the user turn */
     free(ap.ids);
+    free(ap.bounds);
     chat_prompt_free(&p);
+}
+
+/* Issue 36: the message ends chat_render records sit right after a turn's <|im_end|>\n and
+ * before the next <|im_start|> (the first one after the system turn, the last one before the
+ * generation prompt), for ChatML and every real template, and map to the token positions of
+ * those <|im_start|> tokens. */
+static void check_ends(const char *file, const struct chat_prompt *p)
+{
+    const char *t = p->text.p, *end_tag = "<|im_end|>\n", *start_tag = "<|im_start|>";
+    const char *first = strstr(t, end_tag);
+    if (!first || p->n_ends < 2) {
+        printf("  %s: %lld message ends\n", file, (long long)p->n_ends);
+        CHECK(0);
+        return;
+    }
+    CHECK_EQ(p->ends[0], (size_t)(first - t) + strlen(end_tag));
+    for (int64_t i = 0; i < p->n_ends; i++) {
+        size_t o = p->ends[i];
+        CHECK(o >= strlen(end_tag) && o < p->text.len);
+        CHECK(memcmp(t + o - strlen(end_tag), end_tag, strlen(end_tag)) == 0);
+        CHECK(strncmp(t + o, start_tag, strlen(start_tag)) == 0);
+        CHECK(i == 0 || p->ends[i] > p->ends[i - 1]);
+    }
+    const char *last = t + p->ends[p->n_ends - 1];
+    CHECK(strncmp(last, "<|im_start|>assistant\n", 22) == 0 && !strstr(last, end_tag));
+    struct api_prompt ap = {0};
+    api__encode_chat(g_model->tok, p, &ap);
+    int32_t im_start = tok_find(g_model->tok, start_tag, strlen(start_tag));
+    CHECK_EQ(ap.n_bounds, p->n_ends);
+    for (int64_t i = 0; i < ap.n_bounds; i++)
+        CHECK(ap.bounds[i] > 0 && ap.bounds[i] < ap.n_ids && ap.ids[ap.bounds[i]] == im_start);
+    free(ap.ids);
+    free(ap.bounds);
+}
+
+TEST(message_ends_for_the_prompt_cache)
+{
+    const char *msgs = "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":\"2+2?\"},"
+                       "{\"role\":\"assistant\",\"content\":\"4\"},"
+                       "{\"role\":\"user\",\"content\":\"and 3+3?\"}]";
+    const char *files[] = {"Qwen3.5-4B.jinja", "Qwen-QwQ-32B.jinja", "Qwen-Qwen3-0.6B.jinja",
+                           "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja"};
+    struct chat_prompt p;
+    char err[512];
+    cJSON *m = cJSON_Parse(msgs);
+    CHECK_EQ(chat_render(NULL, m, NULL, NULL, true, &p, err, sizeof err), 0);
+    CHECK_EQ(p.n_ends, 4); /* ChatML: every message of four */
+    check_ends("ChatML", &p);
+    chat_prompt_free(&p);
+    cJSON_Delete(m);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (render_with(files[i], msgs, NULL, NULL, &p, err) != 0) {
+            CHECK(access(TMPLDIR, R_OK) != 0);
+            continue;
+        }
+        check_ends(files[i], &p);
+        chat_prompt_free(&p);
+    }
 }
 
 TEST(tmpl_create_sources_and_errors)
@@ -350,6 +410,7 @@ int main(int argc, char **argv)
     RUN(think_open_per_template);
     RUN(prefill_and_raise);
     RUN(user_control_tokens_stay_text);
+    RUN(message_ends_for_the_prompt_cache);
     RUN(tmpl_create_sources_and_errors);
     RUN(chat_request_switches);
     model_free(g_model);

@@ -86,6 +86,8 @@ struct setup {
     eng_t *e;
 };
 
+static int64_t g_ram_max; /* cache_ram_max of the next setup_open */
+
 static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t batch,
                       int64_t queue_max, bool start)
 {
@@ -97,7 +99,8 @@ static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t 
                            .max_batch_tokens = batch,
                            .queue_max = queue_max,
                            .n_checkpoints = 4,
-                           .checkpoint_every = 64};
+                           .checkpoint_every = 64,
+                           .cache_ram_max = g_ram_max};
     if (model_load(path, &s->m, err, sizeof err) || testutil_dev_cpu(2, &s->d, err, sizeof err) ||
         eng_create(s->m, s->d, &p, &s->e, err, sizeof err) ||
         (start && eng_start(s->e, err, sizeof err))) {
@@ -244,6 +247,96 @@ TEST(prompt_cache_reuses_prefix)
     }
 }
 
+/* A chat-like request: prompt[0 .. n) with a message end at bound (0: none). */
+static eng_req_t *submit_bound(eng_t *e, const int32_t *prompt, int64_t n, int64_t bound,
+                               int64_t max_tokens, bool cache)
+{
+    struct eng_req_params p = {.n_prompt = n, .max_tokens = max_tokens, .cache_prompt = cache};
+    p.prompt = malloc((size_t)n * sizeof *p.prompt);
+    memcpy(p.prompt, prompt, (size_t)n * sizeof *p.prompt);
+    if (bound) {
+        p.bounds = malloc(sizeof *p.bounds);
+        p.bounds[0] = bound;
+        p.n_bounds = 1;
+    }
+    p.s = (struct smp_params){.temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    p.logprobs = true;
+    eng_req_t *r = eng_req_create(&p, NULL, NULL);
+    char err[256];
+    CHECK_EQ(eng_submit(e, r, err, sizeof err), 0);
+    return r;
+}
+
+static void finish_req(eng_req_t *r, struct result *res)
+{
+    wait_done(r, res);
+    eng_req_release(r);
+}
+
+static bool same_output(const struct result *a, const struct result *b)
+{
+    return a->n_ids == b->n_ids && memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) == 0;
+}
+
+/* Issue 36: a prefix that ends at a message boundary is reused from another slot while that
+ * slot is busy (a device copy of its KV rows and checkpoint), and from the RAM tier after the
+ * slot that held it moved on; the answers equal those computed without the cache. */
+TEST(prompt_cache_across_slots_and_ram)
+{
+    const char *files[] = {"tiny-qwen35.gguf", "tiny-qwen3next.gguf"};
+    for (size_t f = 0; f < 2; f++) {
+        int32_t px[120], py[120], pz[120], pq[130];
+        make_prompt(px, 100, 3);
+        memcpy(py, px, 100 * sizeof *px);
+        memcpy(pz, px, 100 * sizeof *px);
+        make_prompt(px + 100, 20, 5);
+        make_prompt(py + 100, 20, 6);
+        make_prompt(pz + 100, 20, 8);
+        make_prompt(pq, 130, 7);
+        struct setup ref, two, one;
+        g_ram_max = 64 << 20;
+        int rc = setup_open(&ref, files[f], 1, 32, 8, true) |
+                 setup_open(&two, files[f], 2, 32, 8, true) |
+                 setup_open(&one, files[f], 1, 32, 8, true);
+        g_ram_max = 0;
+        if (rc) {
+            CHECK(0);
+            return;
+        }
+        struct result want, a, busy, copied, c, from_ram, q;
+        finish_req(submit_bound(ref.e, py, 120, 100, 10, false), &want);
+        /* two slots: z keeps slot 0 busy (reusing x's prefix in place) while y copies it */
+        finish_req(submit_bound(two.e, px, 120, 100, 6, true), &a);
+        eng_req_t *rz = submit_bound(two.e, pz, 120, 100, 120, true);
+        eng_req_t *ry = submit_bound(two.e, py, 120, 100, 10, true);
+        finish_req(ry, &copied);
+        finish_req(rz, &busy);
+        struct eng_stats st;
+        eng_get_stats(two.e, &st);
+        printf("  %s: copied prefix %lld tokens, %lld slot copies\n", files[f],
+               (long long)copied.cached, (long long)st.pc_copies);
+        CHECK_EQ(a.cached, 0);
+        CHECK_EQ(busy.cached, 100);
+        CHECK_EQ(copied.cached, 100);
+        CHECK(st.pc_copies >= 1);
+        CHECK(same_output(&copied, &want));
+        /* one slot: q evicts x's prefix to RAM; y gets it back from there */
+        finish_req(submit_bound(one.e, px, 120, 100, 6, true), &c);
+        finish_req(submit_bound(one.e, pq, 130, 0, 6, true), &q);
+        finish_req(submit_bound(one.e, py, 120, 100, 10, true), &from_ram);
+        eng_get_stats(one.e, &st);
+        printf("  %s: prefix from RAM %lld tokens (%lld saved, %lld RAM bytes)\n", files[f],
+               (long long)from_ram.cached, (long long)st.pc_demoted, (long long)st.pc_ram_bytes);
+        CHECK_EQ(from_ram.cached, 100);
+        CHECK_EQ(st.pc_hit_ram, 100);
+        CHECK(st.pc_demoted >= 1 && st.pc_ram_bytes > 0 && st.pc_ram_bytes <= (64 << 20));
+        CHECK(same_output(&from_ram, &want));
+        setup_close(&ref);
+        setup_close(&two);
+        setup_close(&one);
+    }
+}
+
 TEST(stop_string_not_emitted)
 {
     struct setup s;
@@ -311,6 +404,7 @@ int main(int argc, char **argv)
     RUN(greedy_matches_forward_loop);
     RUN(concurrent_equals_alone);
     RUN(prompt_cache_reuses_prefix);
+    RUN(prompt_cache_across_slots_and_ram);
     RUN(stop_string_not_emitted);
     RUN(cancel_queue_and_limits);
     TEST_MAIN_END("test_eng");
