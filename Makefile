@@ -130,6 +130,18 @@ LDLIBS     += -lstdc++
 endif
 KCPU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                  -pthread -MMD -MP -I. -Itools/kcpu/include -Itools/kcpu
+# kcpu under a sanitizer (make KCPU=1 SANITIZE=address+undefined -> build/kcpu-address-undefined,
+# SANITIZE=thread -> build/kcpu-thread): the kernels and the emulated runtime are instrumented
+# like the C code, except that under TSan the fiber scheduler (sched.cpp) is compiled without
+# it (-DKCPU_TSAN=1 keeps its fiber and happens-before annotations): its bookkeeping is shared
+# by the fibers of one OS thread by design, and only the kernels' accesses are to be judged.
+KCPU_SCHED_CXXFLAGS := $(KCPU_CXXFLAGS)
+ifneq ($(SANITIZE),)
+KCPU_SANFLAGS := -fsanitize=$(subst +,$(comma),$(SANITIZE)) -fno-sanitize-recover=all \
+                 -fno-omit-frame-pointer
+KCPU_CXXFLAGS += $(KCPU_SANFLAGS)
+KCPU_SCHED_CXXFLAGS += $(if $(filter thread,$(SANITIZE)),-DKCPU_TSAN=1,$(KCPU_SANFLAGS))
+endif
 NVCCFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
               -I. -Xcompiler -Wall
 
@@ -189,6 +201,16 @@ $(B)/gen/%.cpp: %.cu tools/kcpu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 tools/kcpu/rewrite.py $< $@
 
+# the .cuh headers too (their __shared__ declarations): a rewritten .cpp in $(B)/gen includes
+# the rewritten header beside it before the -iquote original
+CUH_GEN := $(patsubst %,$(B)/gen/%,$(wildcard kernels/cuda/*.cuh))
+.PRECIOUS: $(B)/gen/%.cuh
+$(B)/gen/%.cuh: %.cuh tools/kcpu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 tools/kcpu/rewrite.py $< $@
+
+$(CU_SRC:%.cu=$(B)/obj/%.o): $(CUH_GEN)
+
 $(B)/obj/%.o: $(B)/gen/%.cpp tools/kcpu/kcpu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_CXXFLAGS) -iquote $(dir $*) -include tools/kcpu/kcpu.h -c $< -o $@
@@ -196,6 +218,10 @@ $(B)/obj/%.o: $(B)/gen/%.cpp tools/kcpu/kcpu.h
 $(B)/obj/tools/kcpu/%.o: tools/kcpu/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_CXXFLAGS) -c $< -o $@
+
+$(B)/obj/tools/kcpu/sched.o: tools/kcpu/sched.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(KCPU_SCHED_CXXFLAGS) -c $< -o $@
 
 # the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
 $(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(LIB)
