@@ -223,10 +223,29 @@ $(B)/obj/tools/kcpu/sched.o: tools/kcpu/sched.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_SCHED_CXXFLAGS) -c $< -o $@
 
-# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
-$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(LIB)
+# The kernels alone (kernels/cuda over the emulation, and their CPU reference kernels/cpu):
+# what the selftest and test_cuda_kernels link, so that the sanitizer flavours, which
+# tests/cuda/test_kcpu.sh builds for test_cuda_kernels only, compile no engine code.
+KCPU_KLIB := $(B)/libdeltad_kernels.a
+$(KCPU_KLIB): $(CU_OBJ) $(filter $(B)/obj/kernels/%,$(LIB_OBJ))
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	rm -f $@ && ar rcs $@ $^
+
+# Under a sanitizer the CPU reference kernels are compiled without it: they are the yardstick
+# here, not under test (make asan and make tsan check them), and kq_avx2/kq_avx512 take minutes
+# to compile instrumented.
+ifneq ($(SANITIZE),)
+$(filter $(B)/obj/kernels/cpu/%,$(LIB_OBJ)): CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+endif
+
+$(B)/tests/test_cuda_kernels: $(B)/obj/tests/cuda/test_cuda_kernels.o $(HELP_LIB) $(KCPU_KLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(KCPU_KLIB) $(LDLIBS) -o $@
+
+# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
+$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(KCPU_KLIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(KCPU_KLIB) $(LDLIBS) -o $@
 else
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

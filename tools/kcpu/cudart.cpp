@@ -228,15 +228,17 @@ extern "C" cudaError_t cudaDeviceSynchronize(void)
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* One byte more than asked: the address one past the end (a valid kernel argument) then lies
+ * in this allocation and never starts the next one, which a sanitizer's allocator may place
+ * right there; the exact size keeps ASan's bounds at the end of the buffer. */
 extern "C" cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-    const size_t rounded = (bytes + 255) / 256 * 256;
-    void *m = aligned_alloc(256, rounded ? rounded : 256);
-    if (!m) {
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes + 1)) {
         *p = NULL;
         return set_error(cudaErrorMemoryAllocation);
     }
-    memset(m, 0xFF, rounded);
+    memset(m, 0xFF, bytes + 1);
     std::lock_guard<std::mutex> lk(mem_mu);
     dev_mem[(uintptr_t)m] = alloc{bytes, cur_device};
     *p = m;

@@ -138,6 +138,8 @@ static int run_ok(void)
             bad += out[6 * t + i] != want[i];
     }
     printf("%s barrier + shared + warp collectives: %d mismatches\n", bad ? "FAIL" : "ok  ", bad);
+    CHECK(cudaFree(din));
+    CHECK(cudaFree(dout));
     return bad ? 1 : 0;
 }
 
@@ -160,6 +162,7 @@ static int run_blocks(void)
            "shared-memory mismatches, atomic count %d (want 4096)\n",
            meet[0] == 2 && meet[1] == 2 && !bad && count == 4096 ? "ok  " : "FAIL", meet[0],
            meet[1], bad, count);
+    CHECK(cudaFree(d));
     return meet[0] == 2 && meet[1] == 2 && !bad && count == 4096 ? 0 : 1;
 }
 
@@ -168,8 +171,10 @@ int main(int argc, char **argv)
     const char *c = argc > 1 ? argv[1] : "ok";
     float *d, host[32];
     CHECK(cudaMalloc((void **)&d, sizeof host));
-    if (!strcmp(c, "ok"))
+    if (!strcmp(c, "ok")) {
+        CHECK(cudaFree(d));
         return run_ok() | run_blocks();
+    }
     if (!strcmp(c, "exit-before-shfl"))
         k_exit_before_shfl<<<1, 32>>>(d);
     else if (!strcmp(c, "mask-missing-lane"))
