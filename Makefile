@@ -8,7 +8,9 @@
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
 #   make cuda-check   compile every .cu with nvcc -c, no GPU needed
 #   make KCPU=1       CUDA-on-CPU emulation (build/kcpu): kernels/cuda compiled by g++ with
-#                     tools/kcpu (fibers per CUDA thread, a fake runtime, cuBLAS and NCCL)
+#                     tools/kcpu (fibers per CUDA thread, a fake runtime, cuBLAS and NCCL);
+#                     with SANITIZE=address+undefined or thread: build/kcpu-address-undefined,
+#                     build/kcpu-thread (tests/cuda/test_kcpu.sh runs both)
 #   make fuzz         libFuzzer targets (clang, build/fuzz), each run FUZZ_TIME seconds (60)
 #   make FAULT=1      fault-injection build (build/cpu-fault): DELTAD_FAIL_ALLOC / _FAIL_STEP
 #   make fault        FAULT=1 + ASan/UBSan build, then the fault-injection test on it

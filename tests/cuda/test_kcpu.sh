@@ -39,7 +39,7 @@ else
   echo "FAIL kcpu_selftest ok"; sed 's/^/      | /' "$log"; fail=1
 fi
 for c in exit-before-shfl mask-missing-lane divergent-sync exit-at-barrier host-pointer \
-    sync-in-capture bad-memcpy; do
+    sync-in-capture bad-memcpy other-gpu-memory other-gpu-stream; do
   caught=1
   for order in forward reverse shuffle; do
     # a subshell, so the shell's "Aborted" notice lands in the log
@@ -106,7 +106,7 @@ sanitized() {
   fi
 }
 # a TSan report stops the run (ASan and UBSan stop at the first by -fno-sanitize-recover)
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 sanitized asan address+undefined shuffle
 sanitized tsan thread forward
 echo "kcpu: sanitizer builds and runs $(($(date +%s) - ran))s"

@@ -23,8 +23,8 @@
  * time. Plain loads and stores are the host's; atomics are real host atomics.
  *
  * Errors (a lane missing from a warp op's mask, a lane that exited before a warp op all other
- * lanes wait at, a barrier some lanes never reach) print the kernel, its source line, the block
- * and the thread, then abort.
+ * lanes wait at, a barrier some lanes never reach, a kernel argument that is not memory of the
+ * launching GPU) print the kernel, its source line, the block and the thread, then abort.
  */
 #ifndef KCPU_H
 #define KCPU_H

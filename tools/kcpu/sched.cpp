@@ -53,7 +53,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "kcpu_impl.h" // defines: kcpu::die, kcpu::site, kcpu::cfg
+#include "kcpu_impl.h" // defines: kcpu::die, kcpu::site, kcpu::cfg, kcpu::device_of
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -638,6 +638,12 @@ bool check_cfg(const site &s, const cfg &c)
                       : c.grid.y > 65535 || c.grid.z > 65535 ? "grid.y, grid.z <= 65535"
                       : c.shmem > 0                          ? "no dynamic shared memory"
                                                              : NULL;
+    if (!bad && stream_device(c.stream) != current_device()) {
+        warn("kernel %s (launched at %s:%d): a stream of GPU %d while GPU %d is current", s.name,
+             s.file, s.line, stream_device(c.stream), current_device());
+        set_error(cudaErrorInvalidResourceHandle);
+        return false;
+    }
     if (!bad)
         return true;
     warn("kernel %s (launched at %s:%d): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) "
@@ -650,9 +656,16 @@ bool check_cfg(const site &s, const cfg &c)
 
 void check_arg(const site &s, int i, const void *p)
 {
-    if (p && !is_device_ptr(p))
+    if (!p)
+        return;
+    const int d = device_of(p);
+    if (d < 0)
         die("kernel %s (launched at %s:%d): argument %d (%p) is not device memory", s.name, s.file,
             s.line, i + 1, p);
+    if (d != current_device())
+        die("kernel %s (launched at %s:%d): argument %d (%p) is memory of GPU %d, but the kernel "
+            "runs on GPU %d",
+            s.name, s.file, s.line, i + 1, p, d, current_device());
 }
 
 /* ---- warp collectives ------------------------------------------------------------------------ */

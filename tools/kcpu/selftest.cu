@@ -10,6 +10,8 @@
 //   host-pointer       a kernel gets a host pointer where device memory is expected
 //   sync-in-capture    cudaStreamSynchronize while the stream captures a graph
 //   bad-memcpy         cudaMemcpyHostToDevice with the pointers swapped
+//   other-gpu-memory   a kernel on GPU 1 gets memory of GPU 0 (kcpu has no peer access)
+//   other-gpu-stream   a launch into a stream of GPU 0 while GPU 1 is current
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +197,17 @@ int main(int argc, char **argv)
         CHECK(cudaStreamEndCapture(st, &g));
     } else if (!strcmp(c, "bad-memcpy")) {
         CHECK(cudaMemcpy(host, d, sizeof host, cudaMemcpyHostToDevice));
+    } else if (!strcmp(c, "other-gpu-memory")) {
+        CHECK(cudaSetDevice(1));
+        k_store<<<1, 32>>>(d);
+    } else if (!strcmp(c, "other-gpu-stream")) {
+        cudaStream_t st;
+        CHECK(cudaStreamCreate(&st));
+        CHECK(cudaSetDevice(1));
+        float *d1;
+        CHECK(cudaMalloc((void **)&d1, sizeof host));
+        k_store<<<1, 32, 0, st>>>(d1);
+        CHECK(cudaGetLastError());
     } else {
         fprintf(stderr, "selftest: unknown case %s\n", c);
         return 2;
