@@ -54,14 +54,14 @@ __global__ void k_ok(const int *in, int *out)
 }
 
 /* Two blocks that each wait until both have started: true only when blocks run at once (kcpu
- * only: a GPU does not promise it). The wait gives up after 10 s so that a one-thread run fails
+ * only: a GPU does not promise it). The wait gives up after 60 s so that a one-thread run fails
  * instead of hanging; out[b] is the number of blocks block b saw started. */
 __global__ void k_meet(int *started, int *out)
 {
     if (threadIdx.x == 0) {
         atomicAdd(started, 1);
         const time_t t0 = time(NULL);
-        while (__atomic_load_n(started, __ATOMIC_SEQ_CST) < 2 && time(NULL) - t0 < 10)
+        while (__atomic_load_n(started, __ATOMIC_SEQ_CST) < 2 && time(NULL) - t0 < 60)
             sched_yield();
         out[blockIdx.x] = __atomic_load_n(started, __ATOMIC_SEQ_CST);
     }
