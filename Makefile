@@ -8,7 +8,9 @@
 #   make CUDA=1       also compile kernels/cuda with nvcc (NCCL=1 adds NCCL)
 #   make cuda-check   compile every .cu with nvcc -c, no GPU needed
 #   make KCPU=1       CUDA-on-CPU emulation (build/kcpu): kernels/cuda compiled by g++ with
-#                     tools/kcpu (fibers per CUDA thread, a fake runtime, cuBLAS and NCCL)
+#                     tools/kcpu (fibers per CUDA thread, a fake runtime, cuBLAS and NCCL);
+#                     with SANITIZE=address+undefined or thread: build/kcpu-address-undefined,
+#                     build/kcpu-thread (tests/cuda/test_kcpu.sh runs both)
 #   make fuzz         libFuzzer targets (clang, build/fuzz), each run FUZZ_TIME seconds (60)
 #   make FAULT=1      fault-injection build (build/cpu-fault): DELTAD_FAIL_ALLOC / _FAIL_STEP
 #   make fault        FAULT=1 + ASan/UBSan build, then the fault-injection test on it
@@ -130,6 +132,18 @@ LDLIBS     += -lstdc++
 endif
 KCPU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                  -pthread -MMD -MP -I. -Itools/kcpu/include -Itools/kcpu
+# kcpu under a sanitizer (make KCPU=1 SANITIZE=address+undefined -> build/kcpu-address-undefined,
+# SANITIZE=thread -> build/kcpu-thread): the kernels and the emulated runtime are instrumented
+# like the C code, except that under TSan the fiber scheduler (sched.cpp) is compiled without
+# it (-DKCPU_TSAN=1 keeps its fiber and happens-before annotations): its bookkeeping is shared
+# by the fibers of one OS thread by design, and only the kernels' accesses are to be judged.
+KCPU_SCHED_CXXFLAGS := $(KCPU_CXXFLAGS)
+ifneq ($(SANITIZE),)
+KCPU_SANFLAGS := -fsanitize=$(subst +,$(comma),$(SANITIZE)) -fno-sanitize-recover=all \
+                 -fno-omit-frame-pointer
+KCPU_CXXFLAGS += $(KCPU_SANFLAGS)
+KCPU_SCHED_CXXFLAGS += $(if $(filter thread,$(SANITIZE)),-DKCPU_TSAN=1,$(KCPU_SANFLAGS))
+endif
 NVCCFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
               -I. -Xcompiler -Wall
 
@@ -189,6 +203,16 @@ $(B)/gen/%.cpp: %.cu tools/kcpu/rewrite.py
 	@mkdir -p $(dir $@)
 	python3 tools/kcpu/rewrite.py $< $@
 
+# the .cuh headers too (their __shared__ declarations): a rewritten .cpp in $(B)/gen includes
+# the rewritten header beside it before the -iquote original
+CUH_GEN := $(patsubst %,$(B)/gen/%,$(wildcard kernels/cuda/*.cuh))
+.PRECIOUS: $(B)/gen/%.cuh
+$(B)/gen/%.cuh: %.cuh tools/kcpu/rewrite.py
+	@mkdir -p $(dir $@)
+	python3 tools/kcpu/rewrite.py $< $@
+
+$(CU_SRC:%.cu=$(B)/obj/%.o): $(CUH_GEN)
+
 $(B)/obj/%.o: $(B)/gen/%.cpp tools/kcpu/kcpu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_CXXFLAGS) -iquote $(dir $*) -include tools/kcpu/kcpu.h -c $< -o $@
@@ -197,10 +221,33 @@ $(B)/obj/tools/kcpu/%.o: tools/kcpu/%.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(KCPU_CXXFLAGS) -c $< -o $@
 
-# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
-$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(LIB)
+$(B)/obj/tools/kcpu/sched.o: tools/kcpu/sched.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+	$(CXX) $(KCPU_SCHED_CXXFLAGS) -c $< -o $@
+
+# The kernels alone (kernels/cuda over the emulation, and their CPU reference kernels/cpu):
+# what the selftest and test_cuda_kernels link, so that the sanitizer flavours, which
+# tests/cuda/test_kcpu.sh builds for test_cuda_kernels only, compile no engine code.
+KCPU_KLIB := $(B)/libdeltad_kernels.a
+$(KCPU_KLIB): $(CU_OBJ) $(filter $(B)/obj/kernels/%,$(LIB_OBJ))
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Under a sanitizer the CPU reference kernels are compiled without it: they are the yardstick
+# here, not under test (make asan and make tsan check them), and kq_avx2/kq_avx512 take minutes
+# to compile instrumented.
+ifneq ($(SANITIZE),)
+$(filter $(B)/obj/kernels/cpu/%,$(LIB_OBJ)): CFLAGS := $(filter-out -fsanitize=%,$(CFLAGS))
+endif
+
+$(B)/tests/test_cuda_kernels: $(B)/obj/tests/cuda/test_cuda_kernels.o $(HELP_LIB) $(KCPU_KLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $< $(HELP_LIB) $(KCPU_KLIB) $(LDLIBS) -o $@
+
+# the emulator's own checks (tools/kcpu/selftest.cu, run by tests/cuda/test_kcpu.sh)
+$(B)/tools/kcpu_selftest: $(B)/obj/tools/kcpu/selftest.o $(KCPU_KLIB)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $< $(KCPU_KLIB) $(LDLIBS) -o $@
 else
 $(B)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

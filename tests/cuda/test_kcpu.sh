@@ -4,8 +4,13 @@
 # over tools/kcpu) and runs every tests/cuda/test_*.c program under it once per fiber order,
 # KCPU_ORDER=forward, reverse and shuffle. Any failure fails the test; there is no skip where
 # g++ and python3 exist (the emulation has its own CUDA headers, the toolkit is not needed).
+# Then the sanitizer flavours of kcpu (make KCPU=1 SANITIZE=..., their own build dirs, only
+# test_cuda_kernels and the selftest built): test_cuda_kernels under ASan+UBSan
+# (build/kcpu-address-undefined, shuffled order) and under TSan (build/kcpu-thread, forward
+# order: TSan sees a missing barrier in any order); a sanitizer whose runtime this compiler
+# lacks, or that cannot start on this kernel, is skipped with a message.
 # BUILD_DIR (the calling flavour's, from tests/run.sh) is not used: kcpu has its own.
-# Logs: build/kcpu/test-logs/kcpu-<test>-<order>.log.
+# Logs: build/kcpu/test-logs/kcpu-<test>-<order>.log, kcpu-<asan|tsan>-*.log.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 for tool in g++ python3; do
@@ -34,7 +39,7 @@ else
   echo "FAIL kcpu_selftest ok"; sed 's/^/      | /' "$log"; fail=1
 fi
 for c in exit-before-shfl mask-missing-lane divergent-sync exit-at-barrier host-pointer \
-    sync-in-capture bad-memcpy; do
+    sync-in-capture bad-memcpy other-gpu-memory other-gpu-stream; do
   caught=1
   for order in forward reverse shuffle; do
     # a subshell, so the shell's "Aborted" notice lands in the log
@@ -62,6 +67,49 @@ for p in "${progs[@]}"; do
     fi
   done
 done
-echo "kcpu: build $((built - start))s, runs $(($(date +%s) - built))s"
-[ $fail -eq 0 ] && echo "kcpu: every tests/cuda program passed in all three fiber orders"
+ran=$(date +%s)
+echo "kcpu: build $((built - start))s, runs $((ran - built))s"
+
+# one sanitizer flavour: NAME SANITIZE ORDER
+sanitized() {
+  local name=$1 san=$2 order=$3 S="build/kcpu-${2/+/-}" log t0 rc secs
+  log="$K/test-logs/kcpu-$name-build.log"
+  if ! echo 'int main(void) { return 0; }' | g++ -fsanitize="${san/+/,}" -x c++ - \
+      -o "$K/test-logs/kcpu-$name-probe" >"$log" 2>&1; then
+    echo "skip $name: g++ -fsanitize=${san/+/,} cannot link here ($(tail -n 1 "$log"))"; return
+  fi
+  if ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory -j2 KCPU=1 \
+      SANITIZE="$san" "$S/tests/test_cuda_kernels" "$S/tools/kcpu_selftest" >"$log" 2>&1; then
+    echo "FAIL make KCPU=1 SANITIZE=$san"; tail -n 30 "$log"; fail=1; return
+  fi
+  log="$K/test-logs/kcpu-$name-selftest.log"
+  "$S/tools/kcpu_selftest" ok >"$log" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && grep -q 'unexpected memory mapping\|failed to allocate' "$log"; then
+    echo "skip $name: the sanitizer runtime cannot start here ($(grep -m1 -i 'fatal' "$log"))"
+    return
+  fi
+  if [ $rc -ne 0 ]; then
+    echo "FAIL kcpu_selftest ok ($name)"; sed 's/^/      | /' "$log" | head -n 40; fail=1
+  fi
+  log="$K/test-logs/kcpu-$name-test_cuda_kernels-$order.log"
+  t0=$EPOCHREALTIME
+  KCPU_ORDER=$order "$S/tests/test_cuda_kernels" >"$log" 2>&1
+  rc=$?
+  secs=$(awk "BEGIN { print $EPOCHREALTIME - $t0 }")
+  printf '%-4s %-18s %-8s %5.1fs  %s\n' "$([ $rc -eq 0 ] && echo ok || echo FAIL)" \
+    "test_cuda_kernels" "$name" "$secs" "$(tail -n 1 "$log")"
+  if [ $rc -ne 0 ]; then
+    fail=1
+    grep -E '^FAIL|kcpu:|deltad:|ERROR: AddressSanitizer|WARNING: ThreadSanitizer|runtime error|^ +#[0-9] |SUMMARY' \
+      "$log" | head -n 40 | sed 's/^/      | /'
+  fi
+}
+# a TSan report stops the run (ASan and UBSan stop at the first by -fno-sanitize-recover)
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+sanitized asan address+undefined shuffle
+sanitized tsan thread forward
+echo "kcpu: sanitizer builds and runs $(($(date +%s) - ran))s"
+[ $fail -eq 0 ] && echo "kcpu: every tests/cuda program passed in all three fiber orders," \
+  "test_cuda_kernels under ASan+UBSan and TSan"
 exit $fail

@@ -1,6 +1,7 @@
 /*
  * cublas — the kcpu reference of the cuBLAS calls kernels/cuda makes: handles bound to a
- * stream, and cublasGemmEx in column-major order with F32 / F16 / BF16 inputs, F32 output and
+ * stream (and to the GPU current at cublasCreate, whose memory A, B and C must be), and
+ * cublasGemmEx in column-major order with F32 / F16 / BF16 inputs, F32 output and
  * f32 accumulation (CUBLAS_COMPUTE_32F), alpha and beta on the host. beta == 0 never reads C
  * (C may hold the 0xFF fill of fresh device memory). The product runs on the handle's stream,
  * so a capturing stream records it like a launch.
@@ -10,16 +11,17 @@
 #include <vector>
 
 #include "cublas_v2.h" // defines: cublasGemmEx
-#include "kcpu_impl.h" // defines: kcpu::is_device, kcpu::enqueue
+#include "kcpu_impl.h" // defines: kcpu::is_device, kcpu::device_of, kcpu::enqueue
 
 struct kcpu_blas {
     cudaStream_t st;
     cublasMath_t math;
+    int device; /* current at cublasCreate: the GPU of every operand */
 };
 
 extern "C" cublasStatus_t cublasCreate(cublasHandle_t *h)
 {
-    *h = new kcpu_blas{NULL, CUBLAS_DEFAULT_MATH};
+    *h = new kcpu_blas{NULL, CUBLAS_DEFAULT_MATH, kcpu::current_device()};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -114,6 +116,12 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
         !kcpu::is_device(B, span(bn ? k : n, bn ? n : k, ldb, bt)) ||
         !kcpu::is_device(C, span(m, n, ldc, ct))) {
         kcpu::warn("cublasGemmEx: A, B or C is not inside one device allocation");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (kcpu::device_of(A) != h->device || kcpu::device_of(B) != h->device ||
+        kcpu::device_of(C) != h->device) {
+        kcpu::warn("cublasGemmEx: A, B, C on GPUs %d, %d, %d with a handle of GPU %d",
+                   kcpu::device_of(A), kcpu::device_of(B), kcpu::device_of(C), h->device);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     const float al = *(const float *)alpha, be = *(const float *)beta;

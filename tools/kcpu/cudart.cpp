@@ -7,6 +7,10 @@
  * their direction (a "device" side must lie inside one live allocation, a "host" side must not
  * be device memory) and kernel arguments must be device memory (sched.cpp), which catches a
  * host pointer handed to a kernel. Pinned host memory (cudaMallocHost) counts as host memory.
+ * Each allocation belongs to the GPU current when it was made: a kernel argument, a cuBLAS
+ * operand or an NCCL buffer of another GPU than the one the work runs on is an error (kcpu has
+ * no peer access), and so is a launch into a stream of another GPU than the current one, as in
+ * CUDA. Copies may cross GPUs (unified addressing).
  *
  * Streams: work runs synchronously on the calling thread, so every stream is trivially ordered.
  * While a stream captures (cudaStreamBeginCapture .. EndCapture), launches, copies, memsets and
@@ -81,6 +85,23 @@ bool is_device_ptr(const void *p)
     return find(p, true) != NULL;
 }
 
+int device_of(const void *p)
+{
+    std::lock_guard<std::mutex> lk(mem_mu);
+    const auto *a = find(p, true);
+    return a ? a->second.device : -1;
+}
+
+int current_device()
+{
+    return cur_device;
+}
+
+int stream_device(cudaStream_t st)
+{
+    return st ? st->device : cur_device;
+}
+
 void enqueue(cudaStream_t st, std::function<void()> op)
 {
     if (st && st->capturing)
@@ -122,6 +143,7 @@ extern "C" const char *cudaGetErrorName(cudaError_t e)
         KCPU_ERR(cudaErrorInvalidMemcpyDirection)
         KCPU_ERR(cudaErrorNoDevice)
         KCPU_ERR(cudaErrorInvalidDevice)
+        KCPU_ERR(cudaErrorInvalidResourceHandle)
         KCPU_ERR(cudaErrorNotSupported)
         KCPU_ERR(cudaErrorStreamCaptureUnsupported)
         KCPU_ERR(cudaErrorStreamCaptureInvalidated)
@@ -150,6 +172,8 @@ extern "C" const char *cudaGetErrorString(cudaError_t e)
         return "no CUDA-capable device is detected (kcpu: KCPU_DEVICES=0)";
     case cudaErrorInvalidDevice:
         return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
     case cudaErrorNotSupported:
         return "operation not supported";
     case cudaErrorStreamCaptureUnsupported:
@@ -228,15 +252,17 @@ extern "C" cudaError_t cudaDeviceSynchronize(void)
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* One byte more than asked: the address one past the end (a valid kernel argument) then lies
+ * in this allocation and never starts the next one, which a sanitizer's allocator may place
+ * right there; the exact size keeps ASan's bounds at the end of the buffer. */
 extern "C" cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-    const size_t rounded = (bytes + 255) / 256 * 256;
-    void *m = aligned_alloc(256, rounded ? rounded : 256);
-    if (!m) {
+    void *m = NULL;
+    if (posix_memalign(&m, 256, bytes + 1)) {
         *p = NULL;
         return set_error(cudaErrorMemoryAllocation);
     }
-    memset(m, 0xFF, rounded);
+    memset(m, 0xFF, bytes + 1);
     std::lock_guard<std::mutex> lk(mem_mu);
     dev_mem[(uintptr_t)m] = alloc{bytes, cur_device};
     *p = m;

@@ -5,21 +5,26 @@
  * `kcpu::launch(site, k, kcpu::cfg(grid, block, shmem, stream), args)`. The .cu files stay
  * unmodified.
  *
- * Execution model (tools/kcpu/sched.cpp): a launch runs its blocks one after another on the
- * calling OS thread; every CUDA thread of a block is a fiber with its own stack. A fiber runs
- * until it reaches __syncthreads (a block barrier), a warp collective (__shfl_*_sync,
- * __ballot_sync, __any_sync, __all_sync: computed once every lane of the mask has arrived) or
- * its end; the scheduler then runs the next fiber. KCPU_ORDER=forward|reverse|shuffle picks
- * the order in which runnable fibers run between those points, so kernels that depend on an
- * unsynchronised order show up as differences between the three runs.
+ * Execution model (tools/kcpu/sched.cpp): a launch deals its blocks out to KCPU_THREADS OS
+ * threads (default the number of cores, at least 2, the launching thread among them) and
+ * returns when all have finished; a block runs whole on one OS thread, every CUDA thread of it
+ * a fiber with its own stack. A fiber runs until it reaches __syncthreads (a block barrier),
+ * a warp collective (__shfl_*_sync, __ballot_sync, __any_sync, __all_sync, __syncwarp:
+ * computed once every lane of the mask has arrived) or its end; the scheduler then runs the
+ * next fiber. KCPU_ORDER=forward|reverse|shuffle picks the order in which runnable fibers run
+ * between those points, so kernels that depend on an unsynchronised order show up as
+ * differences between the three runs; blocks of one grid really run at once, so cross-block
+ * races can show (and are TSan reports in the SANITIZE=thread build).
  *
- * What it deliberately is not: a race detector or a model of memory coherence. __shared__ is
- * a `static thread_local` (one block runs at a time per OS thread, all its fibers on it), and
- * plain loads and stores are the host's.
+ * __shared__ memory is per block: rewrite.py turns each `__shared__ T a[N], b;` into
+ * KCPU_SHARED(T, a, [N]); KCPU_SHARED(T, b, ) — a reference to the running block's heap copy
+ * (0xFF-filled, bounds known to ASan). An unrewritten __shared__ (a header the Makefile does
+ * not rewrite) still works as a thread-local static, since an OS thread runs one block at a
+ * time. Plain loads and stores are the host's; atomics are real host atomics.
  *
  * Errors (a lane missing from a warp op's mask, a lane that exited before a warp op all other
- * lanes wait at, a barrier some lanes never reach) print the kernel, its source line, the block
- * and the thread, then abort.
+ * lanes wait at, a barrier some lanes never reach, a kernel argument that is not memory of the
+ * launching GPU) print the kernel, its source line, the block and the thread, then abort.
  */
 #ifndef KCPU_H
 #define KCPU_H
@@ -50,8 +55,13 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-/* Block-shared: one block per OS thread at a time, so a thread-local static is per block. */
+/* Block-shared, for declarations rewrite.py left alone: one block per OS thread at a time, so
+ * a thread-local static is per block. */
 #define __shared__ static thread_local
+/* A rewritten `__shared__ T name dims;`: the block's copy, keyed by a static per declaration. */
+#define KCPU_SHARED(T, name, dims)                                                                 \
+    static char kcpu_shared_key_##name;                                                            \
+    T(&name) dims = *(T(*) dims)kcpu::shared(&kcpu_shared_key_##name, sizeof(T dims))
 
 struct uint3 {
     unsigned x, y, z;
@@ -107,11 +117,13 @@ void check_arg(const site &s, int i, const void *p);
 /* Runs op now, or records it when st is capturing a graph. */
 void enqueue(cudaStream_t st, std::function<void()> op);
 
-enum warp_kind { W_SHFL, W_SHFL_XOR, W_SHFL_UP, W_SHFL_DOWN, W_BALLOT, W_ANY, W_ALL };
+enum warp_kind { W_SHFL, W_SHFL_XOR, W_SHFL_UP, W_SHFL_DOWN, W_BALLOT, W_ANY, W_ALL, W_SYNC };
 /* The collective kind over the lanes of mask; every lane passes its value (and source lane or
  * offset in arg); returns this lane's result once all lanes of mask have arrived. */
 uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, int size);
 void syncthreads();
+/* The running block's copy of the __shared__ variable whose declaration key names. */
+void *shared(const void *key, size_t bytes);
 
 template <class F> void thunk(void *f)
 {
@@ -198,7 +210,7 @@ inline int __all_sync(unsigned mask, int pred)
 }
 inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
-    kcpu::warp_op(kcpu::W_ANY, mask, 0, 0, 32, 4);
+    kcpu::warp_op(kcpu::W_SYNC, mask, 0, 0, 32, 4);
 }
 
 /* ---- math intrinsics (the host's libm and IEEE arithmetic; no FMA contraction in ISO C++) ---- */

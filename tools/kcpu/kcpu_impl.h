@@ -21,6 +21,12 @@ void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool is_device(const void *p, size_t bytes);
 /* True when p lies inside (or one past the end of) a live device allocation. */
 bool is_device_ptr(const void *p);
+/* The GPU whose live allocation holds p (one past the end included), or -1. */
+int device_of(const void *p);
+/* The calling thread's current GPU (cudaSetDevice), and the GPU stream st belongs to (the
+ * current one for the legacy stream NULL). */
+int current_device();
+int stream_device(cudaStream_t st);
 /* Record err as the thread's last error (cudaGetLastError) and return it. */
 cudaError_t set_error(cudaError_t err);
 

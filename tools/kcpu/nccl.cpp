@@ -18,7 +18,7 @@
 #include <mutex>
 #include <vector>
 
-#include "kcpu_impl.h" // defines: kcpu::is_device, kcpu::die
+#include "kcpu_impl.h" // defines: kcpu::is_device, kcpu::device_of, kcpu::die
 
 struct coll {
     std::vector<const void *> send;
@@ -178,6 +178,11 @@ extern "C" ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count
     const size_t bytes = count * (type == ncclFloat32 ? 4 : 2);
     if (!kcpu::is_device(send, bytes) || !kcpu::is_device(recv, bytes)) {
         kcpu::warn("ncclAllReduce rank %d: buffers are not inside device allocations", comm->rank);
+        return ncclInvalidArgument;
+    }
+    if (kcpu::device_of(send) != comm->device || kcpu::device_of(recv) != comm->device) {
+        kcpu::warn("ncclAllReduce rank %d on GPU %d: buffers on GPUs %d and %d", comm->rank,
+                   comm->device, kcpu::device_of(send), kcpu::device_of(recv));
         return ncclInvalidArgument;
     }
     const queued q{send, recv, count, type, comm};

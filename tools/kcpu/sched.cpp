@@ -1,9 +1,13 @@
 /*
  * sched — the kcpu block scheduler: CUDA threads as fibers, block barriers and warp collectives
- * (the model is described in kcpu.h).
+ * (the model is described in kcpu.h), and the OS threads that run the blocks.
  *
- * A launch runs its blocks in order on the calling OS thread. For a block of n threads the
- * scheduler makes n fibers on stacks reused from launch to launch (one mmap per OS thread,
+ * A launch hands its grid to a pool of KCPU_THREADS OS threads (default the number of cores,
+ * at least 2): the launching thread and KCPU_THREADS - 1 workers take blocks from the grid's
+ * counter until none is left, and the launch returns when every block has finished, so
+ * launches on one stream stay ordered. Several host threads may launch at once (one grid each
+ * in the queue). A block runs whole on the OS thread that took it: for a block of n threads the
+ * scheduler makes n fibers on stacks reused from block to block (one mmap per OS thread,
  * a guard page under each stack) and runs passes: each pass visits the fibers in the
  * KCPU_ORDER order and runs every runnable one until it yields. A fiber yields at
  * __syncthreads (state BAR), at a warp op that still lacks lanes (state WARP) or when it
@@ -12,25 +16,65 @@
  * fiber waits at it; a fiber still waiting on a warp op then is a deadlock, and a fiber that
  * exited while others wait at the barrier is a divergent barrier: both are errors.
  *
- * Invariant: only the OS thread that runs a block touches its fibers, so there are no locks;
- * `cur` (thread-local) always points at the running fiber's thread_info.
+ * Shared memory: each __shared__ declaration (rewritten by rewrite.py into KCPU_SHARED) asks
+ * shared() for its block's copy: a heap allocation made by the first fiber that reaches it,
+ * filled with 0xFF bytes and freed when the block ends, so ASan sees its bounds and no two
+ * blocks ever share it.
+ *
+ * Invariant: only the OS thread that runs a block touches its fibers, so there are no locks
+ * below the grid queue; `cur` (thread-local) always points at the running fiber's thread_info.
  *
  * Switching: hand-written x86-64 code saves the callee-saved registers, MXCSR and the x87
  * control word and swaps stack pointers (a glibc swapcontext costs a signal-mask system call
  * per switch, and a warp reduction switches 64 times); other machines use ucontext.
+ *
+ * Sanitizers: under ASan every switch is announced (__sanitizer_start/finish_switch_fiber) so
+ * ASan knows which stack is live. Under TSan (`make KCPU=1 SANITIZE=thread`, which compiles
+ * this file uninstrumented with KCPU_TSAN=1 so that the scheduler's own bookkeeping is not
+ * reported) every fiber is a TSan fiber, switched to without synchronisation; the
+ * happens-before edges are CUDA's: the block start (the launch and, on one OS thread, the
+ * blocks run before it) precedes every fiber, __syncthreads orders the block, __syncwarp the
+ * warp (the other warp collectives exchange values but order no memory, as on Volta and
+ * later), and every fiber precedes the block's end and so the launch's return. A missing
+ * barrier between a shared-memory write and another thread's read is thus a TSan report,
+ * in any fiber order, with the kernel's frames in its stacks.
  */
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <thread>
 #include <unistd.h>
 
-#include "kcpu_impl.h" // defines: kcpu::die, kcpu::site, kcpu::cfg
+#include "kcpu_impl.h" // defines: kcpu::die, kcpu::site, kcpu::cfg, kcpu::device_of
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
+
+#ifdef __has_feature
+#if __has_feature(address_sanitizer)
+#define KCPU_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(KCPU_ASAN)
+#define KCPU_ASAN 1
+#endif
+#ifdef KCPU_ASAN
+#include <sanitizer/asan_interface.h>        // defines: __asan_unpoison_memory_region
+#include <sanitizer/common_interface_defs.h> // defines: __sanitizer_start_switch_fiber
+#endif
+#ifdef KCPU_TSAN
+#include <sanitizer/tsan_interface.h> // defines: __tsan_switch_to_fiber, __tsan_acquire
+extern "C" void AnnotateIgnoreWritesBegin(const char *file, int line);
+extern "C" void AnnotateIgnoreWritesEnd(const char *file, int line);
 #endif
 
 namespace kcpu
@@ -38,7 +82,7 @@ namespace kcpu
 
 __thread thread_info *cur;
 
-enum { MAX_THREADS = 1024, STACK_BYTES = 64 << 10 };
+enum { MAX_THREADS = 1024, STACK_BYTES = 64 << 10, MAX_SHARED = 16, SHARED_BYTES = 48 << 10 };
 enum fstate { F_RUN, F_BAR, F_WARP, F_DONE };
 
 /* ---- context switch -------------------------------------------------------------------------- */
@@ -130,6 +174,14 @@ struct fiber : thread_info {
     block *b;
     unsigned lin; /* linear thread index in the block */
     int state;
+    char *stack;
+#ifdef KCPU_ASAN
+    void *fake; /* ASan's fake stack while switched out */
+#endif
+#ifdef KCPU_TSAN
+    void *tsan;           /* the fiber's TSan context, made once per pool slot */
+    unsigned n_bar, n_sw; /* barriers and __syncwarps passed: which sync object is next */
+#endif
 };
 
 /* The pending warp op of one warp: who arrived, with which values. */
@@ -141,6 +193,12 @@ struct warp {
     int arg[32];
 };
 
+/* One __shared__ variable of a running block: the declaration's key and the block's copy. */
+struct shared_var {
+    const void *key;
+    void *p;
+};
+
 struct block {
     block_info info;
     const site *where;
@@ -150,6 +208,13 @@ struct block {
     warp *w;
     int n;
     ctx sched;
+    shared_var shm[MAX_SHARED];
+    int n_shm;
+    size_t shm_bytes;
+#ifdef KCPU_TSAN
+    char start, done, bar[2]; /* sync objects (their addresses): see the opening comment */
+    char sw[MAX_THREADS / 32][2];
+#endif
 };
 
 /* Per OS thread: stacks, fibers and warps for the largest block, reused by every launch. */
@@ -159,6 +224,14 @@ struct pool {
     warp w[MAX_THREADS / 32];
     int order[MAX_THREADS];
     uint64_t rng;
+#ifdef KCPU_ASAN
+    void *fake;               /* the scheduler's fake stack while a fiber runs */
+    const void *sched_bottom; /* the scheduler's stack, as ASan reported it */
+    size_t sched_size;
+#endif
+#ifdef KCPU_TSAN
+    void *tsan_sched; /* this OS thread's own TSan context */
+#endif
 };
 static __thread pool *tpool;
 
@@ -170,6 +243,11 @@ struct pool_owner {
     {
         if (!tpool)
             return;
+#ifdef KCPU_TSAN
+        for (int i = 0; i < MAX_THREADS; i++)
+            if (tpool->f[i].tsan)
+                __tsan_destroy_fiber(tpool->f[i].tsan);
+#endif
         munmap(tpool->stacks, (size_t)MAX_THREADS * STACK_BYTES);
         free(tpool);
         tpool = NULL;
@@ -191,6 +269,9 @@ static pool *pool_get()
         mprotect(p->stacks + (size_t)i * STACK_BYTES, page, PROT_NONE);
     const char *seed = getenv("KCPU_SEED");
     p->rng = seed ? strtoull(seed, NULL, 0) | 1 : 0x2545f4914f6cdd1dull;
+#ifdef KCPU_TSAN
+    p->tsan_sched = __tsan_get_current_fiber();
+#endif
     tpool = p;
     (void)&pool_owned; /* odr-use: constructs the owner, whose destructor runs at thread exit */
     return p;
@@ -238,10 +319,56 @@ static const char *state_name(int s)
         f->tid.y, f->tid.z, msg);
 }
 
+/* ---- switches (with the sanitizers told) ---------------------------------------------------- */
+
+/* Scheduler -> fiber f, back when f yields or ends. */
+static void switch_to_fiber(pool *p, block *b, fiber *f)
+{
+    cur = f;
+#ifdef KCPU_ASAN
+    __sanitizer_start_switch_fiber(&p->fake, f->stack, STACK_BYTES);
+#endif
+#ifdef KCPU_TSAN
+    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+#endif
+    ctx_switch(&b->sched, &f->c);
+#ifdef KCPU_ASAN
+    __sanitizer_finish_switch_fiber(p->fake, NULL, NULL);
+#endif
+}
+
+/* In fiber f, once it runs (again): the ASan half of the switch. */
+static void fiber_resumed(fiber *f, bool first)
+{
+#ifdef KCPU_ASAN
+    pool *p = tpool;
+    __sanitizer_finish_switch_fiber(first ? NULL : f->fake, &p->sched_bottom, &p->sched_size);
+#endif
+}
+
+/* Fiber f -> the scheduler; `last` when f has ended (its fake stack is dropped). */
+static void switch_to_sched(fiber *f, bool last)
+{
+#ifdef KCPU_ASAN
+    pool *p = tpool;
+    __sanitizer_start_switch_fiber(last ? NULL : &f->fake, p->sched_bottom, p->sched_size);
+#endif
+#ifdef KCPU_TSAN
+    __tsan_switch_to_fiber(tpool->tsan_sched, __tsan_switch_to_fiber_no_sync);
+#endif
+    ctx_switch(&f->c, &f->b->sched);
+    if (!last)
+        fiber_resumed(f, false);
+}
+
 static void fiber_main()
 {
     fiber *f = (fiber *)cur;
     block *b = f->b;
+    fiber_resumed(f, true);
+#ifdef KCPU_TSAN
+    __tsan_acquire(&b->start);
+#endif
     b->body(b->body_ctx);
     f->state = F_DONE;
     warp *w = &b->w[f->lin / 32];
@@ -250,19 +377,32 @@ static void fiber_main()
     if (w->arrived && (w->mask & bit))
         fail_at(f, "exited while lanes 0x%08x of its warp wait for it at a warp op (mask 0x%08x)",
                 w->arrived, w->mask);
-    ctx_switch(&f->c, &b->sched);
+#ifdef KCPU_TSAN
+    __tsan_release(&b->done);
+#endif
+    switch_to_sched(f, true);
     abort(); /* a finished fiber is never resumed */
 }
 
 static void yield(fiber *f, int state)
 {
     f->state = state;
-    ctx_switch(&f->c, &f->b->sched);
+    switch_to_sched(f, false);
 }
 
 void syncthreads()
 {
-    yield((fiber *)cur, F_BAR);
+    fiber *f = (fiber *)cur;
+#ifdef KCPU_TSAN
+    /* two objects in turn: a fast thread's release for the next barrier must not reach a slow
+     * thread that has yet to leave this one */
+    char *bar = &f->b->bar[f->n_bar++ & 1];
+    __tsan_release(bar);
+#endif
+    yield(f, F_BAR);
+#ifdef KCPU_TSAN
+    __tsan_acquire(bar);
+#endif
 }
 
 static void make_order(pool *p, int n)
@@ -322,10 +462,24 @@ static void run_block(pool *p, block *b)
         f->b = b;
         f->lin = (unsigned)i;
         f->state = F_RUN;
-        ctx_make(&f->c, p->stacks + (size_t)i * STACK_BYTES, STACK_BYTES, fiber_main);
+        f->stack = p->stacks + (size_t)i * STACK_BYTES;
+#ifdef KCPU_ASAN /* frames a fiber never returned from (its fiber_main) left poisoned */
+        __asan_unpoison_memory_region(f->stack + STACK_BYTES / 2, STACK_BYTES / 2);
+#endif
+#ifdef KCPU_TSAN
+        if (!f->tsan)
+            f->tsan = __tsan_create_fiber(0);
+        f->n_bar = f->n_sw = 0;
+#endif
+        ctx_make(&f->c, f->stack, STACK_BYTES, fiber_main);
     }
     for (int i = 0; i < (b->n + 31) / 32; i++)
         b->w[i].arrived = b->w[i].done = 0;
+    b->n_shm = 0;
+    b->shm_bytes = 0;
+#ifdef KCPU_TSAN
+    __tsan_release(&b->start);
+#endif
     do {
         bool ran;
         do {
@@ -335,33 +489,166 @@ static void run_block(pool *p, block *b)
                 fiber *f = &b->f[p->order[k]];
                 if (f->state != F_RUN)
                     continue;
-                cur = f;
-                ctx_switch(&b->sched, &f->c);
+                switch_to_fiber(p, b, f);
                 ran = true;
             }
         } while (ran);
     } while (release_or_fail(b));
     cur = NULL;
+#ifdef KCPU_TSAN
+    __tsan_acquire(&b->done);
+#endif
+    for (int i = 0; i < b->n_shm; i++)
+        free(b->shm[i].p);
+}
+
+/* ---- the grid queue and its OS threads --------------------------------------------------------
+ */
+
+/* One launch: its blocks are dealt out by `next`; `finished` and `helpers` (workers inside)
+ * are guarded by q_mu. It lives on the launching thread's stack until both say it is over. */
+struct grid {
+    const site *where;
+    const cfg *c;
+    void (*body)(void *);
+    void *ctx;
+    uint64_t n;
+    std::atomic<uint64_t> next;
+    uint64_t finished;
+    int helpers;
+};
+
+/* Made once, never freed: workers wait on it until the process exits. */
+struct queue {
+    std::mutex mu;
+    std::condition_variable work, done;
+    std::deque<grid *> grids;
+};
+
+static queue *q;
+static int n_os_threads;
+
+/* Runs blocks of g until none is left; returns how many this thread ran. */
+static uint64_t run_blocks(grid *g)
+{
+    pool *p = pool_get();
+    block b;
+    b.where = g->where;
+    b.body = g->body;
+    b.body_ctx = g->ctx;
+    b.f = p->f;
+    b.w = p->w;
+    b.n = (int)(g->c->block.x * g->c->block.y * g->c->block.z);
+    b.info.dim = g->c->block;
+    b.info.grid = g->c->grid;
+    const uint64_t gx = g->c->grid.x, gy = g->c->grid.y;
+    uint64_t ran = 0;
+    for (uint64_t i; (i = g->next.fetch_add(1, std::memory_order_relaxed)) < g->n; ran++) {
+        b.info.idx = uint3{(unsigned)(i % gx), (unsigned)(i / gx % gy), (unsigned)(i / (gx * gy))};
+        run_block(p, &b);
+    }
+    return ran;
+}
+
+/* Called with q->mu held: g leaves the queue once its blocks are all dealt out. */
+static void drop_if_dealt(grid *g)
+{
+    if (g->next.load(std::memory_order_relaxed) < g->n)
+        return;
+    auto it = std::find(q->grids.begin(), q->grids.end(), g);
+    if (it != q->grids.end())
+        q->grids.erase(it);
+}
+
+static void worker_main()
+{
+    std::unique_lock<std::mutex> lk(q->mu);
+    for (;;) {
+        q->work.wait(lk, [] { return !q->grids.empty(); });
+        grid *g = q->grids.front();
+        drop_if_dealt(g);
+        if (g->next.load(std::memory_order_relaxed) >= g->n)
+            continue;
+        g->helpers++;
+        lk.unlock();
+        const uint64_t ran = run_blocks(g);
+        lk.lock();
+        g->finished += ran;
+        g->helpers--;
+        drop_if_dealt(g);
+        if (g->finished == g->n && !g->helpers)
+            q->done.notify_all();
+    }
+}
+
+static void threads_start()
+{
+    const char *e = getenv("KCPU_THREADS");
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const long n = e && *e ? atol(e) : cores < 2 ? 2 : cores;
+    if (n < 1 || n > 256)
+        die("KCPU_THREADS=%s: use 1 .. 256 OS threads", e);
+    n_os_threads = (int)n;
+    q = new queue;
+    for (int i = 1; i < n_os_threads; i++)
+        std::thread(worker_main).detach();
 }
 
 void run_grid(const site &s, const cfg &c, void (*body)(void *), void *ctx)
 {
-    pool *p = pool_get();
-    block b;
-    b.where = &s;
-    b.body = body;
-    b.body_ctx = ctx;
-    b.f = p->f;
-    b.w = p->w;
-    b.n = (int)(c.block.x * c.block.y * c.block.z);
-    b.info.dim = c.block;
-    b.info.grid = c.grid;
-    for (unsigned z = 0; z < c.grid.z; z++)
-        for (unsigned y = 0; y < c.grid.y; y++)
-            for (unsigned x = 0; x < c.grid.x; x++) {
-                b.info.idx = uint3{x, y, z};
-                run_block(p, &b);
-            }
+    static std::once_flag once;
+    std::call_once(once, threads_start);
+    grid g;
+    g.where = &s;
+    g.c = &c;
+    g.body = body;
+    g.ctx = ctx;
+    g.n = (uint64_t)c.grid.x * c.grid.y * c.grid.z;
+    g.next.store(0, std::memory_order_relaxed);
+    g.finished = 0;
+    g.helpers = 0;
+    if (g.n == 1 || n_os_threads == 1) {
+        run_blocks(&g);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lk(q->mu);
+        q->grids.push_back(&g);
+    }
+    q->work.notify_all();
+    const uint64_t ran = run_blocks(&g);
+    std::unique_lock<std::mutex> lk(q->mu);
+    g.finished += ran;
+    drop_if_dealt(&g);
+    q->done.wait(lk, [&] { return g.finished == g.n && !g.helpers; });
+}
+
+/* The block's copy of the __shared__ variable `key` (see the opening comment). */
+void *shared(const void *key, size_t bytes)
+{
+    fiber *f = (fiber *)cur;
+    block *b = f->b;
+    for (int i = 0; i < b->n_shm; i++)
+        if (b->shm[i].key == key)
+            return b->shm[i].p;
+    if (b->n_shm == MAX_SHARED)
+        fail_at(f, "more than %d __shared__ variables", (int)MAX_SHARED);
+    b->shm_bytes += bytes;
+    if (b->shm_bytes > SHARED_BYTES)
+        fail_at(f, "%zu bytes of static shared memory, more than the %d a block may have",
+                b->shm_bytes, (int)SHARED_BYTES);
+#ifdef KCPU_TSAN /* the block's memory, not this fiber's write: no race with the other fibers */
+    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
+#endif
+    void *m = malloc(bytes ? bytes : 1);
+    if (!m)
+        die("out of memory for %zu bytes of shared memory", bytes);
+    memset(m, 0xFF, bytes); /* uninitialised shared memory reads as NaN */
+#ifdef KCPU_TSAN
+    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
+#endif
+    b->shm[b->n_shm++] = shared_var{key, m};
+    return m;
 }
 
 bool check_cfg(const site &s, const cfg &c)
@@ -374,6 +661,12 @@ bool check_cfg(const site &s, const cfg &c)
                       : c.grid.y > 65535 || c.grid.z > 65535 ? "grid.y, grid.z <= 65535"
                       : c.shmem > 0                          ? "no dynamic shared memory"
                                                              : NULL;
+    if (!bad && stream_device(c.stream) != current_device()) {
+        warn("kernel %s (launched at %s:%d): a stream of GPU %d while GPU %d is current", s.name,
+             s.file, s.line, stream_device(c.stream), current_device());
+        set_error(cudaErrorInvalidResourceHandle);
+        return false;
+    }
     if (!bad)
         return true;
     warn("kernel %s (launched at %s:%d): invalid configuration grid (%u,%u,%u) block (%u,%u,%u) "
@@ -386,9 +679,16 @@ bool check_cfg(const site &s, const cfg &c)
 
 void check_arg(const site &s, int i, const void *p)
 {
-    if (p && !is_device_ptr(p))
+    if (!p)
+        return;
+    const int d = device_of(p);
+    if (d < 0)
         die("kernel %s (launched at %s:%d): argument %d (%p) is not device memory", s.name, s.file,
             s.line, i + 1, p);
+    if (d != current_device())
+        die("kernel %s (launched at %s:%d): argument %d (%p) is memory of GPU %d, but the kernel "
+            "runs on GPU %d",
+            s.name, s.file, s.line, i + 1, p, d, current_device());
 }
 
 /* ---- warp collectives ------------------------------------------------------------------------ */
@@ -434,7 +734,7 @@ static const char *warp_name(int kind)
 {
     static const char *const names[] = {"__shfl_sync",      "__shfl_xor_sync", "__shfl_up_sync",
                                         "__shfl_down_sync", "__ballot_sync",   "__any_sync",
-                                        "__all_sync"};
+                                        "__all_sync",       "__syncwarp"};
     return names[kind];
 }
 
@@ -466,15 +766,24 @@ uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, int 
     w->val[lane] = val;
     w->arg[lane] = arg;
     w->arrived |= 1u << lane;
+#ifdef KCPU_TSAN /* __syncwarp orders memory among its lanes; two objects as at a barrier */
+    char *sw = kind == W_SYNC ? &b->sw[f->lin / 32][f->n_sw++ & 1] : NULL;
+    if (sw)
+        __tsan_release(sw);
+#endif
     if (w->arrived == mask) { /* the last lane: everyone's result, wake the others */
         warp_compute(w);
         w->arrived = 0;
         for (int l = 0; l < 32; l++)
             if (l != lane && (mask & 1u << l))
                 b->f[base + l].state = F_RUN;
-        return w->res[lane];
+    } else {
+        yield(f, F_WARP);
     }
-    yield(f, F_WARP);
+#ifdef KCPU_TSAN
+    if (sw)
+        __tsan_acquire(sw);
+#endif
     return w->res[lane];
 }
 

@@ -1,6 +1,7 @@
 // selftest — kernels that check the kcpu emulation itself (built only with make KCPU=1, run by
 // tests/cuda/test_kcpu.sh): `kcpu_selftest ok` checks barriers, shared memory and every warp
-// collective against their definitions and exits 0; every other case is a broken program
+// collective against their definitions, that the blocks of a grid run at once on several OS
+// threads (shared memory per block, real atomics) and exits 0; every other case is a broken program
 // that the emulator must stop with a "kcpu:" message naming the kernel, block and thread:
 //   exit-before-shfl   a lane returns while the rest of its warp waits at __shfl_xor_sync
 //   mask-missing-lane  a lane calls __shfl_sync with a mask that leaves itself out
@@ -9,9 +10,13 @@
 //   host-pointer       a kernel gets a host pointer where device memory is expected
 //   sync-in-capture    cudaStreamSynchronize while the stream captures a graph
 //   bad-memcpy         cudaMemcpyHostToDevice with the pointers swapped
+//   other-gpu-memory   a kernel on GPU 1 gets memory of GPU 0 (kcpu has no peer access)
+//   other-gpu-stream   a launch into a stream of GPU 0 while GPU 1 is current
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime.h>
 
@@ -46,6 +51,32 @@ __global__ void k_ok(const int *in, int *out)
     out[6 * t + 3] = lane ? up : v;
     out[6 * t + 4] = (int)odd;
     out[6 * t + 5] = (lane < 31 ? down : v) * 4 + any7 * 2 + all_pos;
+}
+
+/* Two blocks that each wait until both have started: true only when blocks run at once (kcpu
+ * only: a GPU does not promise it). The wait gives up after 60 s so that a one-thread run fails
+ * instead of hanging; out[b] is the number of blocks block b saw started. */
+__global__ void k_meet(int *started, int *out)
+{
+    if (threadIdx.x == 0) {
+        atomicAdd(started, 1);
+        const time_t t0 = time(NULL);
+        while (__atomic_load_n(started, __ATOMIC_SEQ_CST) < 2 && time(NULL) - t0 < 60)
+            sched_yield();
+        out[blockIdx.x] = __atomic_load_n(started, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* 64 blocks of 64 threads: a reversal through the block's own shared memory, and a grid-wide
+ * atomic count. */
+__global__ void k_blocks(int *out, int *count)
+{
+    __shared__ int s[64];
+    const int t = threadIdx.x;
+    s[t] = (int)blockIdx.x * 1000 + t;
+    __syncthreads();
+    out[blockIdx.x * 64 + t] = s[63 - t];
+    atomicAdd(count, 1);
 }
 
 __global__ void k_exit_before_shfl(float *out)
@@ -109,7 +140,32 @@ static int run_ok(void)
             bad += out[6 * t + i] != want[i];
     }
     printf("%s barrier + shared + warp collectives: %d mismatches\n", bad ? "FAIL" : "ok  ", bad);
+    CHECK(cudaFree(din));
+    CHECK(cudaFree(dout));
     return bad ? 1 : 0;
+}
+
+static int run_blocks(void)
+{
+    int *d, meet[2], out[64 * 64], count;
+    /* d: started, meet[2], count, out */
+    CHECK(cudaMalloc((void **)&d, (4 + 64 * 64) * sizeof(int)));
+    CHECK(cudaMemset(d, 0, 4 * sizeof(int)));
+    k_meet<<<2, 32>>>(d, d + 1);
+    k_blocks<<<64, 64>>>(d + 4, d + 3);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(meet, d + 1, sizeof meet, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&count, d + 3, sizeof count, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(out, d + 4, sizeof out, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < 64 * 64; i++)
+        bad += out[i] != (i / 64) * 1000 + 63 - i % 64;
+    printf("%s blocks at once: both blocks saw %d and %d started (want 2); 64 blocks: %d "
+           "shared-memory mismatches, atomic count %d (want 4096)\n",
+           meet[0] == 2 && meet[1] == 2 && !bad && count == 4096 ? "ok  " : "FAIL", meet[0],
+           meet[1], bad, count);
+    CHECK(cudaFree(d));
+    return meet[0] == 2 && meet[1] == 2 && !bad && count == 4096 ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -117,8 +173,10 @@ int main(int argc, char **argv)
     const char *c = argc > 1 ? argv[1] : "ok";
     float *d, host[32];
     CHECK(cudaMalloc((void **)&d, sizeof host));
-    if (!strcmp(c, "ok"))
-        return run_ok();
+    if (!strcmp(c, "ok")) {
+        CHECK(cudaFree(d));
+        return run_ok() | run_blocks();
+    }
     if (!strcmp(c, "exit-before-shfl"))
         k_exit_before_shfl<<<1, 32>>>(d);
     else if (!strcmp(c, "mask-missing-lane"))
@@ -139,6 +197,17 @@ int main(int argc, char **argv)
         CHECK(cudaStreamEndCapture(st, &g));
     } else if (!strcmp(c, "bad-memcpy")) {
         CHECK(cudaMemcpy(host, d, sizeof host, cudaMemcpyHostToDevice));
+    } else if (!strcmp(c, "other-gpu-memory")) {
+        CHECK(cudaSetDevice(1));
+        k_store<<<1, 32>>>(d);
+    } else if (!strcmp(c, "other-gpu-stream")) {
+        cudaStream_t st;
+        CHECK(cudaStreamCreate(&st));
+        CHECK(cudaSetDevice(1));
+        float *d1;
+        CHECK(cudaMalloc((void **)&d1, sizeof host));
+        k_store<<<1, 32, 0, st>>>(d1);
+        CHECK(cudaGetLastError());
     } else {
         fprintf(stderr, "selftest: unknown case %s\n", c);
         return 2;

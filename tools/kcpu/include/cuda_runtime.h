@@ -25,6 +25,7 @@ typedef enum cudaError {
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
