@@ -413,6 +413,11 @@ static void cuda_allreduce(struct dev *d, struct comm *c, int rank, float *buf, 
     comm_allreduce(c, rank, buf, n);
 }
 
+static int cuda_mem_info(const struct dev *d, size_t *free_bytes, size_t *total_bytes)
+{
+    return kc_device_mem(((const struct cuda_dev *)d)->gpu, free_bytes, total_bytes);
+}
+
 static int cuda_ordinal(const struct dev *d)
 {
     return ((const struct cuda_dev *)d)->gpu;
@@ -433,6 +438,7 @@ static const struct dev_ops cuda_ops = {
     .name = "cuda",
     .host_weights = false,
     .cuda_ordinal = cuda_ordinal,
+    .mem_info = cuda_mem_info,
     .allreduce = cuda_allreduce,
     .destroy = cuda_destroy,
     .buf_alloc = cuda_buf_alloc,

@@ -287,6 +287,8 @@ struct dev_ops {
                          int64_t w);
     /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows. */
     void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out);
+    /* Free and total bytes of the device's memory (a GPU: from the driver). NULL: unknown. */
+    int (*mem_info)(const struct dev *d, size_t *free_bytes, size_t *total_bytes);
     /* The CUDA ordinal of the GPU this device runs on; NULL: not a GPU (groups of such
      * devices reduce over the host communicator, GPUs over NCCL). */
     int (*cuda_ordinal)(const struct dev *d);
@@ -566,6 +568,12 @@ static inline enum kq_type dev_weight_layout(const struct dev *d, enum kq_type t
 static inline bool dev_host_weights(const struct dev *d)
 {
     return d->ops->host_weights;
+}
+
+/* Free and total bytes of the device's memory: 0, or -1 when the device cannot tell. */
+static inline int dev_mem_info(const struct dev *d, size_t *free_bytes, size_t *total_bytes)
+{
+    return d->ops->mem_info ? d->ops->mem_info(d, free_bytes, total_bytes) : -1;
 }
 
 /* The device's GPU ordinal, or -1 for a device that is not a GPU. */

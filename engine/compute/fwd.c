@@ -23,6 +23,7 @@
  * Thread: the engine thread (or a group's host thread), driving its device.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -402,11 +403,17 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
     int rc = dev_buf_alloc(d, f->plan.total, f->plan.align, &f->buf, (void **)&base);
     if (rc) {
         const size_t cache = cache_bytes_needed(m, p->n_seq, p->n_ctx, p->draft_max);
+        size_t fr = 0, tot = 0;
+        char mem[96] = "";
+        if (dev_mem_info(d, &fr, &tot) == 0)
+            snprintf(mem, sizeof mem, " (%.1f MiB free of %.1f MiB)", fr / 1048576.0,
+                     tot / 1048576.0);
         dd_errf(err, errlen,
-                "cannot allocate %.1f MiB on device %s: the cache %.1f MiB for %lld sequences x "
-                "%lld tokens with %lld snapshot groups, activations %.1f MiB",
-                f->plan.total / 1048576.0, d->ops->name, cache / 1048576.0, (long long)p->n_seq,
-                (long long)p->n_ctx, (long long)(1 + p->draft_max),
+                "cannot allocate %.1f MiB on device %s%s: the cache %.1f MiB for %lld sequences "
+                "x %lld tokens with %lld snapshot groups, activations %.1f MiB; lower slots, ctx "
+                "or max_batch_tokens",
+                f->plan.total / 1048576.0, d->ops->name, mem, cache / 1048576.0,
+                (long long)p->n_seq, (long long)p->n_ctx, (long long)(1 + p->draft_max),
                 (f->plan.total - cache) / 1048576.0);
         free(f);
         return DD_EFULL;

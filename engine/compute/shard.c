@@ -10,6 +10,7 @@
 #include "shard.h" // defines: shard_build, shard_free
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -502,8 +503,15 @@ int shard_upload(const struct model *m, struct model **shard, struct dev *d, str
     char *base = NULL;
     int rc = dev_buf_alloc(d, total ? total : 256, 256, buf, (void **)&base);
     if (rc) {
-        dd_errf(err, errlen, "device %s: cannot allocate %.1f MiB for the weights", d->ops->name,
-                (double)total / 1048576.0);
+        size_t fr = 0, tot = 0;
+        char mem[96] = "";
+        if (dev_mem_info(d, &fr, &tot) == 0)
+            snprintf(mem, sizeof mem, " (%.1f MiB free of %.1f MiB)", fr / 1048576.0,
+                     tot / 1048576.0);
+        dd_errf(err, errlen,
+                "device %s: cannot allocate %.1f MiB for the weights%s; use more devices or a "
+                "smaller quantisation",
+                d->ops->name, (double)total / 1048576.0, mem);
     } else {
         for (size_t i = 0; i < nr; i++)
             dev_upload(d, base + r[i].off, r[i].lo, (size_t)(r[i].hi - r[i].lo));

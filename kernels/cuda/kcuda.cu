@@ -34,6 +34,20 @@ extern "C" void kc_device_describe(int device, char *buf, size_t len)
              (double)p.totalGlobalMem / (1u << 30), p.multiProcessorCount);
 }
 
+extern "C" int kc_device_mem(int device, size_t *free_bytes, size_t *total_bytes)
+{
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess ||
+        (cur != device && cudaSetDevice(device) != cudaSuccess) ||
+        cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    if (cur >= 0 && cur != device)
+        cudaSetDevice(cur);
+    return 0;
+}
+
 extern "C" void kc_device_busid(int device, char *buf, size_t len)
 {
     if (len == 0)

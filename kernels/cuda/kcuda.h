@@ -39,6 +39,8 @@ extern "C" {
 int kc_device_count(char *err, unsigned long errlen);
 /* "NVIDIA H200, sm_90, 139.8 GiB" into buf. */
 void kc_device_describe(int device, char *buf, size_t len);
+/* Free and total memory of `device` as the driver reports them; -1 on error. */
+int kc_device_mem(int device, size_t *free_bytes, size_t *total_bytes);
 /* The device's PCI bus id ("0000:3b:00.0") into buf; "" when CUDA cannot tell. */
 void kc_device_busid(int device, char *buf, size_t len);
 

@@ -7,7 +7,9 @@
  * share), plus the KV rows up to the current depth and the GDN state (read and written). The
  * bandwidth is a STREAM-like triad measured here on the device's own threads, before every
  * decode repetition; the best of those measurements is the machine's bandwidth (on a shared
- * machine the others read low), and the fraction is the median decode rate against it.
+ * machine the others read low), and the fraction is the median decode rate against it. On a
+ * GPU the bandwidth is a device-to-device copy of 512 MiB on the device's stream (read plus
+ * write bytes, STREAM's copy convention), and there is no compute peak (reported as 0).
  * Prefill is set against the in-cache peak of the multiply-add instruction its activation type
  * runs on (kq_peak_ops), counting the matmul work only (the LM head once per prompt).
  *
@@ -38,6 +40,10 @@
 struct triad {
     double *a, *b, *c;
     int64_t n;
+    struct dev *gpu; /* a GPU: a device copy instead (gbuf, two halves of copy_bytes) */
+    struct dev_buf *gbuf;
+    char *gmem;
+    size_t copy_bytes;
 };
 
 static void triad_worker(void *ctx, int ith, int nth)
@@ -63,9 +69,18 @@ static void init_worker(void *ctx, int ith, int nth)
     }
 }
 
-/* 3 x 128 MiB, first touched by the threads that will read them. */
+/* 3 x 128 MiB, first touched by the threads that will read them; on a GPU 2 x 512 MiB of its
+ * memory (none if it cannot spare them: the bandwidth then reads 0). */
 static void triad_init(struct triad *t, struct dev *d)
 {
+    memset(t, 0, sizeof *t);
+    if (dev_cuda_ordinal(d) >= 0) {
+        t->gpu = d;
+        t->copy_bytes = (size_t)512 << 20;
+        if (dev_buf_alloc(d, 2 * t->copy_bytes, 256, &t->gbuf, (void **)&t->gmem))
+            t->gbuf = NULL;
+        return;
+    }
     t->n = 16 << 20;
     t->a = xaligned_alloc((size_t)t->n * sizeof(double));
     t->b = xaligned_alloc((size_t)t->n * sizeof(double));
@@ -75,6 +90,10 @@ static void triad_init(struct triad *t, struct dev *d)
 
 static void triad_free(struct triad *t)
 {
+    if (t->gpu) {
+        dev_buf_free(t->gpu, t->gbuf);
+        return;
+    }
     free(t->a);
     free(t->b);
     free(t->c);
@@ -84,7 +103,17 @@ static void triad_free(struct triad *t)
 static double triad_gbs(struct triad *t, struct dev *d, int passes)
 {
     double best = 0.0;
-    for (int rep = 0; rep < passes; rep++) {
+    for (int rep = 0; rep < passes && t->gpu; rep++) {
+        if (!t->gbuf)
+            break;
+        dev_sync(t->gpu);
+        double t0 = dd_now();
+        dev_copy(t->gpu, t->gmem + t->copy_bytes, t->gmem, t->copy_bytes);
+        dev_sync(t->gpu);
+        double gbs = 2.0 * (double)t->copy_bytes / (dd_now() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    for (int rep = 0; rep < passes && !t->gpu; rep++) {
         double t0 = dd_now();
         dev_parallel(d, triad_worker, t);
         double gbs = 3.0 * (double)t->n * sizeof(double) / (dd_now() - t0) / 1e9;
@@ -111,6 +140,8 @@ static void peak_worker(void *ctx, int ith, int nth)
 /* Operations per second (a multiply-add is 2) of all threads of d running at once. */
 static double peak_ops(struct dev *d, enum kq_type w)
 {
+    if (dev_cuda_ordinal(d) >= 0)
+        return 0.0; /* not measured on a GPU */
     struct peak_job j = {.w = w, .ops = xcalloc((size_t)dev_n_threads(d), sizeof(double))};
     dev_parallel(d, peak_worker, &j);
     double sum = 0.0;
@@ -180,6 +211,12 @@ static double state_bytes(const struct model *m, int64_t depth)
 /* ============================================================================================
  * bench
  * ========================================================================================== */
+
+/* 100 x / y, or 0 where y was not measured (a GPU's compute peak). */
+static double pct(double x, double y)
+{
+    return y > 0 ? 100.0 * x / y : 0.0;
+}
 
 static int cmp_dbl(const void *a, const void *b)
 {
@@ -306,8 +343,12 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
     if (hp->n_expert)
         printf("experts      %lld of %lld per layer routed: decode reads only their share\n",
                (long long)hp->n_expert_used, (long long)hp->n_expert);
-    printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e->n_dev,
-           dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
+    if (dev_cuda_ordinal(e->dev) >= 0)
+        printf("devices      %d GPU%s (cuda:%d first), reps %lld (medians)\n", e->n_dev,
+               e->n_dev > 1 ? "s" : "", dev_cuda_ordinal(e->dev), (long long)o->reps);
+    else
+        printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e->n_dev,
+               dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
     /* per decode token / per prefill token: allreduce us, of which waiting, and calls */
     const double n_tg = (double)(n * o->n_gen), n_pp = (double)(n * o->n_prompt);
     const double ar_tg_us = b->ar_tg[0] / n_tg * 1e6, ar_tg_wait = b->ar_tg[1] / n_tg * 1e6;
@@ -326,15 +367,16 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
     char cpu_pp[64] = "", cpu_tg[64] = "", cpu_frac[64] = "";
     if (b->threads == 1) {
         snprintf(cpu_pp, sizeof cpu_pp, " (by CPU time: %.1f tok/s, %.1f%%)", pp_c,
-                 100.0 * op_tok * pp_c / peak);
+                 pct(op_tok * pp_c, peak));
         snprintf(cpu_tg, sizeof cpu_tg, " (by CPU time: %.2f)", tg_c);
         snprintf(cpu_frac, sizeof cpu_frac, " (by CPU time: %.1f%%)", 100.0 * frac_c);
     } else {
         pp_c = tg_c = frac_c = 0.0; /* reported as 0: not measurable, see the top comment */
     }
     printf("prefill      %lld tokens: %.1f tok/s, matmul %.1f G/s = %.1f%% of peak%s\n",
-           (long long)o->n_prompt, pp, op_tok * pp / 1e9, 100.0 * op_tok * pp / peak, cpu_pp);
-    printf("bandwidth    %.1f GB/s (triad, best of the measurements before each repetition)\n", bw);
+           (long long)o->n_prompt, pp, op_tok * pp / 1e9, pct(op_tok * pp, peak), cpu_pp);
+    printf("bandwidth    %.1f GB/s (%s, best of the measurements before each repetition)\n", bw,
+           dev_cuda_ordinal(e->dev) >= 0 ? "device copy" : "triad");
     printf("decode       %lld tokens at depth %lld: %.2f tok/s%s, %.1f MiB read per token\n",
            (long long)o->n_gen, (long long)o->depth, tg, cpu_tg, tok_bytes / 1048576.0);
     printf("roofline     %.2f tok/s; reached %.1f%%%s, %.1f GB/s effective\n", roof, 100.0 * frac,
@@ -343,8 +385,8 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
            "pp_pct_cpu=%.1f peak_gops=%.1f depth=%lld tg_tok=%.3f tg_tok_cpu=%.3f mib_tok=%.1f "
            "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f ar_tg_us=%.1f "
            "ar_tg_wait_us=%.1f ar_tg_pct=%.1f ar_pp_us=%.1f ar_pp_pct=%.1f\n",
-           model_arch_name(hp->arch), b->threads, e->n_dev, pp, pp_c, 100.0 * op_tok * pp / peak,
-           100.0 * op_tok * pp_c / peak, peak / 1e9, (long long)o->depth, tg, tg_c,
+           model_arch_name(hp->arch), b->threads, e->n_dev, pp, pp_c, pct(op_tok * pp, peak),
+           pct(op_tok * pp_c, peak), peak / 1e9, (long long)o->depth, tg, tg_c,
            tok_bytes / 1048576.0, bw, roof, 100.0 * frac, 100.0 * frac_c, ar_tg_us, ar_tg_wait,
            b->tg_s > 0 ? 100.0 * b->ar_tg[0] / b->tg_s : 0.0, ar_pp_us,
            b->pp_s > 0 ? 100.0 * b->ar_pp[0] / b->pp_s : 0.0);
@@ -494,11 +536,11 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
         if (rate1 > 0)
             snprintf(eff, sizeof eff, "%.2f", agg / (B * rate1));
         printf("%5lld %12.2f %12.2f %10s %9.1f%% %9.1f%%\n", (long long)B, agg, agg / B, eff,
-               100.0 * agg / roof, 100.0 * agg / compute_tok);
+               100.0 * agg / roof, pct(agg, compute_tok));
         printf("result parallel=%lld threads=%d tp=%d depth=%lld agg_tok=%.3f seq_tok=%.3f "
                "eff=%s roof_pct=%.1f compute_pct=%.1f bw_gbs=%.2f\n",
                (long long)B, threads, e->n_dev, (long long)o->depth, agg, agg / B, eff,
-               100.0 * agg / roof, 100.0 * agg / compute_tok, bw);
+               100.0 * agg / roof, pct(agg, compute_tok), bw);
         fflush(stdout);
     }
     free(runs);
@@ -536,7 +578,8 @@ int cmd_bench(const struct cmd_opts *o)
         total += dev_n_threads(e.devs[d]);
     struct dev *td = e.dev;
     char err[256];
-    if (e.n_dev > 1 && dev_cpu_create(total, NULL, &td, err, sizeof err))
+    if (e.n_dev > 1 && dev_cuda_ordinal(e.dev) < 0 &&
+        dev_cpu_create(total, NULL, &td, err, sizeof err))
         td = e.dev;
     struct triad tr;
     triad_init(&tr, td);

@@ -7,7 +7,8 @@
 #   2. tensor parallelism over 2, 3 and 4 emulated GPUs joined by the emulated NCCL, against
 #      one GPU, uneven slices included (test_tp);
 #   3. lossless speculation (n-gram, MTP, both; 1 and 8 slots; greedy and seeded sampling:
-#      test_spec's lossless tests) and the engine tests (test_eng);
+#      test_spec's lossless tests, DELTAD_TEST_QUICK: without the rollback-mode variants,
+#      which the CPU run covers) and the engine tests (test_eng, prompt cache included);
 #   4. the demo model: logits against PyTorch, and "What is 23 + 45?" answered "23 + 45 = 68"
 #      (tests/golden/test_demo.sh with DEMO_DEVICES=cuda:0);
 #   5. `deltad serve --devices cuda:0` answers the demo question exactly as the CPU build's
@@ -51,7 +52,7 @@ run() { # name, then the command
 }
 run golden "$K/tests/test_golden" "$B"
 run tp "$K/tests/test_tp" "$B"
-DELTAD_TEST_ONLY=lossless_greedy,lossless_sampling run spec "$K/tests/test_spec" "$B"
+DELTAD_TEST_ONLY=lossless_greedy,lossless_sampling DELTAD_TEST_QUICK=1 run spec "$K/tests/test_spec" "$B"
 run eng "$K/tests/test_eng" "$B"
 if [ -f models/demo.gguf ]; then
   DEMO_DEVICES=cuda:0 run demo tests/golden/test_demo.sh "$K"

@@ -245,6 +245,21 @@ extern "C" cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int device)
     return cudaSuccess;
 }
 
+/* The current device's 16 GiB (cudaGetDeviceProperties) less its live allocations. */
+extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    const size_t total = (size_t)16 << 30;
+    size_t used = 0;
+    {
+        std::lock_guard<std::mutex> lk(mem_mu);
+        for (const auto &a : dev_mem)
+            used += a.second.device == cur_device ? a.second.bytes : 0;
+    }
+    *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    return cudaSuccess;
+}
+
 extern "C" cudaError_t cudaDeviceSynchronize(void)
 {
     return cudaSuccess;

@@ -74,6 +74,7 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device);
 cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int device);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaDeviceSynchronize(void);
 
 cudaError_t cudaMalloc(void **p, size_t bytes);
