@@ -3,6 +3,7 @@
  * (STYLE rule 8: the #ifdef ladder lives here and in the Makefile only). Everything else asks
  * through these functions.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,22 @@ int dev_cuda_count(void)
     return kc_device_count(err, sizeof err);
 #else
     return 0;
+#endif
+}
+
+void dev_cuda_info(int gpu, char *desc, size_t dlen, char *busid, size_t blen, size_t *free_b,
+                   size_t *total_b)
+{
+    *free_b = *total_b = 0;
+    busid[0] = '\0';
+#ifdef DELTAD_CUDA
+    kc_device_describe(gpu, desc, dlen);
+    kc_device_busid(gpu, busid, blen);
+    if (kc_device_mem(gpu, free_b, total_b))
+        *free_b = *total_b = 0;
+#else
+    (void)blen;
+    snprintf(desc, dlen, "GPU %d: this build has no CUDA", gpu);
 #endif
 }
 

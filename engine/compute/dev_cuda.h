@@ -23,4 +23,9 @@ int dev_cuda_create(int gpu, struct dev **out, char *err, size_t errlen);
 /* GPUs the driver reports (0 without CUDA, a driver or a GPU). */
 int dev_cuda_count(void);
 
+/* GPU `gpu` for `deltad info`: "NAME, sm_XY, N GiB, N SMs" into desc, its PCI bus id into
+ * busid ("" when unknown), free and total memory (0 when unknown). */
+void dev_cuda_info(int gpu, char *desc, size_t dlen, char *busid, size_t blen, size_t *free_b,
+                   size_t *total_b);
+
 #endif

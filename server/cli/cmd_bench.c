@@ -27,11 +27,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "cmd.h"                  // defines: cmd_engine_open, cmd_feed
-#include "engine/compute/shard.h" // defines: shard_relayout_bytes
-#include "engine/sched/cache.h"   // defines: cache_bytes_needed
-#include "engine/util.h"          // defines: dd_now, xaligned_alloc
-#include "kernels/cpu/kq.h"       // defines: kq_isa_name, kq_peak_ops, kq_repack_type
+#include "cmd.h"                     // defines: cmd_engine_open, cmd_feed
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_count, dev_cuda_info
+#include "engine/compute/shard.h"    // defines: shard_relayout_bytes
+#include "engine/sched/cache.h"      // defines: cache_bytes_needed
+#include "engine/util.h"             // defines: dd_now, xaligned_alloc
+#include "kernels/cpu/kq.h"          // defines: kq_isa_name, kq_peak_ops, kq_repack_type
 
 /* ============================================================================================
  * Memory bandwidth: a = b + s*c over arrays far larger than the caches
@@ -361,11 +362,15 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
                "its time (%.1f us waiting)\n",
                b->ar_pp[2] / n, ar_pp_us, 100.0 * b->ar_pp[0] / b->pp_s, ar_pp_wait);
     }
-    printf("peak         %.1f G%s/s (in-cache %s multiply-add, all threads)\n", peak / 1e9,
-           kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
-           kq_act_type(m->output.type) == KQ_F32 ? "f32" : "int8");
+    const bool gpu = dev_cuda_ordinal(e->dev) >= 0;
+    if (gpu)
+        printf("peak         not measured on a GPU (prefill %% of peak reads 0)\n");
+    else
+        printf("peak         %.1f G%s/s (in-cache %s multiply-add, all threads)\n", peak / 1e9,
+               kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
+               kq_act_type(m->output.type) == KQ_F32 ? "f32" : "int8");
     char cpu_pp[64] = "", cpu_tg[64] = "", cpu_frac[64] = "";
-    if (b->threads == 1) {
+    if (b->threads == 1 && !gpu) { /* a GPU's host thread waits: its CPU time says nothing */
         snprintf(cpu_pp, sizeof cpu_pp, " (by CPU time: %.1f tok/s, %.1f%%)", pp_c,
                  pct(op_tok * pp_c, peak));
         snprintf(cpu_tg, sizeof cpu_tg, " (by CPU time: %.2f)", tg_c);
@@ -637,6 +642,21 @@ int cmd_info(const struct cmd_opts *o)
     topo_print(topo, plan, stdout);
     printf("kernels: %s (best on this CPU: %s)\n", kq_isa_name(kq_isa_active()),
            kq_isa_name(kq_isa_best()));
+    const int n_gpu = dev_cuda_count();
+    printf("CUDA GPUs: %d%s\n", n_gpu, n_gpu ? "" : " (none, or a build without CUDA)");
+    for (int g = 0; g < n_gpu; g++) {
+        char desc[256], busid[32];
+        size_t fr, tot;
+        dev_cuda_info(g, desc, sizeof desc, busid, sizeof busid, &fr, &tot);
+        const int i = busid[0] ? topo_gpu_find(topo, busid) : -1;
+        const int numa = i >= 0 ? topo_gpu_get(topo, i)->numa : -1;
+        printf("  cuda:%d  %s; PCI %s; %.1f of %.1f GiB free; ", g, desc, busid[0] ? busid : "?",
+               fr / 1073741824.0, tot / 1073741824.0);
+        if (numa >= 0)
+            printf("near NUMA node %d\n", numa);
+        else
+            printf("NUMA locality unknown\n");
+    }
     topo_plan_destroy(plan);
     topo_destroy(topo);
     if (!*o->model)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# tests/cuda/run-device.sh — the one-shot GPU session of issue 8: build with CUDA (and NCCL when
-# nccl.h exists), record the GPU, run the kernel parity test with --perf, and, when the binary
-# has a CUDA forward, `deltad bench` on a synthetic ~1 GB qwen35 model. Everything goes to
-# $OUT/report.txt (plus the full logs beside it). Bounded to about 8 minutes in total.
+# tests/cuda/run-device.sh — the one-shot GPU session (issues 29/30): build with CUDA (and NCCL
+# when nccl.h exists), record the GPU, run the kernel and device parity tests, the whole
+# forward pass through the CUDA device on the real GPU (golden logits, TP when there are 2+
+# GPUs, lossless speculation, the engine tests, the demo model), then `deltad bench` on
+# synthetic ~1 GB qwen35 Q8_0 / Q4_K and qwen35moe models (batch 1 and 8 decode, prefill 512).
+# Everything goes to $OUT/report.txt (plus the full logs beside it), in about 8 minutes.
 #
 # Usage (repository root, no network needed): OUT=/some/dir tests/cuda/run-device.sh
 # Exit: 0 parity passed, 1 build or parity failed, 77 no GPU (SKIP).
@@ -64,25 +66,48 @@ tail -n 1 "$OUT/dev_cuda.log" | tee -a "$R"
 say "test_dev_cuda exit code $drc"
 [ $prc -eq 0 ] && [ $drc -ne 0 ] && [ $drc -ne 77 ] && prc=1
 
-section "bench"
-left=$(( 480 - ($(date +%s) - T0) ))
-if ! "$B/deltad" bench --help 2>&1 | grep -q -- "cuda"; then
-  say "deltad has no CUDA forward yet (bench --help does not mention cuda): bench skipped"
-elif [ $left -lt 90 ]; then
-  say "bench skipped: only ${left}s of the 8-minute budget left"
-else
-  M=/tmp/deltad-bench-qwen35-1g.gguf
-  if timeout 60 "$B/tools/mkmodel" --arch qwen35 --preset 1g -o "$M" >"$OUT/mkmodel.log" 2>&1; then
-    ls -la "$M" | tee -a "$R"
-    timeout $(( left - 30 )) "$B/deltad" bench -m "$M" --devices cuda -p 512 -n 128 \
-      >"$OUT/bench.log" 2>&1
-    say "bench exit code $?"
-    tail -n 25 "$OUT/bench.log" | tee -a "$R"
-  else
-    say "mkmodel failed (see $OUT/mkmodel.log)"
-  fi
-  rm -f "$M"
-fi
+section "forward through the CUDA device (DELTAD_TEST_DEVICE=cuda, tests/cuda/test_cuda_forward.sh's checks on the real GPU)"
+mkdir -p "$B/models"
+timeout 60 "$B/tools/mkmodel" --tiny-all "$B/models" >"$OUT/mkmodel-tiny.log" 2>&1 ||
+  say "mkmodel --tiny-all failed (see $OUT/mkmodel-tiny.log)"
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+fwd() { # name, seconds, command...
+  local name=$1 secs=$2 rc
+  shift 2
+  DELTAD_TEST_DEVICE=cuda timeout "$secs" "$@" >"$OUT/fwd-$name.log" 2>&1
+  rc=$?
+  say "$name: exit $rc: $(grep -v '^<' "$OUT/fwd-$name.log" | tail -n 1)"
+  grep -E "FAIL|failed|CUDA error|NCCL error" "$OUT/fwd-$name.log" | head -n 10 | tee -a "$R"
+  [ $rc -ne 0 ] && [ $prc -eq 0 ] && prc=1
+}
+fwd golden 90 "$B/tests/test_golden" "$B"
+if [ "$NGPU" -ge 2 ]; then fwd tp 120 "$B/tests/test_tp" "$B"; else say "tp: skipped, $NGPU GPU"; fi
+DELTAD_TEST_ONLY=lossless_greedy,lossless_sampling DELTAD_TEST_QUICK=1 fwd spec 120 "$B/tests/test_spec" "$B"
+fwd eng 90 "$B/tests/test_eng" "$B"
+[ -f models/demo.gguf ] && DEMO_DEVICES=cuda:0 fwd demo 60 tests/golden/test_demo.sh "$B"
+
+section "bench (deltad bench --devices cuda:0; synthetic ~1 GB models)"
+"$B/deltad" info >"$OUT/info.txt" 2>&1
+grep -A8 "^CUDA GPUs" "$OUT/info.txt" | tee -a "$R"
+bench() { # arch type preset, then the bench flags
+  local arch=$1 type=$2 preset=$3 left M
+  shift 3
+  left=$(( 470 - ($(date +%s) - T0) ))
+  [ $left -lt 40 ] && { say "bench $arch $type: skipped, ${left}s left"; return; }
+  M=/tmp/deltad-bench-$arch-$type.gguf
+  [ -f "$M" ] || timeout 90 "$B/tools/mkmodel" --arch "$arch" --preset "$preset" --type "$type" -o "$M" \
+    >>"$OUT/mkmodel.log" 2>&1 || { say "mkmodel $arch $type failed"; return; }
+  timeout $(( left - 10 )) "$B/deltad" bench -m "$M" --devices cuda:0 "$@" \
+    >"$OUT/bench-$arch-$type$(echo "$@" | tr -d ' -').log" 2>&1
+  say "bench $arch $type $*: exit $?"
+  grep -E "^(devices|prefill|bandwidth|decode|roofline|limits| +[0-9]+ )" \
+    "$OUT/bench-$arch-$type$(echo "$@" | tr -d ' -').log" | tee -a "$R"
+}
+bench qwen35 q8_0 1g -p 512 -n 128 --reps 3
+bench qwen35 q8_0 1g --parallel 1,8 -n 64 --reps 3
+bench qwen35 q4_k 1g -p 512 -n 128 --reps 3
+bench qwen35moe q8_0 moe-1g -p 512 -n 128 --reps 3
+rm -f /tmp/deltad-bench-*.gguf
 
 section "done in $(( $(date +%s) - T0 ))s"
 [ $prc -eq 0 ] && exit 0
