@@ -22,6 +22,15 @@
 #include "kernels/cuda/kcuda.h" // defines: kc_device_count
 #endif
 
+bool dev_cuda_built(void)
+{
+#ifdef DELTAD_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
 int dev_cuda_count(void)
 {
 #ifdef DELTAD_CUDA

@@ -5,8 +5,10 @@
  * embed, RoPE tables, rmsnorm, the q/k norm + RoPE + KV store and attention (the batch's int64
  * positions converted on the device to the int32 positions and lengths kcuda takes), SwiGLU,
  * GDN gates, conv1d, the gated delta rule, the shared-expert gate, MoE routing, gather and
- * combine, row gathers / scatters, argmax. matmul_id downloads the expert offsets (one sync
- * per call) and runs one product per expert with rows; matmul_multi and reserve_attn
+ * combine, row gathers / scatters, argmax. matmul_id of up to IDS_MAX slots finds each slot's
+ * expert on the device and runs kc_matvec_ids (no host round trip, so a decode step of a MoE
+ * model syncs only for its logits); above that it downloads the expert offsets (one sync per
+ * call) and runs one product per expert with rows; matmul_multi and reserve_attn
  * take the wrappers' fallbacks; allreduce goes on the stream (comm_allreduce_on).
  *
  * Weights: device addresses like everything else. The device has no host_weights, so the
@@ -46,7 +48,12 @@ struct cuda_dev {
     int64_t ipos_n;
     int32_t *e_off; /* host [e_off_n]: matmul_id's expert offsets, downloaded */
     int64_t e_off_n;
+    int32_t *ids; /* device [IDS_MAX]: the expert of each slot (matmul_id's decode path) */
 };
+
+/* matmul_id's slots up to which every slot gets a matrix-vector product by expert id (decode
+ * and small verification batches); above, one GEMM per expert after one sync. */
+#define IDS_MAX 64
 
 static struct cuda_dev *cuda_of(struct dev *d)
 {
@@ -186,6 +193,7 @@ static const int32_t *batch_pos32(struct cuda_dev *cd, const struct dev_batch *b
     if (b->T > cd->ipos_n) {
         kc_stream_sync(cd->s);
         kc_free(cd->ipos);
+        kc_free(cd->ids);
         cd->ipos_n = b->T > 64 ? b->T : 64;
         cd->ipos = kc_malloc((size_t)(2 * cd->ipos_n) * sizeof(int32_t));
         if (!cd->ipos) {
@@ -270,6 +278,17 @@ static void cuda_scatter_rows(struct dev *d, float *dst, const float *src, const
 static void cuda_matmul_id(struct dev *d, const struct dev_mm_id *p)
 {
     struct cuda_dev *cd = cuda_of(d);
+    if (p->n_slots <= IDS_MAX) { /* decode: each slot's expert found on the device, no sync */
+        kc_slot_experts(cd->s, p->e_off, p->n_expert, p->n_slots, cd->ids);
+        for (int i = 0; i < p->n_w; i++) {
+            const struct kc_mat m = kmat(&p->w[i]);
+            kc_matvec_ids(cd->s, &m, p->expert_bytes[i], cd->ids, p->n_slots, p->x, p->x_ld, 1,
+                          p->y[i], p->w[i].n_out);
+        }
+        for (int i = 0; i < p->n_extra; i++)
+            cuda_matmul(d, &p->extra[i].w, p->extra[i].x, p->extra[i].T, p->extra[i].y);
+        return;
+    }
     if (p->n_expert + 1 > cd->e_off_n) {
         free(cd->e_off);
         cd->e_off_n = p->n_expert + 1;
@@ -484,6 +503,13 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
     cd->base.ops = &cuda_ops;
     cd->base.ctx = cd;
     cd->gpu = gpu;
+    cd->ids = kc_malloc(IDS_MAX * sizeof *cd->ids); /* kc_stream_create made gpu current */
+    if (!cd->ids) {
+        dd_errf(err, errlen, "cuda device %d: out of GPU memory at creation", gpu);
+        kc_stream_destroy(cd->s);
+        free(cd);
+        return DD_ENOMEM;
+    }
     int numa = -1;
     cd->has_near = find_near(gpu, &cd->near, &numa);
     if (cd->has_near)

@@ -10,6 +10,7 @@
 #ifndef DELTAD_DEV_CUDA_H
 #define DELTAD_DEV_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct dev;
@@ -19,6 +20,9 @@ struct dev;
  * #ifdef ladder), which calls dev_cuda.c in CUDA builds. Transferred:
  * dev_destroy. */
 int dev_cuda_create(int gpu, struct dev **out, char *err, size_t errlen);
+
+/* Whether this build has the CUDA device (make CUDA=1, or the kcpu emulation). */
+bool dev_cuda_built(void);
 
 /* GPUs the driver reports (0 without CUDA, a driver or a GPU). */
 int dev_cuda_count(void);

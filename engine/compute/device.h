@@ -178,6 +178,7 @@ struct dev_moe {
 struct dev_mm_id {
     const int32_t *e_off;
     int64_t n_expert;
+    int64_t n_slots; /* e_off[n_expert], known to the caller (T * k) */
     int n_w;
     struct dev_mat w[2];
     size_t expert_bytes[2];

@@ -34,7 +34,8 @@ static void moe_experts(struct fwd_dev *f, const struct model_layer *l, const fl
 {
     const int64_t E = f->m->hp.n_embd, T = f->b->n_tokens;
     struct dev_mm shared = fwd__mm(&l->down_shexp, f->big0, T, f->big2);
-    struct dev_mm_id p = {.e_off = f->e_off, .n_expert = f->m->hp.n_expert};
+    struct dev_mm_id p = {
+        .e_off = f->e_off, .n_expert = f->m->hp.n_expert, .n_slots = T * f->m->hp.n_expert_used};
     if (down) {
         p.n_w = 1;
         p.w[0] = fwd__mat(&l->down_exps);

@@ -118,6 +118,32 @@ extern "C" void kc_moe_dispatch(kc_stream *s, const int32_t *route_e, int64_t T,
     KC_LAUNCHED();
 }
 
+/* ids [s] = the expert whose slots e_off[e] .. e_off[e+1]-1 hold slot s (binary search). */
+__global__ void k_slot_experts(const int32_t *e_off, int64_t Nx, int64_t n, int32_t *ids)
+{
+    const int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= n)
+        return;
+    int64_t lo = 0, hi = Nx; /* the last e with e_off[e] <= s */
+    while (hi - lo > 1) {
+        const int64_t mid = (lo + hi) / 2;
+        if (e_off[mid] <= s)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    ids[s] = (int32_t)lo;
+}
+
+extern "C" void kc_slot_experts(kc_stream *s, const int32_t *e_off, int64_t Nx, int64_t n,
+                                int32_t *ids)
+{
+    if (n <= 0 || Nx <= 0)
+        return;
+    k_slot_experts<<<kc__blocks(n, 128), 128, 0, s->st>>>(e_off, Nx, n, ids);
+    KC_LAUNCHED();
+}
+
 __global__ void k_gather(const float *x, const int32_t *idx, int64_t n, int64_t E, float *out)
 {
     const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

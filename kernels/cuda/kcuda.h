@@ -267,6 +267,9 @@ void kc_moe_route(kc_stream *s, const float *logits, int64_t T, int64_t Nx, int6
  * each slot. One block; deterministic. */
 void kc_moe_dispatch(kc_stream *s, const int32_t *route_e, int64_t T, int64_t k, int64_t Nx,
                      int32_t *e_off, int32_t *slot, int32_t *e_row);
+/* ids [s] (device int32, s < n) = the expert of slot s under kc_moe_dispatch's e_off [Nx + 1]
+ * (the decode path's input of kc_matvec_ids, without a host round trip). */
+void kc_slot_experts(kc_stream *s, const int32_t *e_off, int64_t Nx, int64_t n, int32_t *ids);
 /* out [n][E] = x rows idx [n] (device int32) of x [*][E]. */
 void kc_gather_rows(kc_stream *s, const float *x, const int32_t *idx, int64_t n, int64_t E,
                     float *out);

@@ -326,7 +326,7 @@ static void test_ops2(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
         const void *dw[2] = {put(&a, wid[0], rb * n_out[0] * NX), put(&a, wid[1], rb * n_out[1] * NX)};
         struct dev_mm extra = {{dw[0], KQ_F16, 256, n_out[0], rb}, xd, 3,
                                yid + NS * (n_out[0] + n_out[1])};
-        struct dev_mm_id p = {.e_off = put(&a, e_off, sizeof e_off), .n_expert = NX, .n_w = 2,
+        struct dev_mm_id p = {.e_off = put(&a, e_off, sizeof e_off), .n_expert = NX, .n_slots = NS, .n_w = 2,
                               .w = {{dw[0], KQ_F16, 256, n_out[0], rb},
                                     {dw[1], KQ_F16, 256, n_out[1], rb}},
                               .expert_bytes = {rb * n_out[0], rb * n_out[1]}, .x = xd,

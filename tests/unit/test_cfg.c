@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_built
 #include "engine/util.h"
 #include "server/config/cfg.h"
 #include "server/config/cfg_impl.h"
@@ -303,9 +304,23 @@ TEST(cross_checks)
     char *b1[] = {"--spec_ngram_n", "2", "--spec_ngram_min", "3"};
     check_fails(4, b1, "key 'spec_ngram_min': 3 exceeds spec_ngram_n (2)");
     char *b2[] = {"--devices", "cuda:0"};
-    check_fails(2, b2, "key 'devices': CUDA devices are not supported");
+    if (!dev_cuda_built()) {
+        check_fails(2, b2, "key 'devices': 'cuda:0': this build has no CUDA");
+    } else { /* a CUDA build (the kcpu flavour): GPUs are named, once each */
+        struct cfg c;
+        char err[1024];
+        CHECK_EQ(cfg_load(&c, 2, b2, stdout, err, sizeof err), 0);
+        CHECK(c.dev_spec.cuda && c.dev_spec.n == 1 && c.dev_spec.gpu[0] == 0);
+        cfg_free(&c);
+        char *b4[] = {"--devices", "cuda:0,2,0"};
+        check_fails(2, b4, "'cuda:0,2,0' names GPU 0 twice");
+        char *b5[] = {"--devices", "cuda:1,"};
+        check_fails(2, b5, "expected cuda:all or cuda: and up to 64 distinct GPU ordinals");
+    }
     char *b3[] = {"--devices", "gpu"};
     check_fails(2, b3, "key 'devices': expected cpu:N");
+    char *b6[] = {"--devices", "cpu:0"};
+    check_fails(2, b6, "expected cpu:N with N from 1 to 64");
     char *d[] = {"--queue_full_status", "450"};
     check_fails(2, d, "key 'queue_full_status': expected 429 or 503");
     char *e[] = {"--ctx", "64", "--max_tokens_default", "100"};
