@@ -193,7 +193,6 @@ static const int32_t *batch_pos32(struct cuda_dev *cd, const struct dev_batch *b
     if (b->T > cd->ipos_n) {
         kc_stream_sync(cd->s);
         kc_free(cd->ipos);
-        kc_free(cd->ids);
         cd->ipos_n = b->T > 64 ? b->T : 64;
         cd->ipos = kc_malloc((size_t)(2 * cd->ipos_n) * sizeof(int32_t));
         if (!cd->ipos) {
@@ -392,6 +391,7 @@ static void cuda_destroy(struct dev *d)
     kc_set_device(cd->gpu);
     kc_stream_sync(cd->s);
     kc_free(cd->ipos);
+    kc_free(cd->ids);
     kc_stream_destroy(cd->s);
     free(cd->e_off);
     free(cd);
