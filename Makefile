@@ -371,7 +371,7 @@ FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api/api.c server/api/api_chat.c server
                        server/api/resp_messages.c server/api/store.c server/api/api_format.c \
                        $(FUZZ_GRAM) $(JINJA_SRC)
 FUZZ_DEPS_fuzz_gram := $(FUZZ_TOK) $(FUZZ_GRAM)
-FUZZ_DEPS_fuzz_cfg  := engine/util.c server/config/cfg.c server/config/cfg_check.c
+FUZZ_DEPS_fuzz_cfg  := engine/util.c engine/compute/dev_spec.c server/config/cfg.c server/config/cfg_check.c
 FUZZ_DEPS_fuzz_jinja := engine/util.c $(JINJA_SRC)
 
 .PHONY: fuzz-build

@@ -614,7 +614,7 @@ int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, c
 int dev_cpu_create_group(int n_dev, int n_threads, bool bind, struct dev **devs, char *err,
                          size_t errlen);
 
-/* ---- device groups from a spec (backend_registry.c: it knows what the build has) ---------- */
+/* ---- device groups from a spec (dev_spec.c; creation in backend_registry.c) ---------------- */
 
 #define DEV_GROUP_MAX 64
 
@@ -627,8 +627,8 @@ struct dev_spec {
     int gpu[DEV_GROUP_MAX];
 };
 
-/* Parse s into *out. Returns 0, or DD_EINVAL / DD_EUNSUPPORTED (cuda in a build without
- * CUDA) with the reason in msg. */
+/* Parse s into *out (dev_spec.c; syntax only, cuda specs parse in every build). Returns 0, or
+ * DD_EINVAL with the reason in msg. */
 int dev_spec_parse(const char *s, struct dev_spec *out, char *msg, size_t cap);
 
 /* The devices of *sp into devs[0 .. *n_dev): CPU devices as dev_cpu_create_group (n_threads

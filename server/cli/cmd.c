@@ -16,10 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model/tok.h"  // defines: tok_encode
-#include "engine/util.h"       // defines: xmalloc, ASSERT
-#include "kernels/cpu/kq.h"    // defines: kq_isa_force
-#include "server/config/cfg.h" // defines: struct cfg_row, cfg_row_find, cfg_row_set
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_built
+#include "engine/model/tok.h"        // defines: tok_encode
+#include "engine/util.h"             // defines: xmalloc, ASSERT
+#include "kernels/cpu/kq.h"          // defines: kq_isa_force
+#include "server/config/cfg.h"       // defines: struct cfg_row, cfg_row_find, cfg_row_set
 
 /* One flag: its spellings, the subcommands that take it, and its row. */
 struct cmd_opt {
@@ -314,6 +315,11 @@ int cmd_parse(int argc, char **argv, int first, int which, struct cmd_opts *o)
     char msg[256];
     if (dev_spec_parse(o->devices, &o->dev_spec, msg, sizeof msg)) {
         fprintf(stderr, "error: --devices: %s\n", msg);
+        return 2;
+    }
+    if (o->dev_spec.cuda && !dev_cuda_built()) {
+        fprintf(stderr, "error: --devices %s: this build has no CUDA (rebuild with make CUDA=1)\n",
+                o->devices);
         return 2;
     }
     if (!*o->model && which != CMD_INFO) {

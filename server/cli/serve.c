@@ -30,14 +30,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/compute/device.h" // defines: dev_group_create
-#include "engine/model/model.h"    // defines: model_load
-#include "engine/sched/eng.h"      // defines: eng_create, eng_get_stats
-#include "engine/util.h"           // defines: LOG_I, dd_log_set
-#include "server/api/chat.h"       // defines: chat_tmpl_create
-#include "server/config/cfg.h"     // defines: cfg_load, cfg_get
-#include "server/http/http.h"      // defines: http_start, http_attach
-#include "server/http/sdnotify.h"  // defines: sdnotify_ready
+#include "engine/compute/dev_cuda.h" // defines: dev_cuda_built
+#include "engine/compute/device.h"   // defines: dev_group_create
+#include "engine/model/model.h"      // defines: model_load
+#include "engine/sched/eng.h"        // defines: eng_create, eng_get_stats
+#include "engine/util.h"             // defines: LOG_I, dd_log_set
+#include "server/api/chat.h"         // defines: chat_tmpl_create
+#include "server/config/cfg.h"       // defines: cfg_load, cfg_get
+#include "server/http/http.h"        // defines: http_start, http_attach
+#include "server/http/sdnotify.h"    // defines: sdnotify_ready
 
 /* The shutdown flag of STYLE rule 26 and its two companions; written by the handler. */
 static volatile sig_atomic_t g_stops;   /* SIGTERM/SIGINT received */
@@ -609,6 +610,13 @@ int serve_main(int n, char **args)
     }
     cfg_freeze();
     s.cfg = cfg_get();
+    if (s.cfg->dev_spec.cuda && !dev_cuda_built()) {
+        fprintf(stderr,
+                "deltad: error: key 'devices': '%s': this build has no CUDA (rebuild with make "
+                "CUDA=1)\nHINT: devices = cpu:N\n",
+                s.cfg->devices);
+        return 2;
+    }
     if (log_open(&s.log, s.cfg, err, sizeof err)) {
         fprintf(stderr, "deltad: error: %s\n", err);
         return 2;

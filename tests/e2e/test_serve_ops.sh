@@ -64,6 +64,7 @@ expect 2 "$tmp/bad2.conf:1: key 'slots': expected an integer" "$D" serve --confi
 expect 2 "cannot open the config file" "$D" serve --config "$tmp/none.conf"
 expect 2 "environment DELTAD_SLOTS: key 'slots'" env DELTAD_SLOTS=abc "$D" serve
 expect 2 "key 'devices': expected cpu:N" "$D" serve --devices gpu:2
+expect 2 "key 'devices': 'cuda:0': this build has no CUDA" "$D" serve --devices cuda:0
 expect 2 "key 'max_batch_tokens': 4 is less than slots (8)" "$D" serve --slots 8 --max-batch-tokens 4
 expect 2 "key 'log_level': expected one of" "$D" serve --log-level loud
 expect 2 "key 'spec_rollback': expected one of snapshot|recompute" "$D" serve --spec-rollback x
