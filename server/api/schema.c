@@ -898,14 +898,21 @@ static int merge_all_of(struct sg *g, const cJSON *s, cJSON **out)
     return 0;
 }
 
-/* The alternatives of an array of schemas (anyOf / oneOf / enum / const). */
+static unsigned types_of(const cJSON *root, const cJSON *s, int depth);
+static int check_one_of(struct sg *g, const cJSON *arr);
+
+/* The alternatives of an array of schemas (anyOf / oneOf / enum / const); enum and const
+ * values of a type the schema's "type" leaves out are not generated. */
 static int alternatives(struct sg *g, const cJSON *s, int depth, struct dd_buf *e)
 {
     const cJSON *c = kw(s, "const"), *en = kw(s, "enum");
     const char *comb = kw(s, "anyOf") ? "anyOf" : "oneOf";
     const cJSON *arr = kw(s, comb), *m;
+    unsigned types = kw(s, "type") ? types_of(g->root, s, 0) : SCHEMA_T_ANY;
     dd_buf_puts(e, "( ");
     if (c) {
+        if (!(schema_value_type(c) & types))
+            return fail(g, "'const' is not of the schema's 'type'");
         lit_json(g, e, c);
     } else if (en) {
         if (!cJSON_IsArray(en) || !en->child)
@@ -913,13 +920,19 @@ static int alternatives(struct sg *g, const cJSON *s, int depth, struct dd_buf *
         int k = 0;
         cJSON_ArrayForEach(m, en)
         {
+            if (!(schema_value_type(m) & types))
+                continue;
             if (k++)
                 dd_buf_puts(e, "| ");
             lit_json(g, e, m);
         }
+        if (!k)
+            return fail(g, "no value of 'enum' is of the schema's 'type'");
     } else {
         if (!cJSON_IsArray(arr) || !arr->child)
             return fail(g, "'%s' must be a non-empty array of schemas", comb);
+        if (strcmp(comb, "oneOf") == 0 && check_one_of(g, arr))
+            return -1;
         int k = 0;
         cJSON_ArrayForEach(m, arr)
         {
@@ -1056,6 +1069,131 @@ static unsigned types_of(const cJSON *root, const cJSON *s, int depth)
     return bits;
 }
 
+/* ---- oneOf ------------------------------------------------------------------------------------
+ *
+ * A value generated for one branch of a oneOf must be invalid under every other branch. That is
+ * decided, conservatively, per ordered pair (a, b) by excludes(a, b) — "every value generated
+ * from a fails b" — and holds when:
+ *   - a's values are a finite set (const / enum) whose members b's types or b's own finite set
+ *     leave out;
+ *   - a and b share no type, or share only "object" and a's objects fail b: b requires a
+ *     property a never writes (a declares its properties and not that one), or a always writes
+ *     a property b forbids (additionalProperties false), or a always writes a property whose
+ *     value b's schema of it excludes (a discriminator: {"kind": {"const": "cat"}}).
+ * Anything else is refused (use anyOf, or make the branches disjoint).
+ */
+
+#define ONEOF_MAX_BRANCHES 64
+
+/* s with its $refs followed (NULL when one does not resolve or loops too long). */
+static const cJSON *deref(const cJSON *root, const cJSON *s)
+{
+    for (int hop = 0; cJSON_IsObject(s) && kw(s, "$ref") && hop < 16; hop++)
+        s = cJSON_IsString(kw(s, "$ref")) ? resolve(root, kw(s, "$ref")->valuestring) : NULL;
+    return cJSON_IsObject(s) && kw(s, "$ref") ? NULL : s;
+}
+
+/* The finite set of values s allows (its const as a one-member set, or its enum), else NULL;
+ * *one is set for a const. */
+static const cJSON *values_of(const cJSON *s, bool *one)
+{
+    *one = cJSON_IsObject(s) && kw(s, "const");
+    if (*one)
+        return kw(s, "const");
+    const cJSON *en = cJSON_IsObject(s) ? kw(s, "enum") : NULL;
+    return cJSON_IsArray(en) && en->child ? en->child : NULL;
+}
+
+static bool in_set(const cJSON *v, const cJSON *set, bool one)
+{
+    for (const cJSON *w = set; w; w = one ? NULL : w->next)
+        if (cJSON_Compare(v, w, true))
+            return true;
+    return false;
+}
+
+static bool listed(const cJSON *arr, const char *name)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m,
+                       arr) if (cJSON_IsString(m) && strcmp(m->valuestring, name) == 0) return true;
+    return false;
+}
+
+static bool excludes(const cJSON *root, const cJSON *a, const cJSON *b, int depth);
+
+/* a and b object schemas (followed): every object generated from a fails b. */
+static bool objects_exclude(const cJSON *root, const cJSON *a, const cJSON *b, int depth)
+{
+    const cJSON *pa = kw(a, "properties"), *ra = kw(a, "required");
+    const cJSON *pb = kw(b, "properties"), *rb = kw(b, "required"), *m;
+    bool keys_known = (cJSON_IsObject(pa) && pa->child) || (cJSON_IsArray(ra) && ra->child);
+    if (kw(a, "allOf") || kw(b, "allOf"))
+        return false;
+    cJSON_ArrayForEach(m, rb) /* b requires what a never writes */
+        if (keys_known && cJSON_IsString(m) &&
+            !cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) &&
+            !listed(ra, m->valuestring)) return true;
+    cJSON_ArrayForEach(m, ra)
+    {
+        if (!cJSON_IsString(m))
+            continue;
+        const cJSON *sb =
+            cJSON_IsObject(pb) ? cJSON_GetObjectItemCaseSensitive(pb, m->valuestring) : NULL;
+        if (!sb && cJSON_IsFalse(kw(b, "additionalProperties")))
+            return true; /* a always writes what b forbids */
+        const cJSON *sa =
+            cJSON_IsObject(pa) ? cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) : NULL;
+        if (sb && sa && excludes(root, sa, sb, depth + 1))
+            return true; /* a discriminator */
+    }
+    return false;
+}
+
+static bool excludes(const cJSON *root, const cJSON *a, const cJSON *b, int depth)
+{
+    a = deref(root, a);
+    b = deref(root, b);
+    if (!a || !b || depth > 8)
+        return false;
+    if (cJSON_IsFalse(b))
+        return true;
+    bool one_a, one_b;
+    const cJSON *fa = values_of(a, &one_a), *fb = values_of(b, &one_b);
+    unsigned ta = types_of(root, a, 0), tb = types_of(root, b, 0);
+    if (fa) {
+        bool all = true;
+        for (const cJSON *v = fa; v && all; v = one_a ? NULL : v->next)
+            all = !(schema_value_type(v) & tb) || (fb && !in_set(v, fb, one_b));
+        if (all)
+            return true;
+    }
+    unsigned common = ta & tb;
+    if (common == 0)
+        return true;
+    return common == SCHEMA_T_OBJ && !fa && !fb && cJSON_IsObject(a) && cJSON_IsObject(b) &&
+           objects_exclude(root, a, b, depth);
+}
+
+static int check_one_of(struct sg *g, const cJSON *arr)
+{
+    const cJSON *x, *y;
+    int i = 0;
+    if (cJSON_GetArraySize(arr) > ONEOF_MAX_BRANCHES)
+        return fail(g, "'oneOf' with more than %d branches is not supported", ONEOF_MAX_BRANCHES);
+    for (x = arr->child; x; x = x->next, i++) {
+        int j = i + 1;
+        for (y = x->next; y; y = y->next, j++)
+            if (!excludes(g->root, x, y, 0) || !excludes(g->root, y, x, 0))
+                return fail(g,
+                            "'oneOf' branches %d and %d may both match one value, so deltad "
+                            "cannot enforce exactly one: give the branches different types, "
+                            "const / enum values or required properties, or use 'anyOf'",
+                            i, j);
+    }
+    return 0;
+}
+
 unsigned schema_types(const cJSON *root, const cJSON *s)
 {
     return types_of(root, s, 0);
@@ -1093,6 +1231,8 @@ static int raw_expr(struct sg *g, const cJSON *s, int depth, struct dd_buf *e)
         const cJSON *arr = kw(s, comb);
         if (!cJSON_IsArray(arr) || !arr->child)
             return fail(g, "'%s' must be a non-empty array of schemas", comb);
+        if (strcmp(comb, "oneOf") == 0 && check_one_of(g, arr))
+            return -1;
         dd_buf_puts(e, "( ");
         cJSON_ArrayForEach(m, arr)
         {

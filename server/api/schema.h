@@ -4,8 +4,9 @@
  * a cJSON tree and JSON stays at the edge (STYLE rule 28); the engine sees grammar text only.
  *
  * Supported (docs/structured-output.md has the table): type (the seven, and arrays of them),
- * enum, const, properties, required, additionalProperties, anyOf, oneOf (as anyOf: the
- * branches should not overlap), allOf of object schemas, $ref to "#", "#/$defs/..." and any
+ * enum, const, properties, required, additionalProperties, anyOf, oneOf (where the branches
+ * are seen to be disjoint: types, const / enum values, required properties, discriminators;
+ * refused otherwise), allOf of object schemas, $ref to "#", "#/$defs/..." and any
  * JSON pointer inside the document (recursion allowed), items, prefixItems, minItems, maxItems,
  * minLength, maxLength, format (date, time, date-time, uuid, email, uri), integer minimum,
  * maximum, exclusiveMinimum, exclusiveMaximum; the annotations title, description, default,

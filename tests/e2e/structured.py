@@ -256,6 +256,8 @@ def bad_inputs(port):
         ({"json_schema": {"type": "string", "pattern": "a\\1"}}, "json_schema", "'\\1'"),
         ({"json_schema": {"type": "number", "minimum": 0.5}}, "json_schema", "'number'"),
         ({"json_schema": {"type": "array", "uniqueItems": True}}, "json_schema", "uniqueItems"),
+        ({"json_schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "json_schema",
+         "'oneOf' branches 0 and 1 may both match one value"),
         ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}},
          "response_format.json_schema.schema", "matches nothing"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", ""),
