@@ -1031,8 +1031,10 @@ static unsigned types_of(const cJSON *root, const cJSON *s, int depth)
         bits = type_bit(ty->valuestring);
     } else if (cJSON_IsArray(ty) && ty->child) {
         bits = 0;
-        cJSON_ArrayForEach(m, ty) bits |=
-            cJSON_IsString(m) ? type_bit(m->valuestring) : SCHEMA_T_ANY;
+        cJSON_ArrayForEach(m, ty)
+        {
+            bits |= cJSON_IsString(m) ? type_bit(m->valuestring) : SCHEMA_T_ANY;
+        }
     } else if (!ty) { /* the type the keywords imply (implied_type) */
         static const struct {
             const char *k;
@@ -1115,8 +1117,11 @@ static bool in_set(const cJSON *v, const cJSON *set, bool one)
 static bool listed(const cJSON *arr, const char *name)
 {
     const cJSON *m;
-    cJSON_ArrayForEach(m,
-                       arr) if (cJSON_IsString(m) && strcmp(m->valuestring, name) == 0) return true;
+    cJSON_ArrayForEach(m, arr)
+    {
+        if (cJSON_IsString(m) && strcmp(m->valuestring, name) == 0)
+            return true;
+    }
     return false;
 }
 
@@ -1131,9 +1136,11 @@ static bool objects_exclude(const cJSON *root, const cJSON *a, const cJSON *b, i
     if (kw(a, "allOf") || kw(b, "allOf"))
         return false;
     cJSON_ArrayForEach(m, rb) /* b requires what a never writes */
+    {
         if (keys_known && cJSON_IsString(m) &&
-            !cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) &&
-            !listed(ra, m->valuestring)) return true;
+            !cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) && !listed(ra, m->valuestring))
+            return true;
+    }
     cJSON_ArrayForEach(m, ra)
     {
         if (!cJSON_IsString(m))
@@ -1318,13 +1325,14 @@ static int xml_params(struct sg *g, const cJSON *s, struct dd_buf *e)
                                       NULL};
     const cJSON *m, *props = kw(s, "properties"), *req = kw(s, "required"), *ty = kw(s, "type");
     const cJSON *ap = kw(s, "additionalProperties");
-    cJSON_ArrayForEach(m, s) if (!in_list(annotations, m->string) && !in_list(top, m->string))
+    cJSON_ArrayForEach(m, s)
     {
-        return fail(g,
-                    "'%.64s' cannot be enforced at the top of a tool's parameters in the XML "
-                    "tool-call form (an object schema with properties, required and "
-                    "additionalProperties can)",
-                    m->string);
+        if (!in_list(annotations, m->string) && !in_list(top, m->string))
+            return fail(g,
+                        "'%.64s' cannot be enforced at the top of a tool's parameters in the XML "
+                        "tool-call form (an object schema with properties, required and "
+                        "additionalProperties can)",
+                        m->string);
     }
     if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "object") == 0))
         return fail(g, "a tool's parameters must be an object schema");
@@ -1333,8 +1341,11 @@ static int xml_params(struct sg *g, const cJSON *s, struct dd_buf *e)
         return fail(g, "'properties' must be an object, 'required' an array of strings and "
                        "'additionalProperties' a boolean or a schema");
     int k = 0;
-    cJSON_ArrayForEach(m, req) if (!cJSON_IsString(m)) return fail(
-        g, "'required' must be an array of strings");
+    cJSON_ArrayForEach(m, req)
+    {
+        if (!cJSON_IsString(m))
+            return fail(g, "'required' must be an array of strings");
+    }
     cJSON_ArrayForEach(m, props)
     {
         bool must = false;
