@@ -318,6 +318,7 @@ bench: deps
 	@tools/bench.sh $(B)
 	@tools/bench_spec.sh $(B)
 	@tools/bench_memory.sh $(B)
+	@tools/bench_gram.sh $(B)
 
 # Retrain models/demo.gguf and models/demo-q8_0.gguf from scratch (seeded, ~26 min on two
 # cores, /usr/bin/python3 with torch + numpy), regenerate tests/fixtures/demo and print the

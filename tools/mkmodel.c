@@ -5,7 +5,12 @@
  *       the standard test set (docs/models.md §9): tiny-{qwen3,qwen35,qwen35moe,qwen3next}.gguf
  *       in F32, tiny-qwen35-{q8_0,q4_0}.gguf, tiny-qwen35moe-q8_0.gguf, and
  *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256).
- *   mkmodel --arch A [--type T] [--preset tiny|small|1g|moe-1g] [--vocab N] [--seed S] -o FILE
+ *   mkmodel --arch A [--type T] [--preset tiny|small|1g|moe-1g] [--vocab N] [--seed S]
+ *           [--tokenizer TOK.gguf] [--head tied|separate] -o FILE
+ *       --tokenizer: every tokenizer.* key of TOK.gguf (tools/tok2gguf's output, e.g. the real
+ *       151,936-token Qwen3 vocabulary) instead of the synthetic one; the vocab is its size.
+ *       --head tied: no output.weight (the head is token_embd, as in qwen3), which keeps the
+ *       1g preset near 1 GB with a 152k vocabulary.
  *
  * Determinism: every tensor row draws from its own splitmix64 stream seeded from
  * hash(tensor name) ^ seed and the row index, and normals come from Marsaglia's polar form of
@@ -13,8 +18,8 @@
  * across runs, thread counts, generation order and machines. The same tensor name gets the same
  * values in every arch and type, so quantised models can be compared with their F32 twins.
  *
- * Not a converter: the weights are noise with the scales of docs §9.3, and the 272-token vocab
- * of §9.2 (optionally padded with [PAD<i>] tokens) is the only tokenizer.
+ * Not a converter: the weights are noise with the scales of docs §9.3, and the tokenizer is the
+ * 272-token vocab of §9.2 (optionally padded with [PAD<i>] tokens) or a copied one.
  *
  * Threads: generation of one tensor is split by rows across the online CPUs.
  */
@@ -125,7 +130,9 @@ struct cfg {
     float rope_base, eps;
     enum kq_type type; /* type of every quantisable matrix */
     uint64_t seed;
-    const char *name; /* general.name */
+    const char *name;  /* general.name */
+    const gguf_t *tok; /* --tokenizer: the tokenizer keys come from here, or NULL */
+    bool tied;         /* no output.weight */
 };
 
 static bool is_moe(const struct cfg *c)
@@ -147,6 +154,8 @@ static bool preset_dims(struct cfg *c, const char *preset)
                       .seed = c->seed,
                       .vocab = c->vocab,
                       .name = c->name,
+                      .tok = c->tok,
+                      .tied = c->tied,
                       .K = 4,
                       .eps = 1e-6f,
                       .rope_base = q3 ? 1e6f : 1e7f,
@@ -210,9 +219,61 @@ static void byte_token(int b, char out[3])
     }
 }
 
-/* Tokenizer keys: the §9.2 vocab, padded to c->vocab with unused [PAD<i>] tokens (type 5). */
+/* Every tokenizer.* key of tok (scalars, strings and arrays of integers or strings). */
+static void copy_tokenizer(gguf_writer_t *w, const gguf_t *tok)
+{
+    for (int64_t i = 0; i < gguf_n_kv(tok); i++) {
+        const char *key = gguf_key_name(tok, i), *s;
+        size_t n;
+        uint64_t len;
+        enum gguf_vtype et;
+        const void *data;
+        int64_t v;
+        if (strncmp(key, "tokenizer.", 10) != 0)
+            continue;
+        enum gguf_vtype t = gguf_kv_type(tok, i);
+        if (t == GGUF_T_STRING && gguf_get_str(tok, key, &s, &n) == 0) {
+            char *z = xmalloc(n + 1);
+            memcpy(z, s, n);
+            z[n] = '\0';
+            gguf_writer_set_str(w, key, z);
+            free(z);
+        } else if (t == GGUF_T_BOOL) {
+            bool b = false;
+            gguf_get_bool(tok, key, &b);
+            gguf_writer_set_bool(w, key, b);
+        } else if (t != GGUF_T_ARRAY && gguf_get_int(tok, key, &v) == 0) {
+            gguf_writer_set_u32(w, key, (uint32_t)v);
+        } else if (t == GGUF_T_ARRAY && gguf_get_arr(tok, key, &et, &len, &data) == 0) {
+            if (et == GGUF_T_STRING) {
+                const char **strs = xmalloc(len * sizeof *strs);
+                size_t *lens = xmalloc(len * sizeof *lens);
+                for (uint64_t k = 0; k < len; k++)
+                    gguf_arr_str(tok, key, k, &strs[k], &lens[k]);
+                gguf_writer_set_arr_str(w, key, strs, lens, len);
+                free(strs);
+                free(lens);
+            } else {
+                int32_t *vals = xmalloc((len ? len : 1) * sizeof *vals);
+                for (uint64_t k = 0; k < len; k++) {
+                    gguf_arr_int(tok, key, k, &v);
+                    vals[k] = (int32_t)v;
+                }
+                gguf_writer_set_arr_i32(w, key, vals, len);
+                free(vals);
+            }
+        }
+    }
+}
+
+/* Tokenizer keys: the §9.2 vocab, padded to c->vocab with unused [PAD<i>] tokens (type 5); or
+ * the keys of --tokenizer. */
 static void set_tokenizer(gguf_writer_t *w, const struct cfg *c)
 {
+    if (c->tok) {
+        copy_tokenizer(w, c->tok);
+        return;
+    }
     int64_t V = c->vocab;
     char **tok = xmalloc((size_t)V * sizeof(char *));
     int32_t *type = xmalloc((size_t)V * sizeof(int32_t));
@@ -459,7 +520,7 @@ static void build_list(struct tlist *l, const struct cfg *c)
 {
     add(l, I_EMBED, c->E, c->vocab, 0, "token_embd.weight");
     add(l, I_NORM, c->E, 0, 0, "output_norm.weight");
-    if (c->arch != A_QWEN3)
+    if (c->arch != A_QWEN3 && !c->tied)
         add(l, I_MATRIX, c->E, c->vocab, 0, "output.weight");
     for (int il = 0; il < c->n_trunk + c->n_mtp; il++)
         add_layer(l, c, il);
@@ -657,15 +718,19 @@ static int usage(void)
             "usage: mkmodel --tiny-all DIR\n"
             "       mkmodel --arch qwen3|qwen35|qwen35moe|qwen3next [--type T] "
             "[--preset tiny|small|uneven|1g|moe-1g]\n"
-            "               [--vocab N] [--seed S] -o FILE\n"
+            "               [--vocab N] [--seed S] [--tokenizer TOK.gguf] [--head tied|separate]"
+            " -o FILE\n"
             "  T: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f32; q8_0 for 1g presets)\n"
-            "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n");
+            "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n"
+            "  --tokenizer: the tokenizer (and vocab size) of a GGUF, e.g. tok2gguf's output\n"
+            "  --head tied: no output.weight (the head is token_embd)\n");
     return 2;
 }
 
 /* Options of the general form; returns 0, or 2 after printing usage. The 1g presets imply
  * their arch and default to Q8_0; the others need --arch and default to F32. */
-static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset, const char **out)
+static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset, const char **out,
+                      const char **tok)
 {
     bool have_arch = false, have_type = false;
     for (int i = 1; i < argc; i += 2) {
@@ -684,6 +749,11 @@ static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset,
             c->seed = strtoull(v, NULL, 0);
         else if (strcmp(argv[i], "-o") == 0)
             *out = v;
+        else if (strcmp(argv[i], "--tokenizer") == 0)
+            *tok = v;
+        else if (strcmp(argv[i], "--head") == 0 &&
+                 (strcmp(v, "tied") == 0 || strcmp(v, "separate") == 0))
+            c->tied = strcmp(v, "tied") == 0;
         else
             return usage();
     }
@@ -702,9 +772,24 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--tiny-all") == 0)
         return tiny_all(argv[2]) ? 1 : 0;
     struct cfg c = {.name = "synthetic"};
-    const char *preset = "tiny", *out = NULL;
-    if (parse_opts(argc, argv, &c, &preset, &out))
+    const char *preset = "tiny", *out = NULL, *tok_path = NULL;
+    if (parse_opts(argc, argv, &c, &preset, &out, &tok_path))
         return 2;
+    gguf_t *tok = NULL;
+    if (tok_path) {
+        char err[512];
+        uint64_t n = 0;
+        enum gguf_vtype et;
+        const void *data;
+        if (gguf_open(tok_path, &tok, err, sizeof err) != 0 ||
+            gguf_get_arr(tok, "tokenizer.ggml.tokens", &et, &n, &data) != 0 || n < 16) {
+            fprintf(stderr, "mkmodel: %s: %s\n", tok_path, tok ? "no tokenizer.ggml.tokens" : err);
+            gguf_close(tok);
+            return 2;
+        }
+        c.tok = tok;
+        c.vocab = (int64_t)n;
+    }
     if (!preset_dims(&c, preset)) {
         fprintf(stderr, "mkmodel: unknown preset '%s'\n", preset);
         return 2;
@@ -713,5 +798,6 @@ int main(int argc, char **argv)
     int rc = write_model(&c, out);
     if (rc == 0)
         printf("total %.2f s\n", dd_now() - t0);
+    gguf_close(tok);
     return rc;
 }

@@ -64,6 +64,9 @@ void eng__gram_deinit(eng_t *e, struct slot *s)
     free(s->grow);
 }
 
+/* The masked row, a word of the mask at a time: a full word copies 32 logits, an empty one
+ * writes 32 -1e30s (masks are mostly one or the other: almost every token inside a string,
+ * a handful at a structural place), so the row costs about a copy of the logits. */
 const float *eng__gram_row(eng_t *e, struct slot *s, const float *logits)
 {
     if (!s->gm)
@@ -71,9 +74,23 @@ const float *eng__gram_row(eng_t *e, struct slot *s, const float *logits)
     const int64_t V = e->m->hp.n_vocab, T = gram_vocab_n(e->gvocab);
     if (gram_m_mask(s->gm, e->gvocab, s->gbits) == 0)
         return NULL;
-    for (int64_t v = 0; v < V; v++)
-        s->grow[v] = v < T && (s->gbits[v / 32] >> (v % 32) & 1) ? logits[v] : -1e30f;
-    return s->grow;
+    float *row = s->grow;
+    for (int64_t v0 = 0; v0 < V; v0 += 32) {
+        int64_t n = V - v0 < 32 ? V - v0 : 32, valid = T - v0 < n ? T - v0 : n;
+        uint32_t bits = valid <= 0 ? 0 : s->gbits[v0 / 32];
+        if (valid < 32)
+            bits &= valid <= 0 ? 0 : (1u << valid) - 1; /* tokens the vocabulary lacks */
+        if (bits == 0xffffffffu) {
+            memcpy(row + v0, logits + v0, 32 * sizeof *row);
+        } else if (bits == 0) {
+            for (int64_t k = 0; k < n; k++)
+                row[v0 + k] = -1e30f;
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                row[v0 + k] = bits >> k & 1 ? logits[v0 + k] : -1e30f;
+        }
+    }
+    return row;
 }
 
 bool eng__gram_accept(eng_t *e, struct slot *s, int32_t id)

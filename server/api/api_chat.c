@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "api_impl.h"         // defines: api__parse_chat
-#include "chat.h"             // defines: chat_render, chat_check, struct chat_prompt
+#include "chat.h"             // defines: chat_render, chat_check, chat_tmpl_tool_form
 #include "engine/model/tok.h" // defines: tok_piece, tok_bos
 #include "engine/util.h"      // defines: xcalloc, xstrdup
 
@@ -97,8 +97,8 @@ static int parse_reasoning_format(const cJSON *root, const struct api_ctx *ctx, 
 
 /* Tool-call parsing: on with a non-empty tools array unless tool_choice is "none";
  * parallel_tool_calls false keeps the first call only. */
-static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api_req *r,
-                               struct api_error *e)
+static int parse_tool_switches(const cJSON *root, const cJSON *tools, const struct api_ctx *ctx,
+                               struct api_req *r, struct api_error *e)
 {
     bool parallel = true;
     if (api__get_bool(root, "parallel_tool_calls", &parallel, e))
@@ -109,7 +109,8 @@ static int parse_tool_switches(const cJSON *root, const cJSON *tools, struct api
     r->max_calls = parallel ? 0 : 1;
     if (r->tool_calls)
         r->tools_json = cJSON_PrintUnformatted(tools);
-    return r->tool_calls ? api__tool_constraint(tools, tc, parallel, r, e) : 0;
+    bool xml = chat_tmpl_tool_form(ctx->tmpl) == CHAT_TOOLS_XML;
+    return r->tool_calls ? api__tool_constraint(tools, tc, parallel, xml, r, e) : 0;
 }
 
 #ifdef DELTAD_TEST_HOOKS
@@ -184,7 +185,7 @@ int api__parse_chat(const cJSON *root, const struct api_ctx *ctx, struct api_req
     }
     if (api__get_obj(root, "chat_template_kwargs", &kwargs, e) ||
         api__get_str(root, "reasoning_effort", &effort, e) ||
-        parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, r, e) ||
+        parse_reasoning_format(root, ctx, r, e) || parse_tool_switches(root, tools, ctx, r, e) ||
         parse_hook(root, r, e))
         return -1;
     cJSON *kw = template_kwargs(kwargs, effort);

@@ -15,6 +15,10 @@
  * cache (api_ctx.grams) keyed by the grammar text. When the chat template leaves a thinking
  * block open, the constraint starts after "</think>": the thinking is free text.
  *
+ * Enforced tool choice (api__tool_constraint) is a grammar of the tool-call syntax the chat
+ * template uses: the Qwen3 JSON form, whose arguments follow schema_rules, or the XML form of
+ * Qwen3.5 / Qwen3-Coder, whose parameters follow schema_xml_params (toolcall.h reads both).
+ *
  * Thread safety: no shared state beyond the (thread-safe) grammar cache; HTTP threads.
  */
 #include <stdio.h>
@@ -169,9 +173,52 @@ int api__compile_constraint(const struct api_ctx *ctx, struct api_req *r, struct
 
 /* ---- tool calls ------------------------------------------------------------------------- */
 
-/* deltad-call ::= one alternative per tool (or only `only`):
- *   "<tool_call>\n{\"name\": \"NAME\", \"arguments\": " ARGS "}\n</tool_call>" */
-static int call_rules(const cJSON *tools, const char *only, struct dd_buf *b, struct api_error *e)
+/* One call of tool i named name in the template's form: the head, the arguments (rule pre of
+ * the parameters schema, or any object / no parameters without one) and the end, as the model
+ * writes them (toolcall.h):
+ *   JSON  "<tool_call>\n{\"name\": NAME, \"arguments\": " ARGS "}\n</tool_call>"
+ *   XML   "<tool_call>\n<function=NAME>\n" PARAMS "</function>\n</tool_call>" */
+static int call_alt(const char *name, const cJSON *params, int i, bool xml, struct dd_buf *rules,
+                    struct dd_buf *alt, struct api_error *e)
+{
+    char pre[24], err[384];
+    snprintf(pre, sizeof pre, "deltad-t%d", i);
+    struct dd_buf head = {0};
+    if (xml && (strlen(name) > 120 || strpbrk(name, "<>\n\r"))) {
+        api_error_set(e, E400, NULL, "tools",
+                      "'tools[%d].function.name' cannot be written in the model's XML tool-call "
+                      "form (at most 120 bytes, no '<', '>' or newlines)",
+                      i);
+        return -1;
+    }
+    int rc = !params ? 0
+             : xml   ? schema_xml_params(params, pre, rules, err, sizeof err)
+                     : schema_rules(params, pre, rules, err, sizeof err);
+    if (rc) {
+        api_error_set(e, E400, NULL, "tools", "'tools[%d].function.parameters' cannot be used: %s",
+                      i, err);
+        return -1;
+    }
+    if (xml) {
+        dd_buf_printf(&head, "<tool_call>\n<function=%s>\n", name);
+        schema_gbnf_literal(alt, head.p, head.len);
+        dd_buf_printf(alt, "%s\"</function>\\n</tool_call>\" ", params ? pre : "");
+    } else {
+        cJSON *js = cJSON_CreateString(name);
+        char *q = cJSON_PrintUnformatted(js);
+        dd_buf_printf(&head, "<tool_call>\n{\"name\": %s, \"arguments\": ", q);
+        schema_gbnf_literal(alt, head.p, head.len);
+        dd_buf_printf(alt, "%s \"}\\n</tool_call>\" ", params ? pre : "jobject");
+        free(q);
+        cJSON_Delete(js);
+    }
+    dd_buf_free(&head);
+    return 0;
+}
+
+/* deltad-call ::= one alternative per tool (or only `only`), in the template's form. */
+static int call_rules(const cJSON *tools, const char *only, bool xml, struct dd_buf *b,
+                      struct api_error *e)
 {
     struct dd_buf alts = {0};
     const cJSON *t;
@@ -180,26 +227,13 @@ static int call_rules(const cJSON *tools, const char *only, struct dd_buf *b, st
     {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        const cJSON *params = api__field(fn, "parameters");
         int i = k++;
         if (!cJSON_IsString(name) || (only && strcmp(only, name->valuestring) != 0))
             continue;
-        char pre[24], err[384];
-        snprintf(pre, sizeof pre, "deltad-t%d", i);
-        if (params && schema_rules(params, pre, b, err, sizeof err)) {
-            api_error_set(e, E400, NULL, "tools",
-                          "'tools[%d].function.parameters' cannot be used: %s", i, err);
+        if (n++)
+            dd_buf_puts(&alts, "| ");
+        if (call_alt(name->valuestring, api__field(fn, "parameters"), i, xml, b, &alts, e))
             goto out;
-        }
-        cJSON *head = cJSON_CreateString(name->valuestring);
-        char *q = cJSON_PrintUnformatted(head);
-        cJSON_Delete(head);
-        dd_buf_printf(&alts, "%s\"<tool_call>\\n{\\\"name\\\": ", n++ ? "| " : "");
-        for (const char *c = q; *c; c++) /* the name's JSON text as a GBNF literal */
-            dd_buf_printf(&alts, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-        dd_buf_printf(&alts, ", \\\"arguments\\\": \" %s \"}\\n</tool_call>\" ",
-                      params ? pre : "jobject");
-        free(q);
     }
     dd_buf_puts(b, "deltad-call ::= ");
     dd_buf_put(b, alts.p, alts.len);
@@ -210,8 +244,8 @@ out:
     return rc;
 }
 
-int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, struct api_req *r,
-                         struct api_error *e)
+int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, bool xml,
+                         struct api_req *r, struct api_error *e)
 {
     const char *only = NULL;
     bool now = cJSON_IsString(tc) && strcmp(tc->valuestring, "required") == 0, strict = false;
@@ -240,13 +274,16 @@ int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, str
         dd_buf_printf(&b, "root ::= %s\n", calls);
     else /* auto + strict: free text without "<tool_call>", then calls or nothing */
         dd_buf_printf(&b, "root ::= deltad-text-s0 ( %s )?\n", calls);
-    if (call_rules(tools, only, &b, e)) {
+    if (call_rules(tools, only, xml, &b, e)) {
         dd_buf_free(&b);
         return -1;
     }
     if (!now)
         schema_text_until(&b, "deltad-text", "<tool_call>");
-    schema_primitives(&b);
+    if (xml)
+        schema_primitives_xml(&b);
+    else
+        schema_primitives(&b);
     r->constraint_len = b.len;
     r->constraint = dd_buf_take(&b, NULL);
     r->constraint_param = "tool_choice";

@@ -41,10 +41,11 @@ int api__parse_constraint(const cJSON *root, struct api_req *r, struct api_error
 int api__compile_constraint(const struct api_ctx *ctx, struct api_req *r, struct api_error *e);
 /* The tool-call constraint (api_format.c): tool_choice "required" or a named function (a call
  * at once), or "auto" with a tool marked strict (free text, then calls), in the Qwen3 JSON form
- * with each call's arguments valid under its parameters schema; parallel false: one call.
- * tools: the validated, non-empty tools array; tc: tool_choice or NULL. */
-int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, struct api_req *r,
-                         struct api_error *e);
+ * or (xml) the XML form of Qwen3.5 / Qwen3-Coder, with each call's arguments valid under its
+ * parameters schema; parallel false: one call. tools: the validated, non-empty tools array; tc:
+ * tool_choice or NULL. */
+int api__tool_constraint(const cJSON *tools, const cJSON *tc, bool parallel, bool xml,
+                         struct api_req *r, struct api_error *e);
 
 /* The chat endpoint's own fields: messages, tools, template variables, output parsing; renders
  * and tokenizes the one prompt into r. Returns 0 or -1 with *e set. */

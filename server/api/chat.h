@@ -70,6 +70,11 @@ typedef struct chat_tmpl chat_tmpl_t;
  */
 int chat_tmpl_create(const struct model *m, const char *path, chat_tmpl_t **out, char *err,
                      size_t errlen);
+/* How the model writes tool calls (toolcall.h): the Qwen3 JSON form, or the XML form of Qwen3.5
+ * and Qwen3-Coder. A template that writes "<function=" uses the XML form; the others (and the
+ * built-in ChatML, t NULL) the JSON form. */
+enum chat_tool_form { CHAT_TOOLS_JSON, CHAT_TOOLS_XML };
+enum chat_tool_form chat_tmpl_tool_form(const chat_tmpl_t *t);
 /* Where the template came from, for the start-up log. */
 const char *chat_tmpl_source(const chat_tmpl_t *t);
 void chat_tmpl_destroy(chat_tmpl_t *t);

@@ -21,6 +21,7 @@ struct chat_tmpl {
     size_t *ctl_len; /* [n_ctl] */
     int n_ctl;
     bool first[256];  /* bytes that start some control-token text */
+    bool xml_tools;   /* the template writes tool calls in the XML form */
     char source[600]; /* where the template came from, for the log */
 };
 

@@ -94,6 +94,7 @@ static int compile(chat_tmpl_t *t, const struct model *m, const char *path, char
                  m->path ? m->path : "the model");
     }
     char jerr[400];
+    t->xml_tools = memmem(src, len, "<function=", strlen("<function=")) != NULL;
     int rc = jinja_compile(src, len, NULL, &t->jt, jerr, sizeof jerr);
     if (rc)
         dd_errf(err, errlen, "%s: chat template: %s", path ? path : m->path, jerr);
@@ -120,6 +121,11 @@ int chat_tmpl_create(const struct model *m, const char *path, chat_tmpl_t **out,
 const char *chat_tmpl_source(const chat_tmpl_t *t)
 {
     return t->source;
+}
+
+enum chat_tool_form chat_tmpl_tool_form(const chat_tmpl_t *t)
+{
+    return t && t->xml_tools ? CHAT_TOOLS_XML : CHAT_TOOLS_JSON;
 }
 
 bool chat__tmpl_is_jinja(const chat_tmpl_t *t)

@@ -27,10 +27,14 @@
 
 /* The primitives every generated grammar starts with. Whitespace is bounded: nothing, one
  * blank, or one newline and up to 16 blanks. */
-#define SCHEMA_PRIMS                                                                               \
+#define SCHEMA_PRIMS_A                                                                             \
     "ws ::= | \" \" | \"\\n\" [ \\t]{0,16}\n"                                                      \
-    "jhex ::= [0-9a-fA-F]\n"                                                                       \
-    "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"                  \
+    "jhex ::= [0-9a-fA-F]\n"
+#define SCHEMA_JCHAR "jchar ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"
+/* Inside the XML tool-call form '<' only as an escape: a value never holds "</parameter>". */
+#define SCHEMA_JCHAR_XML                                                                           \
+    "jchar ::= [^\"\\\\\\x00-\\x1f<] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" jesc )\n"
+#define SCHEMA_PRIMS_B                                                                             \
     "jesc ::= [0-9a-cA-Ce-fE-F] jhex jhex jhex | [dD] [0-7] jhex jhex\n"                           \
     "jstring ::= \"\\\"\" jchar* \"\\\"\"\n"                                                       \
     "jint ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"                                              \
@@ -41,7 +45,9 @@
     "jmember ::= jstring ws \":\" ws jvalue ws\n"                                                  \
     "jobject ::= \"{\" ws ( jmember ( \",\" ws jmember )* )? \"}\"\n"                              \
     "jarray ::= \"[\" ws ( jvalue ws ( \",\" ws jvalue ws )* )? \"]\"\n"
+#define SCHEMA_PRIMS SCHEMA_PRIMS_A SCHEMA_JCHAR SCHEMA_PRIMS_B
 static const char prims[] = SCHEMA_PRIMS;
+static const char prims_xml[] = SCHEMA_PRIMS_A SCHEMA_JCHAR_XML SCHEMA_PRIMS_B;
 
 /* response_format json_object: any object, over the same primitives. */
 static const char json_object_gbnf[] = "root ::= jobject\n" SCHEMA_PRIMS;
@@ -70,7 +76,8 @@ struct sg {
     size_t errlen;
     bool failed;
     char path[256];
-    char pre[12]; /* rule name prefix: several schemas can share one grammar */
+    char pre[12];          /* rule name prefix: several schemas can share one grammar */
+    enum schema_text text; /* JSON, or JSON inside the XML tool-call form */
 };
 
 __attribute__((format(printf, 2, 3))) static int fail(struct sg *g, const char *fmt, ...)
@@ -119,12 +126,20 @@ static void lit(struct dd_buf *b, const char *s, size_t n)
     dd_buf_puts(b, "\" ");
 }
 
-/* The literal of a JSON value as cJSON prints it. */
-static void lit_json(struct dd_buf *b, const cJSON *v)
+/* The literal of a JSON value as cJSON prints it; in the XML tool-call form '<' (which can
+ * only be in a string) as the escape \u003c. */
+static void lit_json(struct sg *g, struct dd_buf *b, const cJSON *v)
 {
     char *s = cJSON_PrintUnformatted(v);
     ASSERT(s);
-    lit(b, s, strlen(s));
+    struct dd_buf x = {0};
+    for (const char *c = s; *c; c++)
+        if (*c == '<' && g->text == SCHEMA_TEXT_JSON_XML)
+            dd_buf_puts(&x, "\\u003c");
+        else
+            dd_buf_putc(&x, *c);
+    lit(b, x.p, x.len);
+    dd_buf_free(&x);
     free(s);
 }
 
@@ -436,10 +451,14 @@ static void repeat_suffix(struct dd_buf *e, uint64_t lo, uint64_t hi)
         dd_buf_printf(e, "{%llu,%llu} ", (unsigned long long)lo, (unsigned long long)hi);
 }
 
-static int string_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
+/* A string's contents between quotes, or raw (a string parameter of the XML tool-call form: the
+ * characters themselves, never "</parameter>": the rule xraw-s0 of schema_primitives_xml, or
+ * no '<' at all where the length is bounded). */
+static int string_expr(struct sg *g, const cJSON *s, bool raw, struct dd_buf *e)
 {
     uint64_t lo = 0, hi = INF;
     const cJSON *f = kw(s, "format");
+    const char *q = raw ? "" : "\"\\\"\" ";
     if (count_kw(g, s, "minLength", &lo) || count_kw(g, s, "maxLength", &hi))
         return -1;
     if (lo > hi)
@@ -451,10 +470,11 @@ static int string_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
             return fail(g, "'pattern' must be a string");
         if (f || kw(s, "minLength") || kw(s, "maxLength"))
             return fail(g, "'pattern' together with 'format' or lengths is not supported");
-        dd_buf_puts(e, "\"\\\"\" ");
-        if (schema__pattern(pat->valuestring, e, perr, sizeof perr))
+        dd_buf_puts(e, q);
+        if (schema__pattern(pat->valuestring, raw ? SCHEMA_TEXT_RAW : g->text, e, perr,
+                            sizeof perr))
             return fail(g, "%s", perr);
-        dd_buf_puts(e, "\"\\\"\" ");
+        dd_buf_puts(e, q);
         return 0;
     }
     if (f) {
@@ -463,12 +483,18 @@ static int string_expr(struct sg *g, const cJSON *s, struct dd_buf *e)
             return fail(g, "'format' must be one of date, time, date-time, uuid, email, uri");
         if (kw(s, "minLength") || kw(s, "maxLength"))
             return fail(g, "'format' together with 'minLength' / 'maxLength' is not supported");
-        dd_buf_printf(e, "\"\\\"\" %s \"\\\"\" ", fx);
+        dd_buf_printf(e, "%s%s %s", q, fx, q);
         return 0;
     }
-    dd_buf_puts(e, "\"\\\"\" jchar");
+    if (raw && hi == INF) {
+        if (lo)
+            dd_buf_printf(e, "[^<]{%llu} ", (unsigned long long)lo);
+        dd_buf_puts(e, "xraw-s0 ");
+        return 0;
+    }
+    dd_buf_puts(e, raw ? "[^<]" : "\"\\\"\" jchar");
     repeat_suffix(e, lo, hi);
-    dd_buf_puts(e, "\"\\\"\" ");
+    dd_buf_puts(e, q);
     return 0;
 }
 
@@ -548,7 +574,7 @@ static int object_expr(struct sg *g, const cJSON *s, int depth, int id, struct d
         dd_buf_puts(&t, must[i] ? "" : "( ");
         dd_buf_puts(&t, "\",\" ws ");
         cJSON *k = cJSON_CreateString(key[i]);
-        lit_json(&t, k);
+        lit_json(g, &t, k);
         cJSON_Delete(k);
         dd_buf_printf(&t, "ws \":\" ws %s ws %s", sub[i], must[i] ? "" : ")? ");
         if (i + 1 < np)
@@ -562,7 +588,7 @@ static int object_expr(struct sg *g, const cJSON *s, int depth, int id, struct d
     for (int j = 0; j < np; j++) {
         dd_buf_truncate(&kv, 0);
         cJSON *k = cJSON_CreateString(key[j]);
-        lit_json(&kv, k);
+        lit_json(g, &kv, k);
         cJSON_Delete(k);
         dd_buf_printf(&kv, "ws \":\" ws %s ws ", sub[j]);
         if (j)
@@ -680,7 +706,7 @@ static int type_expr(struct sg *g, const cJSON *s, const char *t, int depth, int
             return number_expr(g, s, e);
         dd_buf_puts(e, "jnumber ");
     } else if (strcmp(t, "string") == 0)
-        return string_expr(g, s, e);
+        return string_expr(g, s, false, e);
     else if (strcmp(t, "array") == 0)
         return array_expr(g, s, depth, id, e);
     else if (strcmp(t, "object") == 0)
@@ -872,28 +898,41 @@ static int merge_all_of(struct sg *g, const cJSON *s, cJSON **out)
     return 0;
 }
 
-/* The alternatives of an array of schemas (anyOf / oneOf / enum / const). */
+static unsigned types_of(const cJSON *root, const cJSON *s, int depth);
+static int check_one_of(struct sg *g, const cJSON *arr);
+
+/* The alternatives of an array of schemas (anyOf / oneOf / enum / const); enum and const
+ * values of a type the schema's "type" leaves out are not generated. */
 static int alternatives(struct sg *g, const cJSON *s, int depth, struct dd_buf *e)
 {
     const cJSON *c = kw(s, "const"), *en = kw(s, "enum");
     const char *comb = kw(s, "anyOf") ? "anyOf" : "oneOf";
     const cJSON *arr = kw(s, comb), *m;
+    unsigned types = kw(s, "type") ? types_of(g->root, s, 0) : SCHEMA_T_ANY;
     dd_buf_puts(e, "( ");
     if (c) {
-        lit_json(e, c);
+        if (!(schema_value_type(c) & types))
+            return fail(g, "'const' is not of the schema's 'type'");
+        lit_json(g, e, c);
     } else if (en) {
         if (!cJSON_IsArray(en) || !en->child)
             return fail(g, "'enum' must be a non-empty array");
         int k = 0;
         cJSON_ArrayForEach(m, en)
         {
+            if (!(schema_value_type(m) & types))
+                continue;
             if (k++)
                 dd_buf_puts(e, "| ");
-            lit_json(e, m);
+            lit_json(g, e, m);
         }
+        if (!k)
+            return fail(g, "no value of 'enum' is of the schema's 'type'");
     } else {
         if (!cJSON_IsArray(arr) || !arr->child)
             return fail(g, "'%s' must be a non-empty array of schemas", comb);
+        if (strcmp(comb, "oneOf") == 0 && check_one_of(g, arr))
+            return -1;
         int k = 0;
         cJSON_ArrayForEach(m, arr)
         {
@@ -945,6 +984,431 @@ static int gen(struct sg *g, const cJSON *s, int depth, char *name)
     dd_buf_free(&e);
     snprintf(name, 24, "%ss%d", g->pre, id);
     return g->failed ? -1 : 0;
+}
+
+/* ---- JSON types ---------------------------------------------------------------------------- */
+
+static unsigned type_bit(const char *t)
+{
+    static const struct {
+        const char *name;
+        unsigned bits;
+    } m[] = {{"null", SCHEMA_T_NULL},   {"boolean", SCHEMA_T_BOOL},
+             {"integer", SCHEMA_T_INT}, {"number", SCHEMA_T_INT | SCHEMA_T_NUM},
+             {"string", SCHEMA_T_STR},  {"array", SCHEMA_T_ARR},
+             {"object", SCHEMA_T_OBJ}};
+    for (size_t k = 0; k < sizeof m / sizeof *m; k++)
+        if (strcmp(m[k].name, t) == 0)
+            return m[k].bits;
+    return SCHEMA_T_ANY; /* an unknown type: the compiler refuses it */
+}
+
+unsigned schema_value_type(const cJSON *v)
+{
+    if (cJSON_IsNull(v))
+        return SCHEMA_T_NULL;
+    if (cJSON_IsBool(v))
+        return SCHEMA_T_BOOL;
+    if (cJSON_IsNumber(v))
+        return isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble) ? SCHEMA_T_INT
+                                                                                   : SCHEMA_T_NUM;
+    if (cJSON_IsString(v))
+        return SCHEMA_T_STR;
+    return cJSON_IsArray(v) ? SCHEMA_T_ARR : cJSON_IsObject(v) ? SCHEMA_T_OBJ : 0;
+}
+
+static unsigned types_of(const cJSON *root, const cJSON *s, int depth)
+{
+    if (!cJSON_IsObject(s) || depth > SCHEMA_MAX_DEPTH)
+        return SCHEMA_T_ANY;
+    const cJSON *r = kw(s, "$ref"), *ty = kw(s, "type"), *m;
+    if (cJSON_IsString(r)) {
+        const cJSON *t = resolve(root, r->valuestring);
+        return t ? types_of(root, t, depth + 1) : SCHEMA_T_ANY;
+    }
+    unsigned bits = SCHEMA_T_ANY, u = 0;
+    if (cJSON_IsString(ty)) {
+        bits = type_bit(ty->valuestring);
+    } else if (cJSON_IsArray(ty) && ty->child) {
+        bits = 0;
+        cJSON_ArrayForEach(m, ty)
+        {
+            bits |= cJSON_IsString(m) ? type_bit(m->valuestring) : SCHEMA_T_ANY;
+        }
+    } else if (!ty) { /* the type the keywords imply (implied_type) */
+        static const struct {
+            const char *k;
+            unsigned bits;
+        } imp[] = {{"properties", SCHEMA_T_OBJ},
+                   {"required", SCHEMA_T_OBJ},
+                   {"additionalProperties", SCHEMA_T_OBJ},
+                   {"items", SCHEMA_T_ARR},
+                   {"prefixItems", SCHEMA_T_ARR},
+                   {"minItems", SCHEMA_T_ARR},
+                   {"maxItems", SCHEMA_T_ARR},
+                   {"minLength", SCHEMA_T_STR},
+                   {"maxLength", SCHEMA_T_STR},
+                   {"format", SCHEMA_T_STR},
+                   {"pattern", SCHEMA_T_STR}};
+        for (size_t k = 0; k < sizeof imp / sizeof *imp; k++)
+            if (kw(s, imp[k].k))
+                bits &= imp[k].bits;
+    }
+    if (kw(s, "const")) {
+        bits &= schema_value_type(kw(s, "const"));
+    } else if (cJSON_IsArray(kw(s, "enum"))) {
+        cJSON_ArrayForEach(m, kw(s, "enum")) u |= schema_value_type(m);
+        bits &= u;
+    }
+    const cJSON *alt = kw(s, "anyOf") ? kw(s, "anyOf") : kw(s, "oneOf");
+    if (cJSON_IsArray(alt)) {
+        u = 0;
+        cJSON_ArrayForEach(m, alt) u |= types_of(root, m, depth + 1);
+        bits &= u;
+    }
+    if (cJSON_IsArray(kw(s, "allOf")))
+        cJSON_ArrayForEach(m, kw(s, "allOf")) bits &= types_of(root, m, depth + 1);
+    return bits;
+}
+
+/* ---- oneOf ------------------------------------------------------------------------------------
+ *
+ * A value generated for one branch of a oneOf must be invalid under every other branch. That is
+ * decided, conservatively, per ordered pair (a, b) by excludes(a, b) — "every value generated
+ * from a fails b" — and holds when:
+ *   - a's values are a finite set (const / enum) whose members b's types or b's own finite set
+ *     leave out;
+ *   - a and b share no type, or share only "object" and a's objects fail b: b requires a
+ *     property a never writes (a declares its properties and not that one), or a always writes
+ *     a property b forbids (additionalProperties false), or a always writes a property whose
+ *     value b's schema of it excludes (a discriminator: {"kind": {"const": "cat"}}).
+ * Anything else is refused (use anyOf, or make the branches disjoint).
+ */
+
+#define ONEOF_MAX_BRANCHES 64
+
+/* s with its $refs followed (NULL when one does not resolve or loops too long). */
+static const cJSON *deref(const cJSON *root, const cJSON *s)
+{
+    for (int hop = 0; cJSON_IsObject(s) && kw(s, "$ref") && hop < 16; hop++)
+        s = cJSON_IsString(kw(s, "$ref")) ? resolve(root, kw(s, "$ref")->valuestring) : NULL;
+    return cJSON_IsObject(s) && kw(s, "$ref") ? NULL : s;
+}
+
+/* The finite set of values s allows (its const as a one-member set, or its enum), else NULL;
+ * *one is set for a const. */
+static const cJSON *values_of(const cJSON *s, bool *one)
+{
+    *one = cJSON_IsObject(s) && kw(s, "const");
+    if (*one)
+        return kw(s, "const");
+    const cJSON *en = cJSON_IsObject(s) ? kw(s, "enum") : NULL;
+    return cJSON_IsArray(en) && en->child ? en->child : NULL;
+}
+
+static bool in_set(const cJSON *v, const cJSON *set, bool one)
+{
+    for (const cJSON *w = set; w; w = one ? NULL : w->next)
+        if (cJSON_Compare(v, w, true))
+            return true;
+    return false;
+}
+
+static bool listed(const cJSON *arr, const char *name)
+{
+    const cJSON *m;
+    cJSON_ArrayForEach(m, arr)
+    {
+        if (cJSON_IsString(m) && strcmp(m->valuestring, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool excludes(const cJSON *root, const cJSON *a, const cJSON *b, int depth);
+
+/* a and b object schemas (followed): every object generated from a fails b. */
+static bool objects_exclude(const cJSON *root, const cJSON *a, const cJSON *b, int depth)
+{
+    const cJSON *pa = kw(a, "properties"), *ra = kw(a, "required");
+    const cJSON *pb = kw(b, "properties"), *rb = kw(b, "required"), *m;
+    bool keys_known = (cJSON_IsObject(pa) && pa->child) || (cJSON_IsArray(ra) && ra->child);
+    if (kw(a, "allOf") || kw(b, "allOf"))
+        return false;
+    cJSON_ArrayForEach(m, rb) /* b requires what a never writes */
+    {
+        if (keys_known && cJSON_IsString(m) &&
+            !cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) && !listed(ra, m->valuestring))
+            return true;
+    }
+    cJSON_ArrayForEach(m, ra)
+    {
+        if (!cJSON_IsString(m))
+            continue;
+        const cJSON *sb =
+            cJSON_IsObject(pb) ? cJSON_GetObjectItemCaseSensitive(pb, m->valuestring) : NULL;
+        if (!sb && cJSON_IsFalse(kw(b, "additionalProperties")))
+            return true; /* a always writes what b forbids */
+        const cJSON *sa =
+            cJSON_IsObject(pa) ? cJSON_GetObjectItemCaseSensitive(pa, m->valuestring) : NULL;
+        if (sb && sa && excludes(root, sa, sb, depth + 1))
+            return true; /* a discriminator */
+    }
+    return false;
+}
+
+static bool excludes(const cJSON *root, const cJSON *a, const cJSON *b, int depth)
+{
+    a = deref(root, a);
+    b = deref(root, b);
+    if (!a || !b || depth > 8)
+        return false;
+    if (cJSON_IsFalse(b))
+        return true;
+    bool one_a, one_b;
+    const cJSON *fa = values_of(a, &one_a), *fb = values_of(b, &one_b);
+    unsigned ta = types_of(root, a, 0), tb = types_of(root, b, 0);
+    if (fa) {
+        bool all = true;
+        for (const cJSON *v = fa; v && all; v = one_a ? NULL : v->next)
+            all = !(schema_value_type(v) & tb) || (fb && !in_set(v, fb, one_b));
+        if (all)
+            return true;
+    }
+    unsigned common = ta & tb;
+    if (common == 0)
+        return true;
+    return common == SCHEMA_T_OBJ && !fa && !fb && cJSON_IsObject(a) && cJSON_IsObject(b) &&
+           objects_exclude(root, a, b, depth);
+}
+
+static int check_one_of(struct sg *g, const cJSON *arr)
+{
+    const cJSON *x, *y;
+    int i = 0;
+    if (cJSON_GetArraySize(arr) > ONEOF_MAX_BRANCHES)
+        return fail(g, "'oneOf' with more than %d branches is not supported", ONEOF_MAX_BRANCHES);
+    for (x = arr->child; x; x = x->next, i++) {
+        int j = i + 1;
+        for (y = x->next; y; y = y->next, j++)
+            if (!excludes(g->root, x, y, 0) || !excludes(g->root, y, x, 0))
+                return fail(g,
+                            "'oneOf' branches %d and %d may both match one value, so deltad "
+                            "cannot enforce exactly one: give the branches different types, "
+                            "const / enum values or required properties, or use 'anyOf'",
+                            i, j);
+    }
+    return 0;
+}
+
+unsigned schema_types(const cJSON *root, const cJSON *s)
+{
+    return types_of(root, s, 0);
+}
+
+/* ---- the XML tool-call form ------------------------------------------------------------------ */
+
+static int gen_raw(struct sg *g, const cJSON *s, int depth, char *name);
+static const char *bad_utf8(const cJSON *v, int depth);
+
+/* The alternatives of a raw string: const / enum literals (the strings among them), anyOf /
+ * oneOf branches, else the string keywords. */
+static int raw_expr(struct sg *g, const cJSON *s, int depth, struct dd_buf *e)
+{
+    const cJSON *c = kw(s, "const"), *en = kw(s, "enum"), *m;
+    const char *comb = kw(s, "anyOf") ? "anyOf" : kw(s, "oneOf") ? "oneOf" : NULL;
+    int k = 0;
+    if (c || en) {
+        if (en && (!cJSON_IsArray(en) || !en->child))
+            return fail(g, "'enum' must be a non-empty array");
+        dd_buf_puts(e, "( ");
+        for (m = c ? c : en->child; m; m = c ? NULL : m->next) {
+            if (!cJSON_IsString(m))
+                continue;
+            if (strstr(m->valuestring, "</parameter>"))
+                return fail(g, "a value holding \"</parameter>\" cannot be written in the XML "
+                               "tool-call form");
+            dd_buf_puts(e, k++ ? "| " : "");
+            lit(e, m->valuestring, strlen(m->valuestring));
+        }
+        dd_buf_puts(e, ") ");
+        return k ? 0 : fail(g, "no string value to choose from");
+    }
+    if (comb) {
+        const cJSON *arr = kw(s, comb);
+        if (!cJSON_IsArray(arr) || !arr->child)
+            return fail(g, "'%s' must be a non-empty array of schemas", comb);
+        if (strcmp(comb, "oneOf") == 0 && check_one_of(g, arr))
+            return -1;
+        dd_buf_puts(e, "( ");
+        cJSON_ArrayForEach(m, arr)
+        {
+            char idx[16], sub[24];
+            snprintf(idx, sizeof idx, "%d", k);
+            size_t old = path_push(g, comb, idx);
+            if (gen_raw(g, m, depth + 1, sub))
+                return -1;
+            path_pop(g, old);
+            dd_buf_printf(e, "%s%s ", k++ ? "| " : "", sub);
+        }
+        dd_buf_puts(e, ") ");
+        return 0;
+    }
+    return string_expr(g, s, true, e);
+}
+
+/* The rule of a string parameter's raw value (schema_types said: strings only). */
+static int gen_raw(struct sg *g, const cJSON *s, int depth, char *name)
+{
+    if (depth > SCHEMA_MAX_DEPTH)
+        return fail(g, "the schema is nested deeper than %d levels", SCHEMA_MAX_DEPTH);
+    if (!cJSON_IsObject(s))
+        return fail(g, "a schema must be an object or a boolean");
+    if (check_keywords(g, s) < 0)
+        return -1;
+    const cJSON *r = kw(s, "$ref");
+    if (r) {
+        const cJSON *t = cJSON_IsString(r) ? resolve(g->root, r->valuestring) : NULL;
+        if (!t)
+            return fail(g, "'$ref' must be a reference that resolves inside the schema");
+        size_t old = path_push(g, "$ref", NULL);
+        int rc = gen_raw(g, t, depth + 1, name);
+        if (rc == 0)
+            path_pop(g, old);
+        return rc;
+    }
+    if (kw(s, "allOf"))
+        return fail(g, "'allOf' of string schemas is not supported");
+    int id = new_rule(g);
+    if (id < 0)
+        return -1;
+    struct dd_buf e = {0};
+    int rc = raw_expr(g, s, depth, &e);
+    if (rc == 0)
+        put_rule(g, id, "", &e);
+    dd_buf_free(&e);
+    snprintf(name, 24, "%ss%d", g->pre, id);
+    return g->failed ? -1 : 0;
+}
+
+/* One parameter: rule <pre>-p<k> ::= "<parameter=NAME>\n" value "\n</parameter>\n", the value
+ * raw for a string-only schema (the parser takes it as text), else JSON (the parser takes text
+ * that is JSON of the schema's types as JSON). s NULL: a required name without a schema. */
+static int xml_param(struct sg *g, const char *key, const cJSON *s, int k)
+{
+    char sub[24], hd[160];
+    size_t old = path_push(g, "properties", key), n = strlen(key);
+    if (n == 0 || n > 120 || strpbrk(key, "<>\n\r"))
+        return fail(g, "a property name must be 1 to 120 bytes without '<', '>' or newlines to "
+                       "be a parameter of the XML tool-call form");
+    snprintf(sub, sizeof sub, "jvalue");
+    if (s && (schema_types(g->root, s) == SCHEMA_T_STR ? gen_raw(g, s, 1, sub) : gen(g, s, 1, sub)))
+        return -1;
+    path_pop(g, old);
+    struct dd_buf e = {0};
+    snprintf(hd, sizeof hd, "<parameter=%s>\n", key);
+    lit(&e, hd, strlen(hd));
+    dd_buf_printf(&e, "%s \"\\n</parameter>\\n\" ", sub);
+    char suffix[24];
+    snprintf(suffix, sizeof suffix, "-p%d", k);
+    dd_buf_printf(g->out, "%s%s ::= ", g->pre, suffix);
+    dd_buf_put(g->out, e.p, e.len);
+    dd_buf_putc(g->out, '\n');
+    dd_buf_free(&e);
+    return g->failed ? -1 : 0;
+}
+
+/* The parameters of an object schema, declared ones in their order (required ones always). */
+static int xml_params(struct sg *g, const cJSON *s, struct dd_buf *e)
+{
+    static const char *const top[] = {"type", "properties", "required", "additionalProperties",
+                                      NULL};
+    const cJSON *m, *props = kw(s, "properties"), *req = kw(s, "required"), *ty = kw(s, "type");
+    const cJSON *ap = kw(s, "additionalProperties");
+    cJSON_ArrayForEach(m, s)
+    {
+        if (!in_list(annotations, m->string) && !in_list(top, m->string))
+            return fail(g,
+                        "'%.64s' cannot be enforced at the top of a tool's parameters in the XML "
+                        "tool-call form (an object schema with properties, required and "
+                        "additionalProperties can)",
+                        m->string);
+    }
+    if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "object") == 0))
+        return fail(g, "a tool's parameters must be an object schema");
+    if ((props && !cJSON_IsObject(props)) || (req && !cJSON_IsArray(req)) ||
+        (ap && !cJSON_IsBool(ap) && !cJSON_IsObject(ap)))
+        return fail(g, "'properties' must be an object, 'required' an array of strings and "
+                       "'additionalProperties' a boolean or a schema");
+    int k = 0;
+    cJSON_ArrayForEach(m, req)
+    {
+        if (!cJSON_IsString(m))
+            return fail(g, "'required' must be an array of strings");
+    }
+    cJSON_ArrayForEach(m, props)
+    {
+        bool must = false;
+        const cJSON *r;
+        cJSON_ArrayForEach(r, req) must = must || strcmp(r->valuestring, m->string) == 0;
+        if (xml_param(g, m->string, m, k))
+            return -1;
+        dd_buf_printf(e, "%s-p%d%s ", g->pre, k++, must ? "" : "?");
+    }
+    cJSON_ArrayForEach(m, req) /* required but not described: any value */
+    {
+        if (cJSON_GetObjectItemCaseSensitive(props, m->valuestring))
+            continue;
+        if (xml_param(g, m->valuestring, NULL, k))
+            return -1;
+        dd_buf_printf(e, "%s-p%d ", g->pre, k++);
+    }
+    return 0;
+}
+
+int schema_xml_params(const cJSON *schema, const char *prefix, struct dd_buf *out, char *err,
+                      size_t errlen)
+{
+    if (bad_utf8(schema, 0)) {
+        dd_errf(err, errlen, "#: a string in the schema is not valid UTF-8");
+        return -1;
+    }
+    struct sg g = {
+        .root = schema, .out = out, .err = err, .errlen = errlen, .text = SCHEMA_TEXT_JSON_XML};
+    snprintf(g.pre, sizeof g.pre, "%s", prefix);
+    size_t at = out->len;
+    const cJSON *s = schema;
+    for (int hop = 0; cJSON_IsObject(s) && cJSON_IsString(kw(s, "$ref")) && hop < 16; hop++)
+        s = resolve(schema, kw(s, "$ref")->valuestring);
+    cJSON *merged = NULL;
+    struct dd_buf e = {0};
+    int rc = !cJSON_IsObject(s) ? fail(&g, "a tool's parameters must be an object schema")
+             : kw(s, "allOf") && merge_all_of(&g, s, &merged)
+                 ? -1
+                 : xml_params(&g, merged ? merged : s, &e);
+    if (rc == 0 && !g.failed)
+        dd_buf_printf(out, "%s ::= %.*s\n", prefix, (int)e.len, e.p ? e.p : "");
+    else
+        dd_buf_truncate(out, at);
+    dd_buf_free(&e);
+    for (int k = 0; k < g.n_refs; k++)
+        free(g.refs[k].ptr);
+    free(g.refs);
+    for (int k = 0; k < g.n_owned; k++)
+        cJSON_Delete(g.owned[k]);
+    free(g.owned);
+    return rc || g.failed ? -1 : 0;
+}
+
+void schema_primitives_xml(struct dd_buf *out)
+{
+    dd_buf_puts(out, prims_xml);
+    schema_text_until(out, "xraw", "</parameter>");
+}
+
+void schema_gbnf_literal(struct dd_buf *out, const char *s, size_t n)
+{
+    lit(out, s, n);
 }
 
 /* The first string (a value or a member name) in v that is not valid UTF-8, or NULL. The HTTP

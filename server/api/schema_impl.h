@@ -9,8 +9,18 @@
 
 #include "engine/util.h" // defines: struct dd_buf
 
-/* Append to e the GBNF of the JSON string contents (without the quotes) that match the regular
- * expression re (the subset in schema_re.c). Returns 0, or -1 with err set. */
-int schema__pattern(const char *re, struct dd_buf *e, char *err, size_t errlen);
+/* How the text of a string is written:
+ *   JSON      JSON string contents (escapes where JSON needs them)
+ *   JSON_XML  the same, '<' always as the escape \u003c: a JSON value inside a parameter of the
+ *             XML tool-call form, which must never contain "</parameter>"
+ *   RAW       the characters themselves, never '<' (a string parameter of the XML form: its
+ *             value is the text up to "</parameter>") */
+enum schema_text { SCHEMA_TEXT_JSON, SCHEMA_TEXT_JSON_XML, SCHEMA_TEXT_RAW };
+
+/* Append to e the GBNF of the string contents (without the quotes) that match the regular
+ * expression re (the subset in schema_re.c), written as mode says. Returns 0, or -1 with err
+ * set. */
+int schema__pattern(const char *re, enum schema_text mode, struct dd_buf *e, char *err,
+                    size_t errlen);
 
 #endif

@@ -13,7 +13,9 @@
  * What is generated is the anchored match (^...$) whether or not the pattern is anchored: a
  * string that matches in full also contains a match, so it is valid under re.search. Negated
  * classes and `.` leave out '"', '\' and the control characters (they would need JSON escapes);
- * literals and positive classes that name them get their escapes.
+ * literals and positive classes that name them get their escapes. Inside the XML tool-call
+ * form (schema_impl.h, enum schema_text) '<' is treated the same way in JSON (the escape
+ * \u003c); in a raw parameter value classes leave '<' out and a literal '<' is refused.
  *
  * Thread safety: no shared state.
  */
@@ -33,6 +35,7 @@ struct re {
     const char *s;
     size_t n, i;
     struct dd_buf *e;
+    enum schema_text mode;
     char *err;
     size_t errlen;
     bool failed;
@@ -68,10 +71,16 @@ static int32_t re_char(struct re *r)
     return (int32_t)cp;
 }
 
-/* The JSON text of code point c inside a string, as a GBNF literal. */
-static void emit_json_char(struct dd_buf *e, uint32_t c)
+/* Code point c inside a string, as a GBNF literal: its JSON text (with escapes), or itself in
+ * RAW mode, where '<' cannot be. */
+static void emit_char(struct re *r, uint32_t c)
 {
-    if (c == '"')
+    struct dd_buf *e = r->e;
+    if (r->mode == SCHEMA_TEXT_RAW && c == '<')
+        re_fail(r, "a literal '<' cannot be generated in a parameter of the XML tool-call form");
+    else if (r->mode == SCHEMA_TEXT_RAW)
+        dd_buf_printf(e, "\"\\U%08x\" ", c);
+    else if (c == '"')
         dd_buf_puts(e, "\"\\\\\\\"\" ");
     else if (c == '\\')
         dd_buf_puts(e, "\"\\\\\\\\\" ");
@@ -81,7 +90,7 @@ static void emit_json_char(struct dd_buf *e, uint32_t c)
         dd_buf_puts(e, "\"\\\\t\" ");
     else if (c == '\r')
         dd_buf_puts(e, "\"\\\\r\" ");
-    else if (c < 0x20)
+    else if (c < 0x20 || (c == '<' && r->mode == SCHEMA_TEXT_JSON_XML))
         dd_buf_printf(e, "\"\\\\u%04x\" ", c);
     else
         dd_buf_printf(e, "\"\\U%08x\" ", c);
@@ -139,16 +148,25 @@ static void emit_set(struct re *r, struct cset *c, bool neg)
             cset_add(r, &x, lo, 0x10FFFF);
         m = x;
     }
+    /* the ranges without what needs an escape: controls, '"', '\' (and '<' in the XML form);
+     * raw text cuts '<' only */
+    static const uint32_t cut_json[] = {0x22, 0x5c, 0x110000},
+                          cut_xml[] = {0x22, 0x3c, 0x5c, 0x110000}, cut_raw[] = {0x3c, 0x110000};
+    const uint32_t *cuts = r->mode == SCHEMA_TEXT_JSON       ? cut_json
+                           : r->mode == SCHEMA_TEXT_JSON_XML ? cut_xml
+                                                             : cut_raw;
+    uint32_t floor_cp = r->mode == SCHEMA_TEXT_RAW ? 0 : 0x20;
     struct dd_buf cls = {0};
-    for (int k = 0; k < m.n; k++) { /* the ranges without controls, '"' and '\' */
-        static const uint32_t cuts[] = {0x22, 0x5c, 0x110000};
-        uint32_t a = m.r[2 * k] < 0x20 ? 0x20 : m.r[2 * k], hi = m.r[2 * k + 1];
-        for (int j = 0; j < 3 && a <= hi; j++) {
+    for (int k = 0; k < m.n; k++) {
+        uint32_t a = m.r[2 * k] < floor_cp ? floor_cp : m.r[2 * k], hi = m.r[2 * k + 1];
+        for (int j = 0; a <= hi; j++) {
             uint32_t b = cuts[j] - 1 < hi ? cuts[j] - 1 : hi;
             if (a <= b)
                 dd_buf_printf(&cls, "\\U%08x-\\U%08x", a, b);
             if (cuts[j] + 1 > a)
                 a = cuts[j] + 1;
+            if (cuts[j] == 0x110000)
+                break;
         }
     }
     int alts = 0;
@@ -160,14 +178,18 @@ static void emit_set(struct re *r, struct cset *c, bool neg)
         alts++;
     }
     dd_buf_free(&cls);
-    for (int k = 0; k < m.n && !neg; k++)
+    for (int k = 0; k < m.n && !neg && r->mode != SCHEMA_TEXT_RAW; k++)
         for (uint32_t ch = m.r[2 * k]; ch <= m.r[2 * k + 1] && ch <= 0x5c; ch++)
-            if (ch < 0x20 || ch == 0x22 || ch == 0x5c) {
+            if (ch < 0x20 || ch == 0x22 || ch == 0x5c ||
+                (ch == 0x3c && r->mode == SCHEMA_TEXT_JSON_XML)) {
                 dd_buf_puts(r->e, alts++ ? "| " : "");
-                emit_json_char(r->e, ch);
+                emit_char(r, ch);
             }
     if (!alts)
-        re_fail(r, "a class that matches no character a JSON string can carry");
+        re_fail(r, r->mode == SCHEMA_TEXT_RAW
+                       ? "a class that matches no character but '<' (which a parameter of the "
+                         "XML tool-call form cannot carry)"
+                       : "a class that matches no character a JSON string can carry");
     dd_buf_puts(r->e, ") ");
 }
 
@@ -362,12 +384,12 @@ static void re_seq(struct re *r, int depth)
             } else {
                 int32_t ch = re_escape(r, k);
                 if (ch >= 0)
-                    emit_json_char(r->e, (uint32_t)ch);
+                    emit_char(r, (uint32_t)ch);
             }
         } else {
             int32_t ch = re_char(r);
             if (ch >= 0)
-                emit_json_char(r->e, (uint32_t)ch);
+                emit_char(r, (uint32_t)ch);
         }
         re_quant(r);
     }
@@ -386,9 +408,10 @@ static void re_alt(struct re *r, int depth)
     dd_buf_puts(r->e, ") ");
 }
 
-int schema__pattern(const char *re, struct dd_buf *e, char *err, size_t errlen)
+int schema__pattern(const char *re, enum schema_text mode, struct dd_buf *e, char *err,
+                    size_t errlen)
 {
-    struct re r = {.s = re, .n = strlen(re), .e = e, .err = err, .errlen = errlen};
+    struct re r = {.s = re, .n = strlen(re), .e = e, .mode = mode, .err = err, .errlen = errlen};
     if (r.n > 4096) {
         dd_errf(err, errlen, "'pattern' is longer than 4096 bytes");
         return -1;

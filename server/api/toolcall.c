@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "schema.h" // defines: schema_types, schema_value_type, SCHEMA_T_STR
+
 enum { TC_TEXT, TC_HEAD, TC_JSON_ARGS, TC_XML_BODY, TC_XML_VALUE, TC_TAIL, TC_BUFFER };
 
 #define NONE SIZE_MAX
@@ -101,14 +103,14 @@ static const cJSON *tool_fn(const cJSON *tools, const char *s, size_t n)
     return NULL;
 }
 
-/* The schema of the current function says parameter p is a string. */
-static bool param_is_string(const cJSON *fn, const char *p)
+/* The JSON types parameter p of the current function may have (its schema's), ANY when the
+ * function or the parameter is not described. */
+static unsigned param_types(const cJSON *fn, const char *p)
 {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-    const cJSON *type =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props, p), "type");
-    return cJSON_IsString(type) && strcmp(type->valuestring, "string") == 0;
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(props, p);
+    return ps ? schema_types(params, ps) : SCHEMA_T_ANY;
 }
 
 static void text_out(struct toolcall *t, const char *s, size_t n)
@@ -277,12 +279,12 @@ static int xml_head(struct toolcall *t)
     return 1;
 }
 
-/* s[0..n) is one complete JSON value (surrounding whitespace allowed). */
-static bool is_json(const char *s, size_t n)
+/* s[0..n) is one complete JSON value (surrounding whitespace allowed) of one of the types. */
+static bool is_json_of(const char *s, size_t n, unsigned types)
 {
     const char *end = NULL;
     cJSON *v = cJSON_ParseWithLengthOpts(s, n, &end, 0);
-    bool ok = v && skip_ws(s, n, (size_t)(end - s)) == n;
+    bool ok = v && skip_ws(s, n, (size_t)(end - s)) == n && (schema_value_type(v) & types);
     cJSON_Delete(v);
     return ok;
 }
@@ -309,7 +311,8 @@ static void xml_param(struct toolcall *t, const char *v, size_t n)
     put_json_string(&b, t->param, strlen(t->param));
     dd_buf_puts(&b, ": ");
     size_t from = skip_ws(v, n, 0), to = back_ws(v, n);
-    if (!param_is_string(t->fn, t->param) && from < to && is_json(v + from, to - from))
+    unsigned types = param_types(t->fn, t->param);
+    if (types != SCHEMA_T_STR && from < to && is_json_of(v + from, to - from, types))
         dd_buf_put(&b, v + from, to - from);
     else
         put_json_string(&b, v, n);

@@ -14,8 +14,11 @@
  * A call is reported (TOOLCALL_START with its name) as soon as its head is complete and names
  * a declared tool; its arguments follow as TOOLCALL_ARGS pieces whose concatenation is the JSON
  * text of the arguments: the model's own bytes in the JSON form; {"p": value, ...} built per
- * parameter in the XML form, a value being JSON when it parses as JSON (and its schema type is
- * not string), else a string. Everything else is TOOLCALL_TEXT.
+ * parameter in the XML form: a value is the text itself (a JSON string) when the parameter's
+ * schema allows strings only, else JSON when it parses as JSON of a type the schema allows
+ * (schema_types: any type for an undescribed parameter), else again the text. The grammar of
+ * enforced calls (schema_xml_params) writes values that read back this way. Everything else is
+ * TOOLCALL_TEXT.
  *
  * Malformed output degrades to text, never to an error: a head that does not match waits for
  * </tool_call> and is then parsed as one JSON object ({"name", "arguments"} in any order,

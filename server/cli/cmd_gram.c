@@ -2,7 +2,8 @@
  * cmd_gram — `deltad bench --schema FILE | --grammar FILE`: what constrained decoding costs.
  * Reports the compile time (schema to grammar and the grammar's compilation, median of 21),
  * then decode tokens/s unconstrained and constrained at batch 1 and 8 (greedy; a fresh engine
- * per run, runs interleaved, medians of --reps), and the mask time per token of the
+ * per run, runs interleaved in the order ABBA so that neither kind always runs second, medians
+ * of --reps), and the mask time per token of the
  * constrained runs from the grammar statistics (mean, and p50 / p99 as the upper bound of the
  * histogram bucket that holds them; the first run builds the vocabulary trie and fills the mask
  * cache, the later ones mostly hit it).
@@ -193,9 +194,12 @@ int cmd_bench_gram(const struct cmd_opts *o)
         int64_t gen_b = 0, gen_c = 0;
         struct gram_stats s0, s1;
         gram_get_stats(&s0);
-        for (int64_t k = 0; k < reps; k++) {
-            base[k] = run_once(&e, o, NULL, batches[bi], prompt, n, &gen_b);
+        for (int64_t k = 0; k < reps; k++) { /* ABBA: neither kind always runs second */
+            if (k % 2 == 0)
+                base[k] = run_once(&e, o, NULL, batches[bi], prompt, n, &gen_b);
             cons[k] = run_once(&e, o, g, batches[bi], prompt, n, &gen_c);
+            if (k % 2 == 1)
+                base[k] = run_once(&e, o, NULL, batches[bi], prompt, n, &gen_b);
         }
         gram_get_stats(&s1);
         qsort(base, (size_t)reps, sizeof *base, cmp_dbl);

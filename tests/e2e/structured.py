@@ -24,6 +24,7 @@ B = sys.argv[1]
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SCHEMAS = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "schemas", "*.json")))
 DEMO = os.path.join(ROOT, "models", "demo.gguf")
+TEMPLATES = os.path.join(ROOT, "..", "shared", "data", "templates")
 C = Checks("test_structured")
 NO_THINK = {"enable_thinking": False}
 
@@ -149,10 +150,28 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
          {"type": "function", "function": {"name": "now", "strict": True,
                                            "parameters": {"type": "object", "properties": {},
                                                           "additionalProperties": False}}}]
+# the XML form's kinds of values: raw strings (lengths, enum, pattern, format), JSON for the rest
+XML_PARAMS = {"type": "object", "$defs": {"Unit": {"enum": ["C", "F", "<K>"]}},
+              "properties": {
+                  "city": {"type": "string", "maxLength": 12},
+                  "unit": {"$ref": "#/$defs/Unit"},
+                  "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                  "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{1,3}$"},
+                  "when": {"type": "string", "format": "date"},
+                  "tags": {"type": "array", "items": {"type": "string", "maxLength": 4},
+                           "maxItems": 2},
+                  "opt": {"type": ["string", "null"], "maxLength": 3},
+                  "flag": {"type": "boolean"},
+                  "where": {"type": "object", "properties": {"lat": {"type": "number"}},
+                            "required": ["lat"], "additionalProperties": False}},
+              "required": ["city", "days", "unit"], "additionalProperties": False}
+XML_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": XML_PARAMS}},
+             TOOLS[1]]
 SCHEMA_OF = {"get_weather": WEATHER, "now": TOOLS[1]["function"]["parameters"]}
+XML_SCHEMA_OF = {"get_weather": XML_PARAMS, "now": TOOLS[1]["function"]["parameters"]}
 
 
-def tool_choice(port, label):
+def tool_choice(port, label, tools=TOOLS, schema_of=SCHEMA_OF):
     """required: at least one call; named: exactly that function; parallel false: one call;
     none: no call; auto with a strict tool: calls (if any) valid. Arguments validated."""
     cases = [("required", "required", True), ("named", {"type": "function",
@@ -162,7 +181,7 @@ def tool_choice(port, label):
         for what, tc, parallel in cases:
             st, _, o = post_json(port, "/v1/chat/completions", {
                 "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-                "tools": TOOLS, "tool_choice": tc, "parallel_tool_calls": parallel,
+                "tools": tools, "tool_choice": tc, "parallel_tool_calls": parallel,
                 "max_tokens": 300, "temperature": temp, "seed": 5,
                 "chat_template_kwargs": NO_THINK})
             tag = "%s tool_choice %s temp %d" % (label, what, temp)
@@ -185,16 +204,45 @@ def tool_choice(port, label):
             for c in calls:
                 name = c["function"]["name"]
                 try:
-                    validator(SCHEMA_OF[name]).validate(json.loads(c["function"]["arguments"]))
+                    validator(schema_of[name]).validate(json.loads(c["function"]["arguments"]))
                     C.ok(True, tag + ": arguments valid")
                 except (KeyError, ValueError, jsonschema.ValidationError) as ex:
                     C.ok(False, tag + ": arguments valid", (ex, c))
     st, _, o = post_json(port, "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
+        "messages": [{"role": "user", "content": "x"}], "tools": tools,
         "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 300,
         "temperature": 1, "seed": 9, "chat_template_kwargs": NO_THINK})
     calls = (o["choices"][0]["message"].get("tool_calls") or []) if st == 200 else None
     C.ok(calls is not None and len(calls) == 1, label + " parallel_tool_calls false: one call", o)
+
+
+def xml_calls(port, label):
+    """The XML form at temperature 1 over several seeds, get_weather named: every finished
+    call's arguments (read back from raw strings and JSON values) valid; most calls finish."""
+    done = 0
+    for seed in range(8):
+        st, _, o = post_json(port, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Weather?"}], "tools": XML_TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "max_tokens": 400, "temperature": 1, "seed": 100 + seed,
+            "chat_template_kwargs": NO_THINK}, timeout=300)
+        tag = "%s XML named call seed %d" % (label, seed)
+        if not C.ok(st == 200, tag + ": 200", o):
+            continue
+        ch = o["choices"][0]
+        calls = ch["message"].get("tool_calls") or []
+        if ch["finish_reason"] == "length":
+            continue
+        done += 1
+        C.ok(len(calls) == 1 and calls[0]["function"]["name"] == "get_weather",
+             tag + ": one call of get_weather", ch)
+        for c in calls:
+            try:
+                validator(XML_PARAMS).validate(json.loads(c["function"]["arguments"]))
+                C.ok(True, tag + ": arguments valid")
+            except (ValueError, jsonschema.ValidationError) as ex:
+                C.ok(False, tag + ": arguments valid", (ex, c))
+    C.ok(done >= 4, label + " XML named calls: most finish", "%d of 8" % done)
 
 
 def bad_inputs(port):
@@ -208,6 +256,8 @@ def bad_inputs(port):
         ({"json_schema": {"type": "string", "pattern": "a\\1"}}, "json_schema", "'\\1'"),
         ({"json_schema": {"type": "number", "minimum": 0.5}}, "json_schema", "'number'"),
         ({"json_schema": {"type": "array", "uniqueItems": True}}, "json_schema", "uniqueItems"),
+        ({"json_schema": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}, "json_schema",
+         "'oneOf' branches 0 and 1 may both match one value"),
         ({"response_format": {"type": "json_schema", "json_schema": {"schema": False}}},
          "response_format.json_schema.schema", "matches nothing"),
         ({"response_format": {"type": "json_schema"}}, "response_format.json_schema", ""),
@@ -234,6 +284,25 @@ def bad_inputs(port):
     C.ok(st == 400 and "deeper than 32" in o["error"]["message"], "too deep -> 400", o)
 
 
+def xml_form():
+    """Forced calls in the XML form of the Qwen3.5 and Qwen3-Coder templates (the tiny model with
+    one, the demo model with the other)."""
+    for model, tmpl, label in ((tiny_model(B), "Qwen3.5-4B", "tiny-qwen35"),
+                               (DEMO, "Qwen3-Coder", "demo")):
+        path = os.path.join(TEMPLATES, tmpl + ".jinja")
+        if not os.path.exists(model) or not os.path.exists(path):
+            print("note: %s or %s missing; the XML form with it is not checked" % (model, path))
+            continue
+        d = Daemon(B, model, ["--slots", "4", "--ctx", "4096", "--chat-template-file", path],
+                   name="structured_xml_" + label)
+        d.start()
+        try:
+            tool_choice(d.port, label + " " + tmpl, XML_TOOLS, XML_SCHEMA_OF)
+            xml_calls(d.port, label + " " + tmpl)
+        finally:
+            C.ok(d.stop() == 0, label + " " + tmpl + " daemon exits cleanly after SIGTERM")
+
+
 def main():
     if not os.path.exists(DEMO):
         print("note: %s missing; only the tiny model is checked" % DEMO)
@@ -252,6 +321,7 @@ def main():
                 bad_inputs(d.port)
         finally:
             C.ok(d.stop() == 0, label + " daemon exits cleanly after SIGTERM")
+    xml_form()
     return C.finish()
 
 

@@ -2,7 +2,8 @@
  * fuzz_gram — libFuzzer target for constrained decoding: the GBNF parser and the matcher
  * (engine/sched/gram.c, gram_match.c) and the JSON Schema compiler (server/api/schema.c).
  *
- * Input: byte 0 bit 0 = the rest is GBNF (0) or a JSON Schema (1); the text runs to the first
+ * Input: byte 0 bit 0 = the rest is GBNF (0) or a JSON Schema (1), bit 1 = the schema is a
+ * tool's parameters in the XML tool-call form (schema_xml_params); the text runs to the first
  * NUL, the bytes after it are fed to the matcher.
  *
  * Invariants checked (a violation aborts):
@@ -24,7 +25,7 @@
 
 #include "engine/sched/gram.h" // defines: gram_compile, gram_m_*
 #include "engine/util.h"       // defines: struct dd_buf
-#include "server/api/schema.h" // defines: schema_to_gbnf
+#include "server/api/schema.h" // defines: schema_to_gbnf, schema_xml_params
 
 static void require(int ok, const char *what, const char *detail)
 {
@@ -112,7 +113,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!j)
             return 0;
         struct dd_buf b = {0};
-        int rc = schema_to_gbnf(j, &b, err, sizeof err);
+        bool xml = data[0] & 2;
+        int rc = xml ? schema_xml_params(j, "root", &b, err, sizeof err)
+                     : schema_to_gbnf(j, &b, err, sizeof err);
+        if (rc == 0 && xml)
+            schema_primitives_xml(&b);
         cJSON_Delete(j);
         if (rc) {
             require(err[0] == '#', "schema errors name a JSON pointer", err);

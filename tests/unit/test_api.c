@@ -233,6 +233,155 @@ TEST(constraints)
     api_req_free(&r);
 }
 
+/* ---- the XML tool-call form --------------------------------------------------------------- */
+
+#define QWEN35_TMPL "../shared/data/templates/Qwen3.5-4B.jinja"
+
+static const char XML_TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},"
+    "\"unit\":{\"enum\":[\"C\",\"F\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+    "\"maximum\":7},\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}[0-9]+$\"},"
+    "\"note\":{\"type\":\"string\"},\"opts\":{\"type\":\"object\",\"properties\":{\"x\":"
+    "{\"type\":\"string\"}},\"required\":[\"x\"]},\"n\":{\"type\":[\"string\",\"null\"]}},"
+    "\"required\":[\"city\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+
+static void collect_args(void *ud, enum toolcall_ev ev, const char *s, size_t n)
+{
+    if (ev == TOOLCALL_ARGS)
+        dd_buf_put(ud, s, n);
+}
+
+/* Matched whole by the request's grammar; and, when want is set, the arguments toolcall.c reads
+ * back from it. */
+static bool xml_call(gram_t *g, const cJSON *tools, const char *args, const char *want)
+{
+    char text[1024];
+    snprintf(text, sizeof text, "<tool_call>\n<function=f>\n%s</function>\n</tool_call>", args);
+    gram_m_t *m = gram_m_create(g);
+    bool ok = gram_m_accept_bytes(m, text, strlen(text)) && gram_m_accepting(m);
+    gram_m_destroy(m);
+    if (ok && want) {
+        struct dd_buf got = {0};
+        struct toolcall t;
+        toolcall_init(&t, tools, 0, collect_args, &got);
+        toolcall_feed(&t, text, strlen(text));
+        toolcall_finish(&t);
+        toolcall_deinit(&t);
+        dd_buf_putc(&got, '\0');
+        if (strcmp(got.p, want) != 0)
+            printf("  read back %s, want %s\n", got.p, want);
+        CHECK_STR_EQ(got.p, want);
+        dd_buf_free(&got);
+    }
+    return ok;
+}
+
+/* A template that writes <function=...> gets its tool calls enforced in that form: parameter
+ * values raw for strings-only schemas, JSON (no raw '<') for the rest, and read back by the
+ * parser as the schema says. */
+TEST(xml_tool_form)
+{
+    struct api_ctx c = ctx();
+    chat_tmpl_t *t = NULL;
+    char err[512];
+    if (chat_tmpl_create(g_model, QWEN35_TMPL, &t, err, sizeof err) != 0) {
+        printf("  skipped: %s\n", err);
+        return;
+    }
+    CHECK_EQ(chat_tmpl_tool_form(t), CHAT_TOOLS_XML);
+    CHECK_EQ(chat_tmpl_tool_form(NULL), CHAT_TOOLS_JSON);
+    c.tmpl = t;
+    c.n_ctx = 8192;
+    struct dd_buf body = {0};
+    dd_buf_printf(&body,
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s,"
+                  "\"tool_choice\":\"required\",\"chat_template_kwargs\":{\"enable_thinking\":"
+                  "false}}",
+                  XML_TOOLS);
+    struct api_req r;
+    struct api_error e;
+    CHECK_EQ(api_parse(API_CHAT, body.p, body.len, &c, &r, &e), 0);
+    cJSON *tools = cJSON_Parse(XML_TOOLS);
+    CHECK(r.gram != NULL && !r.think_open);
+    if (r.gram) {
+        gram_t *g = r.gram;
+        const char *city = "<parameter=city>\nNew York\n</parameter>\n";
+        char a[800];
+        snprintf(a, sizeof a, "%s<parameter=days>\n3\n</parameter>\n", city);
+        CHECK(xml_call(g, tools, a, "{\"city\": \"New York\", \"days\": 3}"));
+        snprintf(a, sizeof a,
+                 "%s<parameter=unit>\nF\n</parameter>\n<parameter=days>\n7\n</parameter>\n"
+                 "<parameter=code>\nAB12\n</parameter>\n<parameter=note>\nx < y </param\n\n"
+                 "</parameter>\n<parameter=opts>\n{\"x\": \"\\u003cb>\"}\n</parameter>\n"
+                 "<parameter=n>\nnull\n</parameter>\n",
+                 city);
+        CHECK(xml_call(g, tools, a,
+                       "{\"city\": \"New York\", \"unit\": \"F\", \"days\": 7, \"code\": \"AB12\", "
+                       "\"note\": \"x < y </param\\n\", \"opts\": {\"x\": \"\\u003cb>\"}, \"n\": "
+                       "null}"));
+        snprintf(a, sizeof a,
+                 "%s<parameter=days>\n1\n</parameter>\n<parameter=n>\n\"a\"\n"
+                 "</parameter>\n",
+                 city);
+        CHECK(xml_call(g, tools, a, "{\"city\": \"New York\", \"days\": 1, \"n\": \"a\"}"));
+        static const char *const bad[] = {
+            "<parameter=days>\n3\n</parameter>\n", /* city missing */
+            "<parameter=city>\nAmsterdam\n</parameter>\n<parameter=days>\n3\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n8\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n\"3\"\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=unit>\nK\n</parameter>\n"
+            "<parameter=days>\n3\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=code>\nab1\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=note>\na </parameter> b\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=opts>\n{\"x\": \"<b>\"}\n</parameter>\n",
+            "<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=n>\nraw\n</parameter>\n",
+            "<parameter=city>\nX<\n</parameter>\n<parameter=days>\n3\n</parameter>\n",
+            "<parameter=days>\n3\n</parameter>\n<parameter=city>\nX\n</parameter>\n", /* order */
+        };
+        for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+            if (xml_call(g, tools, bad[k], NULL))
+                printf("  accepted: %s\n", bad[k]);
+            CHECK(!xml_call(g, tools, bad[k], NULL));
+        }
+        gram_m_t *m = gram_m_create(g); /* the tool without parameters */
+        const char *call = "<tool_call>\n<function=g>\n</function>\n</tool_call>";
+        CHECK(gram_m_accept_bytes(m, call, strlen(call)) && gram_m_accepting(m));
+        gram_m_destroy(m);
+    }
+    api_req_free(&r);
+    /* what the XML form cannot carry is a 400 naming the tools */
+    static const char *const refused[] = {
+        "[{\"type\":\"function\",\"function\":{\"name\":\"a>b\"}}]",
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"anyOf\":[{}]}}}]",
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"a<b\":{}}}}}]",
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"^<a\"}}}}}]",
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        dd_buf_truncate(&body, 0);
+        dd_buf_printf(&body,
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":%s,"
+                      "\"tool_choice\":\"required\"}",
+                      refused[k]);
+        int rc = api_parse(API_CHAT, body.p, body.len, &c, &r, &e);
+        CHECK_EQ(rc, -1);
+        if (rc == 0)
+            api_req_free(&r);
+        else
+            CHECK_STR_EQ(e.param, "tools");
+    }
+    cJSON_Delete(tools);
+    dd_buf_free(&body);
+    chat_tmpl_destroy(t);
+}
+
 TEST(max_tokens_clamped_to_context)
 {
     struct api_req r;
@@ -368,6 +517,7 @@ int main(int argc, char **argv)
     RUN(numeric_edges);
     RUN(chat_fields_and_params);
     RUN(constraints);
+    RUN(xml_tool_form);
     RUN(max_tokens_clamped_to_context);
     RUN(context_overflow);
     RUN(completion_prompts);

@@ -10,13 +10,17 @@
  *   - user-typed control tokens stay user text (spans; tokenized without special parsing),
  *     including inside tools rendered with tojson, and private-use characters round-trip;
  *   - think_open for each generation prompt, prefill, raise_exception as a 400 message;
- *   - chat_tmpl_create: the GGUF's template, ChatML without one, errors naming the file.
+ *   - chat_tmpl_create: the GGUF's template, ChatML without one, errors naming the file;
+ *   - the demo model's template (tools/train/demo_template.jinja, fixtures rendered by jinja2
+ *     with tools/templates/make_fixtures.py tools/train): ChatML without tools, the Qwen3 tools
+ *     layout with them, and carried by both committed demo GGUFs.
  *
  * Usage: test_chat [BUILD_DIR] (default build/cpu); skips without BUILD_DIR/models.
  */
 #include <dirent.h>
 #include <unistd.h>
 
+#include "engine/model/gguf.h"
 #include "engine/model/tok.h"
 #include "engine/util.h"
 #include "server/api/api.h"
@@ -168,6 +172,69 @@ static int render_with(const char *file, const char *msgs, const char *tools, co
     cJSON_Delete(k);
     chat_tmpl_destroy(t);
     return rc;
+}
+
+#define DEMO_TMPL "tools/train/demo_template.jinja"
+
+/* The demo model's template (tools/train/demo_template.jinja, the one both committed demo GGUFs
+ * carry): jinja2's renders of every conversation; without tools and tool turns the text is
+ * plain ChatML as the built-in renderer writes it (what the model was trained on); with tools,
+ * the Qwen3 tools block and calls. */
+TEST(demo_template)
+{
+    size_t n;
+    char *json = dd_read_file(FIXDIR "/cases.json", &n), *src = dd_read_file(DEMO_TMPL, &n);
+    chat_tmpl_t *t = qwen_tmpl(DEMO_TMPL);
+    CHECK(json && src && t);
+    if (!json || !src || !t)
+        goto out;
+    cJSON *cases = cJSON_Parse(json);
+    int pairs = 0, match = 0, plain = 0;
+    for (const cJSON *c = cases->child; c; c = c->next, pairs++) {
+        match += check_case("demo_template", t, c);
+        const cJSON *msgs = cJSON_GetObjectItem(c, "messages"), *m;
+        bool simple = cJSON_IsNull(cJSON_GetObjectItem(c, "tools")) && cJSON_GetArraySize(msgs);
+        cJSON_ArrayForEach(m, msgs) simple =
+            simple && cJSON_IsString(cJSON_GetObjectItem(m, "content")) &&
+            !cJSON_GetObjectItem(m, "tool_calls") &&
+            strcmp(cJSON_GetObjectItem(m, "role")->valuestring, "tool") != 0;
+        const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
+        if (!simple || strcmp(cJSON_GetObjectItem(last, "role")->valuestring, "assistant") == 0)
+            continue; /* (a trailing assistant turn is a prefill, rendered its own way) */
+        bool gen = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt"));
+        struct chat_prompt a, b;
+        char err[256];
+        if (chat_render(t, msgs, NULL, NULL, gen, &a, err, sizeof err) == 0) {
+            if (chat_render(NULL, msgs, NULL, NULL, gen, &b, err, sizeof err) == 0) {
+                CHECK_STR_EQ(a.text.p, b.text.p);
+                plain++;
+                chat_prompt_free(&b);
+            }
+            chat_prompt_free(&a);
+        }
+    }
+    printf("  demo template: %d/%d cases match jinja2, %d plain ChatML\n", match, pairs, plain);
+    CHECK_EQ(match, pairs);
+    CHECK(plain >= 3);
+    cJSON_Delete(cases);
+    gguf_t *g = NULL; /* the committed demo models carry this very template */
+    static const char *const demos[] = {"models/demo.gguf", "models/demo-q8_0.gguf"};
+    for (int k = 0; k < 2; k++) {
+        char err[256];
+        const char *v = NULL;
+        size_t vn = 0;
+        if (gguf_open(demos[k], &g, err, sizeof err) != 0) {
+            printf("  (%s: %s)\n", demos[k], err);
+            continue;
+        }
+        CHECK_EQ(gguf_get_str(g, "tokenizer.chat_template", &v, &vn), 0);
+        CHECK(v && vn == strlen(src) && memcmp(v, src, vn) == 0);
+        gguf_close(g);
+    }
+out:
+    chat_tmpl_destroy(t);
+    free(src);
+    free(json);
 }
 
 TEST(think_open_per_template)
@@ -407,6 +474,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
     RUN(real_templates_match_fixtures);
+    RUN(demo_template);
     RUN(think_open_per_template);
     RUN(prefill_and_raise);
     RUN(user_control_tokens_stay_text);

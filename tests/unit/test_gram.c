@@ -487,6 +487,77 @@ TEST(schema_compile_time)
     cJSON_Delete(s);
 }
 
+/* oneOf is compiled only where exactly one branch can match what is generated (disjoint types,
+ * const / enum values, required properties, discriminators); otherwise a 400 naming oneOf. An
+ * enum next to a type generates only the values of that type. */
+TEST(one_of_decided)
+{
+    static const char *const ok[] = {
+        "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]}",
+        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"kind\":{\"const\":\"cat\"},\"n\":{"
+        "\"type\":\"integer\"}},\"required\":[\"kind\"]},{\"type\":\"object\",\"properties\":{"
+        "\"kind\":{\"const\":\"dog\"}},\"required\":[\"kind\"]}]}",
+        "{\"oneOf\":[{\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},{"
+        "\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}]}",
+        "{\"oneOf\":[{\"type\":\"object\",\"required\":[\"x\"]},{\"type\":\"object\","
+        "\"properties\":{\"y\":{}},\"additionalProperties\":false}]}",
+        "{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"enum\":[\"c\",1]},{\"type\":\"boolean\"}]}",
+        "{\"$defs\":{\"A\":{\"type\":\"integer\"},\"B\":{\"$ref\":\"#/$defs/C\"},\"C\":{\"type\":"
+        "\"array\"}},\"oneOf\":[{\"$ref\":\"#/$defs/A\"},{\"$ref\":\"#/$defs/B\"}]}",
+    };
+    static const char *const refused[] = {
+        "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+        "{\"oneOf\":[{\"type\":\"string\",\"maxLength\":3},{\"type\":\"string\","
+        "\"minLength\":4}]}",
+        "{\"oneOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{\"a\":{}}}]}",
+        "{\"oneOf\":[{\"properties\":{\"a\":{\"type\":\"string\"}}},{\"properties\":{\"b\":{"
+        "\"type\":\"string\"}}}]}",
+        "{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"enum\":[\"b\",\"c\"]}]}",
+        "{\"oneOf\":[{\"type\":\"string\"},{\"const\":\"x\"}]}",
+        "{\"type\":\"object\",\"properties\":{\"p\":{\"oneOf\":[{\"type\":\"object\","
+        "\"properties\":"
+        "{\"k\":{\"const\":1}},\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{\"k\":{"
+        "\"enum\":[1,2]}},\"required\":[\"k\"]}]}}}",
+    };
+    char err[512];
+    for (size_t k = 0; k < sizeof ok / sizeof *ok; k++) {
+        cJSON *s = cJSON_Parse(ok[k]);
+        struct dd_buf b = {0};
+        int rc = schema_to_gbnf(s, &b, err, sizeof err);
+        if (rc)
+            printf("  refused %s: %s\n", ok[k], err);
+        CHECK_EQ(rc, 0);
+        dd_buf_free(&b);
+        cJSON_Delete(s);
+    }
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        cJSON *s = cJSON_Parse(refused[k]);
+        struct dd_buf b = {0};
+        CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), -1);
+        CHECK(strstr(err, "'oneOf' branches 0 and 1 may both match") != NULL);
+        dd_buf_free(&b);
+        cJSON_Delete(s);
+    }
+    cJSON *s = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"p\":{\"oneOf\":[{\"type\":"
+                           "\"integer\"},{\"type\":\"integer\"}]}}}");
+    struct dd_buf b = {0};
+    CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), -1);
+    CHECK(strncmp(err, "#/properties/p: 'oneOf'", 23) == 0);
+    cJSON_Delete(s);
+    dd_buf_truncate(&b, 0);
+    s = cJSON_Parse("{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}");
+    CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), 0);
+    gram_t *g = compile(b.p);
+    CHECK(g && matches(g, "\"a\"") && matches(g, "\"b\"") && !matches(g, "1"));
+    gram_release(g);
+    cJSON_Delete(s);
+    dd_buf_truncate(&b, 0);
+    s = cJSON_Parse("{\"type\":\"string\",\"const\":1}");
+    CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), -1);
+    cJSON_Delete(s);
+    dd_buf_free(&b);
+}
+
 TEST(cache)
 {
     gram_cache_t *c = gram_cache_create(2);
@@ -514,6 +585,7 @@ int main(int argc, char **argv)
     RUN(push_pop_and_eog);
     RUN(mask_exact_small_vocab);
     RUN(cache);
+    RUN(one_of_decided);
     RUN(think_prefix);
     RUN(schema_compile_time);
     RUN(qwen3_json_documents);

@@ -10,10 +10,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "engine/model/gguf.h" // defines: gguf_open, gguf_find_tensor
-#include "engine/util.h"       // defines: DD_E*
-#include "kernels/cpu/kq.h"    // defines: kq_dequantize_row
-#include "test.h"              // defines: TEST, RUN, CHECK*, TEST_MAIN_END
+#include "engine/model/gguf.h"        // defines: gguf_open, gguf_find_tensor
+#include "engine/model/gguf_writer.h" // defines: gguf_writer_*
+#include "engine/util.h"              // defines: DD_E*
+#include "kernels/cpu/kq.h"           // defines: kq_dequantize_row
+#include "test.h"                     // defines: TEST, RUN, CHECK*, TEST_MAIN_END
 
 static char dir1[64] = "/tmp/test_mkmodel_XXXXXX";
 static char dir2[64] = "/tmp/test_mkmodel_XXXXXX";
@@ -283,6 +284,60 @@ TEST(value_ranges)
     gguf_close(g);
 }
 
+static const char *g_bin;
+
+/* --tokenizer copies every tokenizer.* key of another GGUF (the vocab size follows it) and
+ * --head tied leaves output.weight out. */
+TEST(copied_tokenizer)
+{
+    enum { V = 300 };
+    char tokp[128], outp[128], cmd[1024], err[512], *strs[V];
+    int32_t types[V];
+    for (int i = 0; i < V; i++) {
+        strs[i] = malloc(16);
+        snprintf(strs[i], 16, i == 7 ? "<|end|>" : "tok%d", i);
+        types[i] = i == 7 ? 3 : 1;
+    }
+    const char *merges[] = {"t o", "to k"};
+    gguf_writer_t *w = gguf_writer_create(0);
+    gguf_writer_set_str(w, "general.architecture", "none");
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)strs, NULL, V);
+    gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, V);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 7);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    gguf_writer_set_str(w, "tokenizer.chat_template", "{{ 'copied template' }}");
+    snprintf(tokp, sizeof tokp, "%s/tok.gguf", dir1);
+    snprintf(outp, sizeof outp, "%s/copied.gguf", dir1);
+    CHECK_EQ(gguf_writer_write_file(w, tokp, err, sizeof err), 0);
+    gguf_writer_destroy(w);
+    snprintf(cmd, sizeof cmd,
+             "%s --arch qwen35 --preset tiny --tokenizer %s --head tied -o %s >/dev/null", g_bin,
+             tokp, outp);
+    CHECK_EQ(system(cmd), 0);
+    gguf_t *g = NULL;
+    CHECK_EQ(gguf_open(outp, &g, err, sizeof err), 0);
+    if (g) {
+        const char *s;
+        size_t n;
+        int64_t ty;
+        CHECK(token_is(g, 5, "tok5") && token_is(g, 7, "<|end|>") && token_is(g, 299, "tok299"));
+        CHECK(gguf_arr_int(g, "tokenizer.ggml.token_type", 7, &ty) == 0 && ty == 3);
+        CHECK(gguf_arr_str(g, "tokenizer.ggml.merges", 1, &s, &n) == 0 && n == 4 &&
+              !memcmp(s, "to k", 4));
+        CHECK_EQ(key_u32(g, "tokenizer.ggml.eos_token_id"), 7);
+        CHECK(gguf_get_str(g, "tokenizer.chat_template", &s, &n) == 0 &&
+              n == strlen("{{ 'copied template' }}"));
+        CHECK(has_shape(g, "token_embd.weight", 128, V, 0));
+        CHECK(gguf_find_tensor(g, "output.weight") == NULL);
+        gguf_close(g);
+    }
+    for (int i = 0; i < V; i++)
+        free(strs[i]);
+}
+
 /* Runs `mkmodel --tiny-all DIR`; 0 on success. */
 static int run_mkmodel(const char *bin, const char *dir)
 {
@@ -309,6 +364,8 @@ int main(int argc, char **argv)
     RUN(tokenizer);
     RUN(quantised_twins);
     RUN(value_ranges);
+    g_bin = bin;
+    RUN(copied_tokenizer);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "rm -rf %s %s", dir1, dir2);
     if (system(cmd) != 0)

@@ -260,6 +260,51 @@ TEST(xml_form)
     msg_free(&m);
 }
 
+/* XML values read by the parameter's schema: text for a strings-only schema (a string type, a
+ * string enum, through $ref), JSON when it parses as JSON of an allowed type, else text. */
+TEST(xml_values_by_schema)
+{
+    static const char typed[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+        "\"$defs\":{\"S\":{\"type\":\"string\"}},\"properties\":{"
+        "\"zip\":{\"type\":\"string\"},\"code\":{\"enum\":[\"1\",\"2\"]},"
+        "\"ref\":{\"$ref\":\"#/$defs/S\"},\"n\":{\"type\":\"integer\"},"
+        "\"bad_n\":{\"type\":\"integer\"},\"arr_as_n\":{\"type\":\"integer\"},"
+        "\"x\":{\"type\":\"number\"},\"b\":{\"type\":\"boolean\"},"
+        "\"opt\":{\"type\":[\"string\",\"null\"]},\"opt2\":{\"anyOf\":[{\"type\":\"string\"},"
+        "{\"type\":\"null\"}]},\"list\":{\"type\":\"array\"},\"free\":{}}}}}]";
+    cJSON *tools = cJSON_Parse(typed);
+    const cJSON *saved = g_tools;
+    g_tools = tools;
+    struct msg m = {0};
+    parse_all_ways(&TOOLS_ON,
+                   "<tool_call>\n<function=f>\n"
+                   "<parameter=zip>\n10001\n</parameter>\n"
+                   "<parameter=code>\n2\n</parameter>\n"
+                   "<parameter=ref>\ntrue\n</parameter>\n"
+                   "<parameter=n>\n 42 \n</parameter>\n"
+                   "<parameter=bad_n>\nforty\n</parameter>\n"
+                   "<parameter=arr_as_n>\n[1]\n</parameter>\n"
+                   "<parameter=x>\n2.5\n</parameter>\n"
+                   "<parameter=b>\nfalse\n</parameter>\n"
+                   "<parameter=opt>\nnull\n</parameter>\n"
+                   "<parameter=opt2>\n7\n</parameter>\n"
+                   "<parameter=list>\n[1, \"a\"]\n</parameter>\n"
+                   "<parameter=free>\n{\"k\": 1}\n</parameter>\n"
+                   "<parameter=undeclared>\na < b\n\n</parameter>\n"
+                   "</function>\n</tool_call>",
+                   &m);
+    CHECK_EQ(m.n_calls, 1);
+    CHECK_STR_EQ(str(&m.args[0]),
+                 "{\"zip\": \"10001\", \"code\": \"2\", \"ref\": \"true\", \"n\": 42, "
+                 "\"bad_n\": \"forty\", \"arr_as_n\": \"[1]\", \"x\": 2.5, \"b\": false, "
+                 "\"opt\": null, \"opt2\": \"7\", \"list\": [1, \"a\"], \"free\": {\"k\": 1}, "
+                 "\"undeclared\": \"a < b\\n\"}");
+    msg_free(&m);
+    g_tools = saved;
+    cJSON_Delete(tools);
+}
+
 TEST(whole_block_fallbacks)
 {
     struct msg m = {0};
@@ -362,6 +407,7 @@ int main(void)
     RUN(json_form_one_call);
     RUN(json_form_several_calls_with_text);
     RUN(xml_form);
+    RUN(xml_values_by_schema);
     RUN(whole_block_fallbacks);
     RUN(malformed_is_content);
     RUN(parallel_false_keeps_first);

@@ -37,9 +37,10 @@ from qwen35 import Config, Qwen35, write_gguf  # noqa: E402
 N_VOCAB = 2048
 MTP_WEIGHT = 0.3
 NAT_CHUNK = 64           # natural-text training window (tokens)
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# The chat template written into the GGUF: ChatML as trained, plus tools the Qwen3 way.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo_template.jinja"),
+          encoding="utf-8") as _f:
+    CHATML = _f.read()
 
 
 RANK = 0                 # data-parallel rank (--procs); only rank 0 logs and writes files

@@ -4,8 +4,8 @@
 // assistant text with the test-only "debug_forced_output" field) and the Qwen3.5 template (its
 // generation prompt opens <think>). Checks: a tool-call round trip (call -> tool result ->
 // answer) non-streaming and streaming, the streaming delta rules of
-// docs/openai-api.md section 3, the XML call form, tool_choice none, an unknown named tool and a
-// template raise_exception as 400s. Prints FAIL lines and a summary; exits 1 on any failure.
+// docs/openai-api.md section 3, the XML call form (values read by their schemas), tool_choice
+// none, an unknown named tool and a template raise_exception as 400s. Prints FAIL lines and a summary; exits 1 on any failure.
 import OpenAI from "openai";
 
 const [baseURL, model] = process.argv.slice(2);
@@ -113,6 +113,40 @@ async function xmlForm() {
     "XML form arguments", r.calls);
 }
 
+// XML values are read by their schema: strings-only parameters keep the text (10001 stays a
+// string, newlines and '<' included), others are JSON when they parse as JSON of an allowed type.
+const typedTools = [{
+  type: "function",
+  function: {
+    name: "book", parameters: {
+      type: "object", properties: {
+        zip: { type: "string" }, nights: { type: "integer" }, price: { type: "number" },
+        late: { type: "boolean" }, guests: { type: "array", items: { type: "string" } },
+        room: { enum: ["101", "102"] }, note: { type: ["string", "null"] }, code: { type: "string" },
+      },
+    },
+  },
+}];
+const CALL_TYPED = "\n</think>\n\n<tool_call>\n<function=book>\n<parameter=zip>\n10001\n</parameter>\n" +
+  "<parameter=nights>\n3\n</parameter>\n<parameter=price>\n99.5\n</parameter>\n" +
+  "<parameter=late>\ntrue\n</parameter>\n<parameter=guests>\n[\"Ann\", \"Bo\"]\n</parameter>\n" +
+  "<parameter=room>\n102\n</parameter>\n<parameter=note>\nnull\n</parameter>\n" +
+  "<parameter=code>\nif (a < b) {\n  x();\n}\n</parameter>\n</function>\n</tool_call>";
+const WANT_TYPED = { zip: "10001", nights: 3, price: 99.5, late: true, guests: ["Ann", "Bo"],
+  room: "102", note: null, code: "if (a < b) {\n  x();\n}" };
+
+async function xmlTyped() {
+  const body = { messages: [user], tools: typedTools, debug_forced_output: CALL_TYPED };
+  const w = (await create(body)).choices[0].message;
+  check(w.tool_calls?.length === 1 &&
+    JSON.stringify(JSON.parse(w.tool_calls[0].function.arguments)) === JSON.stringify(WANT_TYPED),
+  "XML values by schema", w);
+  const r = await stream(body);
+  check(r.calls.length === 1 &&
+    JSON.stringify(JSON.parse(r.calls[0].arguments)) === JSON.stringify(WANT_TYPED),
+  "XML values by schema, streamed", r.calls);
+}
+
 async function toolChoiceNone() {
   const r = await create({ messages: [user], tools, tool_choice: "none", debug_forced_output: CALL_JSON });
   const c = r.choices[0];
@@ -141,6 +175,7 @@ try {
   await callStream();
   await roundTrip(assistant);
   await xmlForm();
+  await xmlTyped();
   await toolChoiceNone();
   await badRequests();
 } catch (e) {

@@ -29,7 +29,9 @@ function validArgs(call) {
   let a;
   try { a = JSON.parse(call.function.arguments); } catch (e) { return false; }
   if (call.function.name === "now") return Object.keys(a).length === 0;
-  if (call.function.name !== "get_weather" || typeof a.city !== "string" || a.city.length > 12) return false;
+  // lengths in code points, as JSON Schema counts them (not UTF-16 units)
+  if (call.function.name !== "get_weather" || typeof a.city !== "string" ||
+    [...a.city].length > 12) return false;
   for (const k of Object.keys(a)) if (k !== "city" && k !== "days") return false;
   return a.days === undefined || (Number.isInteger(a.days) && a.days >= 1 && a.days <= 7);
 }
