@@ -281,6 +281,10 @@ static void cuda_matmul_id(struct dev *d, const struct dev_mm_id *p)
         kc_slot_experts(cd->s, p->e_off, p->n_expert, p->n_slots, cd->ids);
         for (int i = 0; i < p->n_w; i++) {
             const struct kc_mat m = kmat(&p->w[i]);
+            if (p->w[i].n_in <= 0) { /* an empty slice of a shard: the products are 0 */
+                kc_memset(cd->s, p->y[i], 0, (size_t)(p->n_slots * p->w[i].n_out) * sizeof(float));
+                continue;
+            }
             kc_matvec_ids(cd->s, &m, p->expert_bytes[i], cd->ids, p->n_slots, p->x, p->x_ld, 1,
                           p->y[i], p->w[i].n_out);
         }

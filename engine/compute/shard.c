@@ -517,9 +517,12 @@ int shard_upload(const struct model *m, struct model **shard, struct dev *d, str
             dev_upload(d, base + r[i].off, r[i].lo, (size_t)(r[i].hi - r[i].lo));
         dev_sync(d); /* the host copies may go now */
         for (size_t i = 0, k = 0; i < n; i++) {
-            while ((const char *)v[i]->data >= r[k].hi)
+            while (k + 1 < nr && (const char *)v[i]->data >= r[k].hi &&
+                   (const char *)v[i]->data >= r[k + 1].lo)
                 k++;
-            v[i]->data = base + r[k].off + ((const char *)v[i]->data - r[k].lo);
+            /* an empty view (a zero-width slice) gets the buffer's base: some device address */
+            v[i]->data =
+                view_bytes(v[i]) ? base + r[k].off + ((const char *)v[i]->data - r[k].lo) : base;
         }
         for (int64_t i = 0; i < s->n_owned; i++) /* the shard's host copies are uploaded */
             free(s->owned[i]);
