@@ -393,6 +393,7 @@ static void *eng_main(void *arg)
     eng_t *e = arg;
     for (;;) {
         bool busy = eng_step(e);
+        busy |= eng__cache_background(e); /* saves below the slots: off the first token's path */
         pthread_mutex_lock(&e->mu);
         bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
         if (!busy && !stop && !e->in_head) { /* 8: sleep until a submit or stop (or 100 ms:
@@ -652,6 +653,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->pc_disk_write_errors = ps.disk_write_errors;
     s->pc_disk_reads = ps.disk_reads;
     s->pc_disk_rejected = ps.disk_rejected;
+    s->pc_disk_bytes = ps.disk_bytes;
+    s->pc_disk_evictions = ps.disk_evictions;
+    s->pc_disk_writes_skipped = ps.disk_writes_skipped;
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
         s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);
