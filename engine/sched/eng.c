@@ -496,11 +496,13 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
                 p->spec_rollback);
         return DD_EINVAL;
     }
-    if (p->mem_max < 0 || p->cache_ram_max < 0) {
+    if (p->mem_max < 0 || p->cache_ram_max < 0 || p->cache_disk_max < 0 ||
+        p->cache_save_piece < 0) {
         dd_errf(err, errlen,
                 "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit), cache_ram_max "
-                "%lld (>= 0)",
-                (long long)p->mem_max, (long long)p->cache_ram_max);
+                "%lld, cache_disk_max %lld, cache_save_piece %lld (each >= 0)",
+                (long long)p->mem_max, (long long)p->cache_ram_max, (long long)p->cache_disk_max,
+                (long long)p->cache_save_piece);
         return DD_EINVAL;
     }
     return 0;
@@ -643,6 +645,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->pc_hit_disk = atomic_load_explicit(&e->st_pc_hit[2], memory_order_relaxed);
     s->pc_copies = atomic_load_explicit(&e->st_pc_copies, memory_order_relaxed);
     s->pc_demoted = atomic_load_explicit(&e->st_pc_demoted, memory_order_relaxed);
+    s->pc_abandoned = atomic_load_explicit(&e->st_pc_abandoned, memory_order_relaxed);
     struct pcache_stats ps;
     pcache_get_stats(e->pc, &ps);
     s->pc_ram_bytes = ps.ram_bytes;

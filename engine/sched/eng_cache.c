@@ -29,10 +29,13 @@
  * prompt is being prefilled, or while the engine is idle (eng__cache_background); the disk
  * write happens on pcache's writer thread. A save reads rows the slot still holds: before
  * admission changes a slot's rows from `keep` on (a new request prefills, copies or uploads
- * there), every save of that slot downloads its rows [keep, lo) at once (release_rows); that
- * is the only save work on a request's path, and it is the rows that request is about to
- * overwrite and that were not saved yet: a few message tokens when a conversation goes on, a
- * whole prefix only when requests come faster than the saves. A checkpoint a slot drops
+ * there), every save of that slot takes its rows [keep, lo) at once, or is given up
+ * (release_rows). That is the only save work on a request's path, and it is bounded: at most
+ * SYNC_ROWS_PER_TOKEN rows per prompt token the request computes itself (copying a row costs
+ * a few hundredths of computing one, so a few per cent of its own prefill); a save that needs
+ * more is dropped (pc_abandoned). In practice: the few message tokens of a conversation that
+ * goes on are taken, a whole prefix only by a request that prefills a long prompt itself, and
+ * a prefix is lost only when requests come faster than the saves. A checkpoint a slot drops
  * (budget, or a new request overwriting its rows) that is not below yet starts its save then.
  * Finished saves enter the tiers at safe points (saves_commit: a borrowed tier entry may be in
  * use during admission).
@@ -85,8 +88,10 @@ int64_t eng__cache_chunk_end(const eng_t *e, const struct slot *s, int64_t want)
  * Saves to the RAM and disk tiers (write-behind)
  * ========================================================================================== */
 
-/* KV bytes a background save downloads per engine step (about a millisecond of copying). */
-#define SAVE_PIECE_BYTES ((int64_t)4 << 20)
+/* KV bytes a background save downloads per engine step (eng_params.cache_save_piece when
+ * set): about a millisecond of copying into fresh pages (page faults included) on a loaded
+ * two-core machine; a request that arrives meanwhile waits for one piece at most. */
+#define SAVE_PIECE_BYTES ((int64_t)1 << 20)
 
 /* The save of tokens[0 .. pos) with this hash, under way or finished, or NULL. */
 static struct save *save_find(eng_t *e, uint64_t hash, int64_t pos)
@@ -149,13 +154,36 @@ static void save_start(eng_t *e, struct slot *s, struct ckpt *k)
     *sv = (struct save){.pe = pe, .s = s, .lo = pos, .seq = ++e->save_clock};
 }
 
-/* Slot t's rows from keep on are about to change: every save reading them takes its rows
- * [keep, lo) now. */
-static void release_rows(eng_t *e, struct slot *t, int64_t keep)
+/* Rows a request may copy for saves on its way, per prompt token it prefills itself. */
+#define SYNC_ROWS_PER_TOKEN 32
+
+/* Slot t's rows from keep on are about to change, and the request that changes them prefills
+ * n_fill tokens itself: every save reading those rows takes its rows [keep, lo) now, oldest
+ * first, within SYNC_ROWS_PER_TOKEN * n_fill rows; the saves beyond are given up. */
+static void release_rows(eng_t *e, struct slot *t, int64_t keep, int64_t n_fill)
 {
-    for (int64_t i = 0; i < e->n_saves; i++)
-        if (e->saves[i].pe && e->saves[i].s == t)
-            save_rows(e, &e->saves[i], keep);
+    int64_t budget = SYNC_ROWS_PER_TOKEN * n_fill;
+    for (;;) {
+        struct save *sv = NULL;
+        for (int64_t i = 0; i < e->n_saves; i++) {
+            struct save *c = &e->saves[i];
+            if (c->pe && c->s == t && c->lo > keep && (!sv || c->seq < sv->seq))
+                sv = c;
+        }
+        if (!sv)
+            return;
+        if (sv->lo - keep <= budget) {
+            budget -= sv->lo - keep;
+            save_rows(e, sv, keep);
+            continue;
+        }
+        LOG_D("slot %lld: checkpoint at %lld not saved: %lld rows left, the request allows %lld",
+              (long long)t->id, (long long)sv->pe->pos, (long long)(sv->lo - keep),
+              (long long)budget);
+        pcache_entry_drop(sv->pe);
+        sv->pe = NULL;
+        atomic_fetch_add_explicit(&e->st_pc_abandoned, 1, memory_order_relaxed);
+    }
 }
 
 /* Checkpoint k of slot s is dropped: it goes below (save_start), then k is free. */
@@ -220,7 +248,9 @@ bool eng__cache_background(eng_t *e)
     }
     if (!sv)
         return false;
-    const int64_t rows = SAVE_PIECE_BYTES / (int64_t)(fwd_kv_floats(e->fwd) * sizeof(float));
+    const int64_t piece = e->p.cache_save_piece > 0 ? e->p.cache_save_piece : SAVE_PIECE_BYTES;
+    int64_t rows = piece / (int64_t)(fwd_kv_floats(e->fwd) * sizeof(float));
+    rows = rows > 1 ? rows : 1;
     save_rows(e, sv, sv->lo > rows ? sv->lo - rows : 0);
     saves_commit(e, false);
     return true;
@@ -363,14 +393,15 @@ static struct slot *lru_free(eng_t *e)
     return t;
 }
 
-/* Slot t keeps its rows [0, keep) and no more (the new request writes from there): its other
- * checkpoints go below, and its saves take the rows that will change. */
-static void drop_beyond(eng_t *e, struct slot *t, int64_t keep)
+/* Slot t keeps its rows [0, keep) and no more (the new request writes from there and computes
+ * n_fill prompt tokens itself): its other checkpoints go below, and its saves take the rows
+ * that will change (release_rows). */
+static void drop_beyond(eng_t *e, struct slot *t, int64_t keep, int64_t n_fill)
 {
     for (int64_t i = 0; i < e->n_ckpt; i++)
         if (t->ckpts[i].pos > keep)
             demote(e, t, &t->ckpts[i]);
-    release_rows(e, t, keep);
+    release_rows(e, t, keep, n_fill);
 }
 
 /* Checkpoint c becomes a copy of (state, h) at pos; saved: the tiers have it already. */
@@ -393,7 +424,7 @@ static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
     const int64_t E = e->m->hp.n_embd;
     const bool gdn = fwd_cache(e->fwd)->n_gdn_layers > 0;
     if (b->kind == SRC_HERE) {
-        drop_beyond(e, t, b->pos);
+        drop_beyond(e, t, b->pos, r->p.n_prompt - b->pos);
         if (b->k) {
             fwd_seq_restore(e->fwd, t->id, b->k->state);
             memcpy(t->pending_h, b->k->h, (size_t)E * sizeof(float));
@@ -406,7 +437,7 @@ static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
     /* rows [0, here) of t are the prompt's already: only [here, pos) move */
     int64_t here = common_prefix(t->tokens, t->n_cached, r->p.prompt, r->p.n_prompt);
     here = here < b->pos ? here : b->pos;
-    drop_beyond(e, t, here);
+    drop_beyond(e, t, here, r->p.n_prompt - b->pos);
     if (b->kind == SRC_SLOT) {
         fwd_seq_kv_copy(e->fwd, t->id, b->s->id, here, b->pos);
         atomic_fetch_add_explicit(&e->st_pc_copies, 1, memory_order_relaxed);
@@ -468,7 +499,7 @@ struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse)
             break;
     }
     if (n == 0) {
-        drop_beyond(e, t, 0);
+        drop_beyond(e, t, 0, r->p.n_prompt);
         fwd_seq_clear(e->fwd, t->id);
         memset(t->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float));
     } else {

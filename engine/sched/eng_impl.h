@@ -162,6 +162,7 @@ struct eng {
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
+    atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };

@@ -174,32 +174,17 @@ static size_t entry_bytes(const struct pcache_geom *g, int64_t pos)
 
 /* An entry with its arrays carved, their contents undefined. Mapped pages of its own, not
  * malloc: entries come and go in all sizes, and unmapping gives every byte back, so the
- * process's memory follows the RAM tier's count (the load test checks it). An entry of 2 MiB
- * or more is mapped on a 2 MiB boundary and asks for huge pages: filling it then takes a few
- * page faults instead of one per 4 KiB, which made saving a 3,500-token prefix five times
- * faster (and unmapping it nearly free). NULL when the memory is not there: the prefix is
- * then just not kept. */
+ * process's memory follows the RAM tier's count (the load test checks it). NULL when the
+ * memory is not there: the prefix is then just not kept. (Huge pages were tried: filling an
+ * entry took a fifth of the time on an idle machine, but the first touch of a 2 MiB page
+ * stalled up to 100 ms in direct compaction on a loaded one.) */
 static struct pcache_entry *entry_alloc(const struct pcache_geom *g, int64_t pos)
 {
-    const size_t page = 4096, huge = (size_t)2 << 20;
-    size_t bytes = (entry_bytes(g, pos) + page - 1) / page * page;
-    const bool big = bytes >= huge;
-    const size_t map = big ? (bytes + huge - 1) / huge * huge + huge : bytes;
-    char *m = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const size_t page = 4096, bytes = (entry_bytes(g, pos) + page - 1) / page * page;
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
-    if (big) { /* keep the aligned middle */
-        char *al = (char *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
-        const size_t head = (size_t)(al - m), len = map - huge;
-        if (head)
-            munmap(m, head);
-        if (map - head - len)
-            munmap(al + len, map - head - len);
-        m = al;
-        bytes = len;
-        madvise(m, bytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
-    }
-    struct pcache_entry *e = (struct pcache_entry *)m;
+    struct pcache_entry *e = m;
     memset(e, 0, sizeof *e);
     e->pos = pos;
     e->bytes = bytes;
@@ -671,11 +656,18 @@ void pcache_flush(pcache_t *pc)
 {
     if (!pc || !pc->writer_on)
         return;
-    pthread_mutex_lock(&pc->wmu);
-    while (pc->q_jobs > 0)
-        pthread_cond_wait(&pc->idlecv, &pc->wmu);
-    pthread_mutex_unlock(&pc->wmu);
-    pcache_poll(pc);
+    for (;;) { /* applying finished writes may queue deletions (disk_max): wait for those too */
+        pthread_mutex_lock(&pc->wmu);
+        while (pc->q_jobs > 0)
+            pthread_cond_wait(&pc->idlecv, &pc->wmu);
+        pthread_mutex_unlock(&pc->wmu);
+        pcache_poll(pc);
+        pthread_mutex_lock(&pc->wmu);
+        const bool idle = pc->q_jobs == 0;
+        pthread_mutex_unlock(&pc->wmu);
+        if (idle)
+            return;
+    }
 }
 
 bool pcache_find(pcache_t *pc, const int32_t *prompt, const uint64_t *ph, int64_t limit,

@@ -133,7 +133,7 @@ void pcache_insert(pcache_t *pc, struct pcache_entry *e, bool wait);
 /* Apply the writer's finished writes to the disk index (cheap; the engine calls it as it
  * loops, so the index and its gauges follow the writes). */
 void pcache_poll(pcache_t *pc);
-/* Wait until every queued write is done, then pcache_poll. */
+/* Wait until every queued job is done and applied (pcache_poll), deletions included. */
 void pcache_flush(pcache_t *pc);
 
 void pcache_get_stats(const pcache_t *pc, struct pcache_stats *s);

@@ -253,6 +253,10 @@ static void render_pcache(struct dd_buf *b, const struct eng_stats *es)
         {"deltad_prompt_cache_saved_total", "counter",
          "Checkpoints saved to RAM / disk (write-behind, or when a slot dropped them).",
          es->pc_demoted},
+        {"deltad_prompt_cache_saves_abandoned_total", "counter",
+         "Checkpoint saves given up: a request overwrote the slot's rows before the save was "
+         "done, and copying them first would have delayed its first token.",
+         es->pc_abandoned},
         {"deltad_prompt_cache_evictions_total", "counter",
          "Saved prefixes dropped from RAM (least recently used first).", es->pc_ram_evictions},
         {"deltad_prompt_cache_ram_bytes", "gauge", "Bytes of saved prefixes in RAM.",
