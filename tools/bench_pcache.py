@@ -7,13 +7,15 @@ question, by where its prefix comes from:
   cold   a system prompt the daemon has never seen (the whole prompt is prefilled);
   slot   the same system prompt as the request before, a new question (reused in place);
   ram    that system prompt after another one took the only slot (back from the RAM tier);
-  disk   the first request of a restarted daemon (back from cache_dir);
+  disk   a restarted daemon (back from cache_dir), after one short unrelated request;
   user   the question alone, no system prompt: the cost of prefilling only the user message.
 
 One slot, speculation as configured by default, streaming; TTFT is measured by the client from
 sending the request to the first content delta. The cases are interleaved: each round starts a
-daemon (one cache_dir for all rounds), asks the disk case for the previous round's system
-prompt, then cold, slot, cold (another prompt), ram, user, and stops it. Prints the median
+daemon (one cache_dir for all rounds), sends it a short request (the first request of a
+process pays for its page faults and threads, whatever its prefix), asks the disk case for the
+previous round's system prompt, then cold, slot, cold (another prompt), ram, user, and stops
+it. Prints the median
 (and the range) of --runs rounds per case, the token counts, the warm / user ratios and the
 load average before and after. --no-disk runs without cache_dir (and without the disk case).
 
@@ -120,6 +122,7 @@ def bench_tiers(a):
     try:
         for i in range(a.runs + (1 if disk else 0)):
             d = Daemon(a.build, a.model, args, name="bench-pcache", log_dir=tmp).start()
+            ttft(d.port, None, "Hello.")  # the process's first request (page faults, threads)
             plan = []
             if disk and i > 0:  # the previous round's prompt, from the files its daemon left
                 plan.append(("disk", system_text(a.words, 2 * i + 98), "Tell me one word."))
