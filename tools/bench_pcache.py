@@ -194,6 +194,8 @@ def mixed_once(a, cache, tmp):
     tiers = {t: delta('deltad_prompt_cache_hit_tokens_total{tier="%s"}' % t)
              for t in ("slot", "ram", "disk")}
     return {"wall": wall, "n": len(out), "prompt": sum(o[1] for o in out),
+            "saved": delta("deltad_prompt_cache_saved_total"),
+            "abandoned": delta("deltad_prompt_cache_saves_abandoned_total"),
             "computed": delta("deltad_prompt_tokens_total"),
             "cached": delta("deltad_cached_prompt_tokens_total"), "tiers": tiers,
             "ttft": sorted(o[0] for o in out if o[0] is not None)}
@@ -218,13 +220,14 @@ def bench_mixed(a):
         rs = runs[cache]
         r = rs[-1]
         walls[cache] = statistics.median(x["wall"] for x in rs)
-        ttfts = [t for x in rs for t in x["ttft"]]
+        ttfts = sorted(t for x in rs for t in x["ttft"])
         p90 = ttfts[int(0.9 * (len(ttfts) - 1))] if ttfts else float("nan")
         print("  cache_prompt %-5s %3d requests, %6d prompt tokens: %6d computed, %6d from the "
-              "cache (slot %d, ram %d, disk %d); wall median %6.1f s; TTFT median %6.0f ms, "
-              "p90 %6.0f ms" %
+              "cache (slot %d, ram %d, disk %d); states saved %d, given up %d; wall median "
+              "%6.1f s; TTFT median %6.0f ms, p90 %6.0f ms" %
               (str(cache).lower(), r["n"], r["prompt"], r["computed"], r["cached"],
-               r["tiers"]["slot"], r["tiers"]["ram"], r["tiers"]["disk"], walls[cache],
+               r["tiers"]["slot"], r["tiers"]["ram"], r["tiers"]["disk"], r["saved"],
+               r["abandoned"], walls[cache],
                1000 * statistics.median(ttfts) if ttfts else float("nan"), 1000 * p90))
     on, off = runs[True][-1], runs[False][-1]
     if on["prompt"]:

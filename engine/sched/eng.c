@@ -325,6 +325,9 @@ static bool eng_step(eng_t *e)
     phase_admit(e);            /* 1 */
     phase_reap(e);             /* 2 */
     int64_t n = phase_plan(e); /* 3 */
+    e->step_prompt_rows = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        e->step_prompt_rows += e->slots[i].run == RUN_PREFILL ? e->slots[i].run_len : 0;
     if (n == 0)
         return false;
     e->b_n = n;

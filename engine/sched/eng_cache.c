@@ -23,22 +23,21 @@
  * already are moved: a slot's rows below its common prefix with the prompt stay.
  *
  * Saving below the slots (write-behind): every checkpoint goes to the RAM tier (and through
- * it to disk), KV rows included, but never on the way to a request's first token. A save
- * (struct save) copies the checkpoint's state and tokens when it starts and downloads its KV
- * rows [0, pos) top down, a piece of SAVE_PIECE_BYTES at a time, between steps in which no
- * prompt is being prefilled, or while the engine is idle (eng__cache_background); the disk
- * write happens on pcache's writer thread. A save reads rows the slot still holds: before
- * admission changes a slot's rows from `keep` on (a new request prefills, copies or uploads
- * there), every save of that slot takes its rows [keep, lo) at once, or is given up
- * (release_rows). That is the only save work on a request's path, and it is bounded: at most
- * SYNC_ROWS_PER_TOKEN rows per prompt token the request computes itself (copying a row costs
- * a few hundredths of computing one, so a few per cent of its own prefill); a save that needs
- * more is dropped (pc_abandoned). In practice: the few message tokens of a conversation that
- * goes on are taken, a whole prefix only by a request that prefills a long prompt itself, and
- * a prefix is lost only when requests come faster than the saves. A checkpoint a slot drops
- * (budget, or a new request overwriting its rows) that is not below yet starts its save then.
- * Finished saves enter the tiers at safe points (saves_commit: a borrowed tier entry may be in
- * use during admission).
+ * it to disk), KV rows included, without holding up a request's first token by more than a
+ * few per cent. A save (struct save) copies the checkpoint's state and tokens when it starts
+ * and downloads its KV rows [0, pos) top down between steps (eng__cache_background): a piece
+ * of SAVE_PIECE_BYTES when no prompt is being prefilled (decode steps, idle), else
+ * SYNC_ROWS_PER_TOKEN rows per prompt row the step computed (copying a row costs about a
+ * hundredth of computing one). The disk write happens on pcache's writer thread. A save reads
+ * rows the slot still holds: before admission changes a slot's rows from `keep` on (a new
+ * request prefills, copies or uploads there), every save of that slot takes its rows
+ * [keep, lo) at once, within the same budget of SYNC_ROWS_PER_TOKEN rows per prompt token the
+ * request computes itself; a save that needs more is given up (pc_abandoned). In practice:
+ * the few message tokens of a conversation that goes on are taken, a whole prefix only by a
+ * request that prefills a long prompt itself, and a prefix is lost only when requests come
+ * faster than the saves. A checkpoint a slot drops (budget, or a new request overwriting its
+ * rows) that is not below yet starts its save then. Finished saves enter the tiers at safe
+ * points (saves_commit: a borrowed tier entry may be in use during admission).
  *
  * Invariants (with eng.c): every used checkpoint of a slot has 0 < pos <= n_cached and holds
  * the state after the slot's tokens[0 .. pos). Every save's rows [0, lo) are rows of its
@@ -154,8 +153,9 @@ static void save_start(eng_t *e, struct slot *s, struct ckpt *k)
     *sv = (struct save){.pe = pe, .s = s, .lo = pos, .seq = ++e->save_clock};
 }
 
-/* Rows a request may copy for saves on its way, per prompt token it prefills itself. */
-#define SYNC_ROWS_PER_TOKEN 32
+/* Rows a request may copy for saves on its way, per prompt token it prefills itself: copying
+ * a row costs about 3 us here, computing a token 0.3-1 ms, so a few per cent of its prefill. */
+#define SYNC_ROWS_PER_TOKEN 8
 
 /* Slot t's rows from keep on are about to change, and the request that changes them prefills
  * n_fill tokens itself: every save reading those rows takes its rows [keep, lo) now, oldest
@@ -225,35 +225,51 @@ static struct ckpt *unsaved(eng_t *e, struct slot **owner)
     return NULL;
 }
 
+/* Rows this call of eng__cache_background may copy: SYNC_ROWS_PER_TOKEN per prompt row the
+ * last step computed (a few per cent of that step, however close a request is to its first
+ * token), and a whole piece when no prompt is being prefilled (decode steps, idle) or the saves
+ * fall behind. */
+static int64_t background_rows(eng_t *e, int64_t n_busy)
+{
+    const int64_t piece = e->p.cache_save_piece > 0 ? e->p.cache_save_piece : SAVE_PIECE_BYTES;
+    int64_t rows = piece / (int64_t)(fwd_kv_floats(e->fwd) * sizeof(float));
+    rows = rows > 1 ? rows : 1;
+    const int64_t prop = SYNC_ROWS_PER_TOKEN * e->step_prompt_rows;
+    bool prefill = false;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        prefill |= e->slots[i].state == SLOT_PREFILL;
+    if (prefill && 2 * n_busy < e->n_saves)
+        return prop;
+    return prop > rows ? prop : rows;
+}
+
 bool eng__cache_background(eng_t *e)
 {
     if (!e->pc)
         return false;
     pcache_poll(e->pc);
     saves_commit(e, false);
-    bool prefill = false;
-    for (int64_t i = 0; i < e->p.n_slots; i++)
-        prefill |= e->slots[i].state == SLOT_PREFILL;
     int64_t n_busy;
     struct save *sv = oldest_save(e, &n_busy);
-    /* a prompt being prefilled waits for its first token: no saving in its steps, unless
-     * the saves fall behind */
-    if (prefill && 2 * n_busy < e->n_saves)
-        return false;
-    struct slot *s;
-    struct ckpt *k;
-    while (!sv && (k = unsaved(e, &s))) {
-        save_start(e, s, k);
+    int64_t budget = background_rows(e, n_busy);
+    bool worked = false;
+    while (budget > 0) {
+        struct slot *s;
+        struct ckpt *k;
+        while (!sv && (k = unsaved(e, &s))) {
+            save_start(e, s, k);
+            sv = oldest_save(e, &n_busy);
+        }
+        if (!sv)
+            break;
+        const int64_t n = budget < sv->lo ? budget : sv->lo;
+        save_rows(e, sv, sv->lo - n);
+        budget -= n;
+        worked = true;
         sv = oldest_save(e, &n_busy);
     }
-    if (!sv)
-        return false;
-    const int64_t piece = e->p.cache_save_piece > 0 ? e->p.cache_save_piece : SAVE_PIECE_BYTES;
-    int64_t rows = piece / (int64_t)(fwd_kv_floats(e->fwd) * sizeof(float));
-    rows = rows > 1 ? rows : 1;
-    save_rows(e, sv, sv->lo > rows ? sv->lo - rows : 0);
     saves_commit(e, false);
-    return true;
+    return worked;
 }
 
 void eng__cache_persist(eng_t *e)

@@ -130,7 +130,8 @@ struct eng {
     struct save *saves;  /* [n_saves] saves to the tiers under way (eng_cache.c) */
     int64_t n_saves;
     uint64_t save_clock;
-    int64_t draft_cap;  /* longest draft of any drafter */
+    int64_t step_prompt_rows; /* prompt rows the last step computed (0: none ran) */
+    int64_t draft_cap;        /* longest draft of any drafter */
     int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
@@ -205,8 +206,8 @@ void eng__cache_after_prefill(eng_t *e, struct slot *s);
 /* The tiers below the slots (after the slots exist), and their end. */
 int eng__cache_init(eng_t *e, char *err, size_t errlen);
 void eng__cache_deinit(eng_t *e);
-/* Between steps: a piece of saving checkpoints below the slots, unless a prompt is being
- * prefilled (its first token comes first). Returns whether there was work (call again). */
+/* Between steps: a piece of saving checkpoints below the slots, never in the way of a first
+ * token that is one step away. Returns whether there was work (call again). */
 bool eng__cache_background(eng_t *e);
 /* At shutdown, with a disk tier: write every slot's checkpoints there, and wait for the
  * writes. */

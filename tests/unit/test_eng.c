@@ -355,7 +355,7 @@ static int64_t wait_saved(eng_t *e, int64_t n)
 
 /* Saves below the slots happen off the requests' path (eng_cache.c): a checkpoint goes to RAM
  * in the background while its slot still holds it; a request that overwrites a slot's rows
- * before their save is done copies them first only within its budget (32 rows per prompt token
+ * before their save is done copies them first only within its budget (8 rows per prompt token
  * it computes), else the save is given up. Background saves copy one KV row per step here
  * (cache_save_piece 1), and requests are queued before the engine starts, so the order of
  * events is fixed. */
@@ -384,9 +384,10 @@ TEST(prompt_cache_write_behind)
     struct result want, a, b, y, q;
     struct eng_stats st;
     finish_req(submit_bound(ref.e, py, 120, 100, 10, false), &want);
-    /* 1: a one-token request right behind x may not copy x's 100 rows: the save is given up,
-     * and y finds nothing below the slots */
-    eng_req_t *ra = submit_bound(s1.e, px, 120, 100, 2, true);
+    /* 1: a one-token request right behind x (101 tokens: its last prefill step computes one,
+     * which lets the saves copy 8 rows) may not copy x's 100 rows: the save is given up, and y
+     * finds nothing below the slots */
+    eng_req_t *ra = submit_bound(s1.e, px, 101, 100, 2, true);
     eng_req_t *rb = submit_bound(s1.e, one, 1, 0, 2, true);
     CHECK_EQ(eng_start(s1.e, err, sizeof err), 0);
     finish_req(ra, &a);
