@@ -1078,8 +1078,8 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
                             o->responses_store_ttl_s > 0 ? o->responses_store_ttl_s : 3600);
     h->metrics = metrics_create();
     pthread_mutex_init(&h->conn_mu, NULL);
-    h->grams = gram_cache_create(16);           /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
-    h->toks = tok_cache_create(1024, 16 << 20); /* texts of 1 KiB or more, 16 MiB in all */
+    h->grams = gram_cache_create(16);          /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
+    h->toks = tok_cache_create(1024, 4 << 20); /* texts of 1 KiB or more, 4 MiB in all */
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);
