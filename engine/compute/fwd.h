@@ -69,11 +69,14 @@ size_t fwd_ckpt_floats(const struct fwd_ctx *f);
 void fwd_seq_save(const struct fwd_ctx *f, int64_t s, float *dst);
 void fwd_seq_restore(struct fwd_ctx *f, int64_t s, const float *src);
 /* cache_seq_kv_* over every device (the prompt cache): host rows are every device's part of
- * rows [0, n), concatenated in rank order, fwd_kv_floats per position. */
+ * n positions, concatenated in rank order, fwd_kv_floats per position; each call moves rows
+ * [r0, r1) only. */
 size_t fwd_kv_floats(const struct fwd_ctx *f);
-void fwd_seq_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t n);
-void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t n, float *dst);
-void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t n, const float *src);
+void fwd_seq_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t r0, int64_t r1);
+void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                         float *dst);
+void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                       const float *src);
 /* Time spent in allreduces and their count; bytes device d owns and reads replicated. */
 void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
 /* Of those seconds, the time spent waiting for the other devices to arrive (see comm.h). */

@@ -231,26 +231,28 @@ size_t fwd_kv_floats(const struct fwd_ctx *f)
     return n;
 }
 
-void fwd_seq_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t n)
+void fwd_seq_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t r0, int64_t r1)
 {
     for (int d = 0; d < f->n; d++)
-        cache_seq_kv_copy(fwd__dev_cache(f->dev[d]), dst, src, n);
+        cache_seq_kv_copy(fwd__dev_cache(f->dev[d]), dst, src, r0, r1);
 }
 
-void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t n, float *dst)
+void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                         float *dst)
 {
     for (int d = 0; d < f->n; d++) {
         const struct cache *c = fwd__dev_cache(f->dev[d]);
-        cache_seq_kv_download(c, s, n, dst);
+        cache_seq_kv_download(c, s, r0, r1, n, dst);
         dst += (size_t)n * cache_kv_floats(c);
     }
 }
 
-void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t n, const float *src)
+void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                       const float *src)
 {
     for (int d = 0; d < f->n; d++) {
         struct cache *c = fwd__dev_cache(f->dev[d]);
-        cache_seq_kv_upload(c, s, n, src);
+        cache_seq_kv_upload(c, s, r0, r1, n, src);
         src += (size_t)n * cache_kv_floats(c);
     }
 }

@@ -221,35 +221,47 @@ static float *kv_at(const struct cache *c, int64_t il, bool v, int64_t s)
     return (v ? c->v[il] : c->k[il]) + (size_t)s * c->n_ctx * c->kv_dim[il];
 }
 
-void cache_seq_kv_copy(struct cache *c, int64_t dst, int64_t src, int64_t n)
+void cache_seq_kv_copy(struct cache *c, int64_t dst, int64_t src, int64_t r0, int64_t r1)
 {
-    ASSERT(n >= 0 && n <= c->n_ctx);
-    for (int64_t il = 0; il < c->n_layers; il++)
-        for (int v = 0; v < 2; v++)
-            dev_copy(c->dev, kv_at(c, il, v, dst), kv_at(c, il, v, src),
-                     (size_t)n * c->kv_dim[il] * sizeof(float));
-}
-
-void cache_seq_kv_download(const struct cache *c, int64_t s, int64_t n, float *dst)
-{
-    ASSERT(n >= 0 && n <= c->n_ctx);
+    ASSERT(0 <= r0 && r0 <= r1 && r1 <= c->n_ctx);
     for (int64_t il = 0; il < c->n_layers; il++)
         for (int v = 0; v < 2; v++) {
-            const size_t m = (size_t)n * c->kv_dim[il];
-            dev_download(c->dev, dst, kv_at(c, il, v, s), m * sizeof(float));
-            dst += m;
+            const size_t d = (size_t)c->kv_dim[il];
+            dev_copy(c->dev, kv_at(c, il, v, dst) + (size_t)r0 * d,
+                     kv_at(c, il, v, src) + (size_t)r0 * d, (size_t)(r1 - r0) * d * sizeof(float));
+        }
+}
+
+/* Rows [r0, r1) of sequence s to host rows laid out for n positions (down), or from them (up):
+ * exactly one of the two is given (cache.h has the layout). */
+static void kv_move(const struct cache *c, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                    float *down, const float *up)
+{
+    ASSERT(0 <= r0 && r0 <= r1 && r1 <= n && n <= c->n_ctx);
+    if (r0 == r1)
+        return;
+    size_t off = 0; /* floats of the host rows before this layer's K or V block */
+    for (int64_t il = 0; il < c->n_layers; il++)
+        for (int v = 0; v < 2; v++) {
+            const size_t d = (size_t)c->kv_dim[il], bytes = (size_t)(r1 - r0) * d * sizeof(float);
+            float *dev = kv_at(c, il, v, s) + (size_t)r0 * d;
+            if (up)
+                dev_upload(c->dev, dev, up + off + (size_t)r0 * d, bytes);
+            else
+                dev_download(c->dev, down + off + (size_t)r0 * d, dev, bytes);
+            off += (size_t)n * d;
         }
     dev_sync(c->dev);
 }
 
-void cache_seq_kv_upload(struct cache *c, int64_t s, int64_t n, const float *src)
+void cache_seq_kv_download(const struct cache *c, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                           float *dst)
 {
-    ASSERT(n >= 0 && n <= c->n_ctx);
-    for (int64_t il = 0; il < c->n_layers; il++)
-        for (int v = 0; v < 2; v++) {
-            const size_t m = (size_t)n * c->kv_dim[il];
-            dev_upload(c->dev, kv_at(c, il, v, s), src, m * sizeof(float));
-            src += m;
-        }
-    dev_sync(c->dev);
+    kv_move(c, s, r0, r1, n, dst, NULL);
+}
+
+void cache_seq_kv_upload(struct cache *c, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                         const float *src)
+{
+    kv_move(c, s, r0, r1, n, NULL, src);
 }

@@ -93,13 +93,17 @@ void cache_seq_save(const struct cache *c, int64_t s, float *dst);
 void cache_seq_restore(struct cache *c, int64_t s, const float *src);
 /* save and restore wait for the device (dev_sync): the host buffer is done with on return. */
 
-/* The prompt cache's KV rows (eng_cache.c): positions [0, n) of a sequence over every attention
- * layer, MTP included. On the host they are laid out layer by layer, K rows [n][kv_dim] then V
- * rows [n][kv_dim]: cache_kv_floats per position. copy moves rows between two sequences on
- * the device (dev_copy); download and upload wait for the device like save and restore. */
+/* The prompt cache's KV rows (eng_cache.c): positions of a sequence over every attention
+ * layer, MTP included. On the host, n positions are laid out layer by layer, K rows [n][kv_dim]
+ * then V rows [n][kv_dim]: cache_kv_floats per position. Each call moves rows [r0, r1) only
+ * (0 <= r0 <= r1 <= n), so a prefix whose first rows are already in place, or a save done in
+ * pieces, moves no row twice. copy moves rows between two sequences on the device (dev_copy);
+ * download and upload wait for the device like save and restore. */
 size_t cache_kv_floats(const struct cache *c);
-void cache_seq_kv_copy(struct cache *c, int64_t dst, int64_t src, int64_t n);
-void cache_seq_kv_download(const struct cache *c, int64_t s, int64_t n, float *dst);
-void cache_seq_kv_upload(struct cache *c, int64_t s, int64_t n, const float *src);
+void cache_seq_kv_copy(struct cache *c, int64_t dst, int64_t src, int64_t r0, int64_t r1);
+void cache_seq_kv_download(const struct cache *c, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                           float *dst);
+void cache_seq_kv_upload(struct cache *c, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                         const float *src);
 
 #endif

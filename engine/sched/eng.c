@@ -325,6 +325,9 @@ static bool eng_step(eng_t *e)
     phase_admit(e);            /* 1 */
     phase_reap(e);             /* 2 */
     int64_t n = phase_plan(e); /* 3 */
+    e->step_prompt_rows = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        e->step_prompt_rows += e->slots[i].run == RUN_PREFILL ? e->slots[i].run_len : 0;
     if (n == 0)
         return false;
     e->b_n = n;
@@ -393,6 +396,7 @@ static void *eng_main(void *arg)
     eng_t *e = arg;
     for (;;) {
         bool busy = eng_step(e);
+        busy |= eng__cache_background(e); /* saves below the slots: off the first token's path */
         pthread_mutex_lock(&e->mu);
         bool stop = e->stopping && ((all_idle(e) && !e->in_head) || dd_now() > e->drain_until);
         if (!busy && !stop && !e->in_head) { /* 8: sleep until a submit or stop (or 100 ms:
@@ -495,11 +499,13 @@ static int check_params(const struct eng_params *p, char *err, size_t errlen)
                 p->spec_rollback);
         return DD_EINVAL;
     }
-    if (p->mem_max < 0 || p->cache_ram_max < 0) {
+    if (p->mem_max < 0 || p->cache_ram_max < 0 || p->cache_disk_max < 0 ||
+        p->cache_save_piece < 0) {
         dd_errf(err, errlen,
                 "invalid engine parameters: mem_max %lld (>= 0, 0 = no limit), cache_ram_max "
-                "%lld (>= 0)",
-                (long long)p->mem_max, (long long)p->cache_ram_max);
+                "%lld, cache_disk_max %lld, cache_save_piece %lld (each >= 0)",
+                (long long)p->mem_max, (long long)p->cache_ram_max, (long long)p->cache_disk_max,
+                (long long)p->cache_save_piece);
         return DD_EINVAL;
     }
     return 0;
@@ -642,6 +648,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->pc_hit_disk = atomic_load_explicit(&e->st_pc_hit[2], memory_order_relaxed);
     s->pc_copies = atomic_load_explicit(&e->st_pc_copies, memory_order_relaxed);
     s->pc_demoted = atomic_load_explicit(&e->st_pc_demoted, memory_order_relaxed);
+    s->pc_abandoned = atomic_load_explicit(&e->st_pc_abandoned, memory_order_relaxed);
     struct pcache_stats ps;
     pcache_get_stats(e->pc, &ps);
     s->pc_ram_bytes = ps.ram_bytes;
@@ -652,6 +659,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->pc_disk_write_errors = ps.disk_write_errors;
     s->pc_disk_reads = ps.disk_reads;
     s->pc_disk_rejected = ps.disk_rejected;
+    s->pc_disk_bytes = ps.disk_bytes;
+    s->pc_disk_evictions = ps.disk_evictions;
+    s->pc_disk_writes_skipped = ps.disk_writes_skipped;
     for (int i = 0; i < ENG_MAX_DRAFT; i++) {
         s->drafted_at[i] = atomic_load_explicit(&e->st_drafted_at[i], memory_order_relaxed);
         s->accepted_at[i] = atomic_load_explicit(&e->st_accepted_at[i], memory_order_relaxed);

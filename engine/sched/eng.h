@@ -45,6 +45,9 @@ struct eng_params {
     int64_t cache_ram_max;    /* bytes of saved prefixes kept in host RAM (0 = none) */
     const char *cache_dir;    /* directory of saved prefixes that outlive the daemon (NULL or
                                * "" = none); borrowed during eng_create only */
+    int64_t cache_disk_max;   /* bytes of cache_dir's files (0 = no limit; LRU by mtime) */
+    int64_t cache_save_piece; /* KV bytes a background save copies between two steps (0 = the
+                               * default, 1 MiB; tests make it tiny) */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject
@@ -205,6 +208,8 @@ struct eng_stats {
     int64_t pc_queries, pc_hit_slot, pc_hit_ram, pc_hit_disk, pc_copies, pc_demoted;
     int64_t pc_ram_bytes, pc_ram_entries, pc_disk_entries, pc_ram_evictions;
     int64_t pc_disk_writes, pc_disk_write_errors, pc_disk_reads, pc_disk_rejected;
+    int64_t pc_disk_bytes, pc_disk_evictions, pc_disk_writes_skipped;
+    int64_t pc_abandoned; /* saves given up: a new request needed the slot's rows first */
 };
 void eng_get_stats(eng_t *e, struct eng_stats *s);
 /* Copies up to max slots' stats; returns the number of slots. */

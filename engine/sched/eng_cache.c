@@ -19,20 +19,39 @@
  * Sharing: a new request gets the longest cached prefix of its prompt wherever it is (admit):
  * a free slot's own state or checkpoint is used in place; a checkpoint of another slot (busy or
  * not) is copied, with its KV rows, into the request's slot on the device (fwd_seq_kv_copy); a
- * prefix of the RAM or disk tier (pcache.h) is uploaded. A checkpoint a slot drops (budget,
- * or a new request overwriting its rows) goes to those tiers first, KV rows included (demote).
+ * prefix of the RAM or disk tier (pcache.h) is uploaded. Only the rows the slot does not hold
+ * already are moved: a slot's rows below its common prefix with the prompt stay.
  *
- * Invariant (with eng.c): every used checkpoint of a slot has 0 < pos <= n_cached and holds
- * the state after the slot's tokens[0 .. pos).
+ * Saving below the slots (write-behind): every checkpoint goes to the RAM tier (and through
+ * it to disk), KV rows included, without holding up a request's first token by more than a
+ * few per cent. A save (struct save) copies the checkpoint's state and tokens when it starts
+ * and downloads its KV rows [0, pos) top down between steps (eng__cache_background): a piece
+ * of SAVE_PIECE_BYTES when no prompt is being prefilled (decode steps, idle), else
+ * SYNC_ROWS_PER_TOKEN rows per prompt row the step computed (copying a row costs about a
+ * hundredth of computing one). The disk write happens on pcache's writer thread. A save reads
+ * rows the slot still holds: before admission changes a slot's rows from `keep` on (a new
+ * request prefills, copies or uploads there), every save of that slot takes its rows
+ * [keep, lo) at once, within the same budget of SYNC_ROWS_PER_TOKEN rows per prompt token the
+ * request computes itself; a save that needs more is given up (pc_abandoned). In practice:
+ * the few message tokens of a conversation that goes on are taken, a whole prefix only by a
+ * request that prefills a long prompt itself, and a prefix is lost only when requests come
+ * faster than the saves. A checkpoint a slot drops (budget, or a new request overwriting its
+ * rows) that is not below yet starts its save then. Finished saves enter the tiers at safe
+ * points (saves_commit: a borrowed tier entry may be in use during admission).
+ *
+ * Invariants (with eng.c): every used checkpoint of a slot has 0 < pos <= n_cached and holds
+ * the state after the slot's tokens[0 .. pos). Every save's rows [0, lo) are rows of its
+ * slot, unchanged since the save started.
  *
  * Thread: the engine thread only.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eng_impl.h"           // defines: struct slot, struct eng, struct ckpt
 #include "engine/compute/fwd.h" // defines: fwd_seq_save, fwd_seq_restore, fwd_cache
-#include "engine/util.h"        // defines: LOG_D, xcalloc
+#include "engine/util.h"        // defines: LOG_D, xcalloc, ASSERT
 #include "pcache.h"             // defines: pcache_*
 
 /* ============================================================================================
@@ -65,33 +84,192 @@ int64_t eng__cache_chunk_end(const eng_t *e, const struct slot *s, int64_t want)
 }
 
 /* ============================================================================================
- * Demotion to the RAM and disk tiers
+ * Saves to the RAM and disk tiers (write-behind)
  * ========================================================================================== */
 
-/* Hand checkpoint k of slot s (still valid: its KV rows are rows [0, k->pos) of s) to the tiers
- * below, unless they have it; then k is free. */
-static void demote(eng_t *e, struct slot *s, struct ckpt *k)
+/* KV bytes a background save downloads per engine step (eng_params.cache_save_piece when
+ * set): about a millisecond of copying into fresh pages (page faults included) on a loaded
+ * two-core machine; a request that arrives meanwhile waits for one piece at most. */
+#define SAVE_PIECE_BYTES ((int64_t)1 << 20)
+
+/* The save of tokens[0 .. pos) with this hash, under way or finished, or NULL. */
+static struct save *save_find(eng_t *e, uint64_t hash, int64_t pos)
 {
-    if (k->pos <= 0)
+    for (int64_t i = 0; i < e->n_saves; i++)
+        if (e->saves[i].pe && e->saves[i].pe->hash == hash && e->saves[i].pe->pos == pos)
+            return &e->saves[i];
+    return NULL;
+}
+
+/* Download rows [r0, sv->lo) of the save: its rows are then [r0, pos). */
+static void save_rows(eng_t *e, struct save *sv, int64_t r0)
+{
+    if (r0 >= sv->lo)
+        return;
+    fwd_seq_kv_download(e->fwd, sv->s->id, r0, sv->lo, sv->pe->pos, sv->pe->kv);
+    sv->lo = r0;
+}
+
+/* Finished saves into the tiers (wait: for room in the write queue, at shutdown). Not while
+ * a tier entry is borrowed: inserting may drop RAM entries. */
+static void saves_commit(eng_t *e, bool wait)
+{
+    for (int64_t i = 0; i < e->n_saves; i++) {
+        struct save *sv = &e->saves[i];
+        if (!sv->pe || sv->lo > 0)
+            continue;
+        LOG_D("slot %lld: checkpoint at %lld saved below the slots", (long long)sv->s->id,
+              (long long)sv->pe->pos);
+        pcache_insert(e->pc, sv->pe, wait);
+        sv->pe = NULL;
+        atomic_fetch_add_explicit(&e->st_pc_demoted, 1, memory_order_relaxed);
+    }
+}
+
+/* Start saving checkpoint k of slot s (valid: its rows are rows [0, k->pos) of s) unless the
+ * tiers have it or a save of it is under way. Copies the state, hidden row and tokens now;
+ * the KV rows follow (save_rows). A full save list drops the checkpoint instead (counted by
+ * its absence from pc_demoted): only when saves fall far behind. */
+static void save_start(eng_t *e, struct slot *s, struct ckpt *k)
+{
+    k->saved = true;
+    if (!e->pc || k->pos <= 0)
         return;
     const int64_t pos = k->pos;
-    k->pos = -1;
-    if (!e->pc)
-        return;
     const uint64_t hash = pcache_hash(s->tokens, pos);
-    if (pcache_has(e->pc, hash, pos))
+    if (save_find(e, hash, pos) || pcache_has(e->pc, hash, pos))
         return;
-    struct pcache_entry *pe = pcache_entry_new(e->pc, pos);
+    struct save *sv = NULL;
+    for (int64_t i = 0; i < e->n_saves && !sv; i++)
+        if (!e->saves[i].pe)
+            sv = &e->saves[i];
+    struct pcache_entry *pe = sv ? pcache_entry_new(e->pc, pos) : NULL;
     if (!pe)
         return;
     pe->hash = hash;
     memcpy(pe->tokens, s->tokens, (size_t)pos * sizeof *pe->tokens);
     memcpy(pe->state, k->state, fwd_ckpt_floats(e->fwd) * sizeof(float));
     memcpy(pe->h, k->h, (size_t)e->m->hp.n_embd * sizeof(float));
-    fwd_seq_kv_download(e->fwd, s->id, pos, pe->kv);
-    pcache_insert(e->pc, pe);
-    atomic_fetch_add_explicit(&e->st_pc_demoted, 1, memory_order_relaxed);
-    LOG_D("slot %lld: checkpoint at %lld saved below the slots", (long long)s->id, (long long)pos);
+    *sv = (struct save){.pe = pe, .s = s, .lo = pos, .seq = ++e->save_clock};
+}
+
+/* Rows a request may copy for saves on its way, per prompt token it prefills itself: copying
+ * a row costs about 3 us here, computing a token 0.3-1 ms, so a few per cent of its prefill. */
+#define SYNC_ROWS_PER_TOKEN 8
+
+/* Slot t's rows from keep on are about to change, and the request that changes them prefills
+ * n_fill tokens itself: every save reading those rows takes its rows [keep, lo) now, oldest
+ * first, within SYNC_ROWS_PER_TOKEN * n_fill rows; the saves beyond are given up. */
+static void release_rows(eng_t *e, struct slot *t, int64_t keep, int64_t n_fill)
+{
+    int64_t budget = SYNC_ROWS_PER_TOKEN * n_fill;
+    for (;;) {
+        struct save *sv = NULL;
+        for (int64_t i = 0; i < e->n_saves; i++) {
+            struct save *c = &e->saves[i];
+            if (c->pe && c->s == t && c->lo > keep && (!sv || c->seq < sv->seq))
+                sv = c;
+        }
+        if (!sv)
+            return;
+        if (sv->lo - keep <= budget) {
+            budget -= sv->lo - keep;
+            save_rows(e, sv, keep);
+            continue;
+        }
+        LOG_D("slot %lld: checkpoint at %lld not saved: %lld rows left, the request allows %lld",
+              (long long)t->id, (long long)sv->pe->pos, (long long)(sv->lo - keep),
+              (long long)budget);
+        pcache_entry_drop(sv->pe);
+        sv->pe = NULL;
+        atomic_fetch_add_explicit(&e->st_pc_abandoned, 1, memory_order_relaxed);
+    }
+}
+
+/* Checkpoint k of slot s is dropped: it goes below (save_start), then k is free. */
+static void demote(eng_t *e, struct slot *s, struct ckpt *k)
+{
+    if (k->pos <= 0)
+        return;
+    save_start(e, s, k);
+    k->pos = -1;
+}
+
+/* The oldest save under way, or NULL. */
+static struct save *oldest_save(eng_t *e, int64_t *n_busy)
+{
+    struct save *o = NULL;
+    *n_busy = 0;
+    for (int64_t i = 0; i < e->n_saves; i++) {
+        struct save *sv = &e->saves[i];
+        if (!sv->pe || sv->lo == 0)
+            continue;
+        (*n_busy)++;
+        if (!o || sv->seq < o->seq)
+            o = sv;
+    }
+    return o;
+}
+
+/* A checkpoint not saved yet of a slot past its prefill, or NULL. */
+static struct ckpt *unsaved(eng_t *e, struct slot **owner)
+{
+    for (int64_t i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        for (int64_t j = 0; j < e->n_ckpt && s->state != SLOT_PREFILL; j++)
+            if (s->ckpts[j].pos > 0 && !s->ckpts[j].saved) {
+                *owner = s;
+                return &s->ckpts[j];
+            }
+    }
+    return NULL;
+}
+
+/* Rows this call of eng__cache_background may copy: SYNC_ROWS_PER_TOKEN per prompt row the
+ * last step computed (a few per cent of that step, however close a request is to its first
+ * token), and a whole piece when no prompt is being prefilled (decode steps, idle) or the saves
+ * fall behind. */
+static int64_t background_rows(eng_t *e, int64_t n_busy)
+{
+    const int64_t piece = e->p.cache_save_piece > 0 ? e->p.cache_save_piece : SAVE_PIECE_BYTES;
+    int64_t rows = piece / (int64_t)(fwd_kv_floats(e->fwd) * sizeof(float));
+    rows = rows > 1 ? rows : 1;
+    const int64_t prop = SYNC_ROWS_PER_TOKEN * e->step_prompt_rows;
+    bool prefill = false;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        prefill |= e->slots[i].state == SLOT_PREFILL;
+    if (prefill && 2 * n_busy < e->n_saves)
+        return prop;
+    return prop > rows ? prop : rows;
+}
+
+bool eng__cache_background(eng_t *e)
+{
+    if (!e->pc)
+        return false;
+    pcache_poll(e->pc);
+    saves_commit(e, false);
+    int64_t n_busy;
+    struct save *sv = oldest_save(e, &n_busy);
+    int64_t budget = background_rows(e, n_busy);
+    bool worked = false;
+    while (budget > 0) {
+        struct slot *s;
+        struct ckpt *k;
+        while (!sv && (k = unsaved(e, &s))) {
+            save_start(e, s, k);
+            sv = oldest_save(e, &n_busy);
+        }
+        if (!sv)
+            break;
+        const int64_t n = budget < sv->lo ? budget : sv->lo;
+        save_rows(e, sv, sv->lo - n);
+        budget -= n;
+        worked = true;
+        sv = oldest_save(e, &n_busy);
+    }
+    saves_commit(e, false);
+    return worked;
 }
 
 void eng__cache_persist(eng_t *e)
@@ -101,6 +279,11 @@ void eng__cache_persist(eng_t *e)
     for (int64_t i = 0; i < e->p.n_slots; i++)
         for (int64_t j = 0; j < e->n_ckpt; j++)
             demote(e, &e->slots[i], &e->slots[i].ckpts[j]);
+    for (int64_t i = 0; i < e->n_saves; i++)
+        if (e->saves[i].pe)
+            save_rows(e, &e->saves[i], 0);
+    saves_commit(e, true);
+    pcache_flush(e->pc);
 }
 
 /* ============================================================================================
@@ -140,6 +323,7 @@ void eng__cache_after_prefill(eng_t *e, struct slot *s)
     c->pos = pos;
     c->age = ++e->ckpt_clock;
     c->keep = p->n_bounds > 0 && pos == p->bounds[0];
+    c->saved = false;
     LOG_D("slot %lld: checkpoint at %lld%s", (long long)s->id, (long long)pos,
           c->keep ? " (system prompt)" : "");
 }
@@ -225,33 +409,38 @@ static struct slot *lru_free(eng_t *e)
     return t;
 }
 
-/* Slot t will hold prompt[0 .. keep) at most of what it held: its other checkpoints go below. */
-static void drop_beyond(eng_t *e, struct slot *t, int64_t keep)
+/* Slot t keeps its rows [0, keep) and no more (the new request writes from there and computes
+ * n_fill prompt tokens itself): its other checkpoints go below, and its saves take the rows
+ * that will change (release_rows). */
+static void drop_beyond(eng_t *e, struct slot *t, int64_t keep, int64_t n_fill)
 {
     for (int64_t i = 0; i < e->n_ckpt; i++)
         if (t->ckpts[i].pos > keep)
             demote(e, t, &t->ckpts[i]);
+    release_rows(e, t, keep, n_fill);
 }
 
-/* Checkpoint c becomes a copy of (state, h) at pos. */
+/* Checkpoint c becomes a copy of (state, h) at pos; saved: the tiers have it already. */
 static void fill_ckpt(eng_t *e, struct ckpt *c, int64_t pos, const float *state, const float *h,
-                      bool keep)
+                      bool keep, bool saved)
 {
     memcpy(c->state, state, fwd_ckpt_floats(e->fwd) * sizeof(float));
     memcpy(c->h, h, (size_t)e->m->hp.n_embd * sizeof(float));
     c->pos = pos;
     c->age = ++e->ckpt_clock;
     c->keep = keep;
+    c->saved = saved;
 }
 
-/* Slot t takes src's prefix: in place, or copied from another slot or uploaded from a tier.
- * Returns the prefix length in effect (0 when a tier entry did not check out). */
+/* Slot t takes src's prefix: in place, or copied from another slot or uploaded from a tier
+ * (the rows t holds already stay). Returns the prefix length in effect (0 when a tier entry
+ * did not check out). */
 static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
 {
     const int64_t E = e->m->hp.n_embd;
     const bool gdn = fwd_cache(e->fwd)->n_gdn_layers > 0;
     if (b->kind == SRC_HERE) {
-        drop_beyond(e, t, b->pos);
+        drop_beyond(e, t, b->pos, r->p.n_prompt - b->pos);
         if (b->k) {
             fwd_seq_restore(e->fwd, t->id, b->k->state);
             memcpy(t->pending_h, b->k->h, (size_t)E * sizeof(float));
@@ -261,30 +450,32 @@ static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
         }
         return b->pos;
     }
-    int64_t cp = common_prefix(t->tokens, t->n_cached, r->p.prompt, r->p.n_prompt);
-    drop_beyond(e, t, cp < b->pos ? cp : b->pos);
+    /* rows [0, here) of t are the prompt's already: only [here, pos) move */
+    int64_t here = common_prefix(t->tokens, t->n_cached, r->p.prompt, r->p.n_prompt);
+    here = here < b->pos ? here : b->pos;
+    drop_beyond(e, t, here, r->p.n_prompt - b->pos);
     if (b->kind == SRC_SLOT) {
-        fwd_seq_kv_copy(e->fwd, t->id, b->s->id, b->pos);
+        fwd_seq_kv_copy(e->fwd, t->id, b->s->id, here, b->pos);
         atomic_fetch_add_explicit(&e->st_pc_copies, 1, memory_order_relaxed);
         if (!b->k) {
             memset(t->pending_h, 0, (size_t)E * sizeof(float));
             return b->pos;
         }
-        fill_ckpt(e, victim(e, t), b->pos, b->k->state, b->k->h, b->k->keep);
+        fill_ckpt(e, victim(e, t), b->pos, b->k->state, b->k->h, b->k->keep, b->k->saved);
         fwd_seq_restore(e->fwd, t->id, b->k->state);
         memcpy(t->pending_h, b->k->h, (size_t)E * sizeof(float));
         return b->pos;
     }
-    /* the checkpoint's place first: freeing it may add to the tiers, which may move pe */
+    /* the checkpoint's place first: freeing it starts a save, which may allocate */
     struct ckpt *c = gdn && e->n_ckpt ? victim(e, t) : NULL;
     const struct pcache_entry *pe = pcache_load(e->pc, &b->hit, r->p.prompt);
     if (!pe)
         return 0;
-    fwd_seq_kv_upload(e->fwd, t->id, pe->pos, pe->kv);
+    fwd_seq_kv_upload(e->fwd, t->id, here, pe->pos, pe->pos, pe->kv);
     if (gdn)
         fwd_seq_restore(e->fwd, t->id, pe->state);
     if (c)
-        fill_ckpt(e, c, pe->pos, pe->state, pe->h, false);
+        fill_ckpt(e, c, pe->pos, pe->state, pe->h, false, true);
     memcpy(t->pending_h, pe->h, (size_t)E * sizeof(float));
     return pe->pos;
 }
@@ -324,7 +515,7 @@ struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse)
             break;
     }
     if (n == 0) {
-        drop_beyond(e, t, 0);
+        drop_beyond(e, t, 0, r->p.n_prompt);
         fwd_seq_clear(e->fwd, t->id);
         memset(t->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float));
     } else {
@@ -333,6 +524,8 @@ struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse)
     }
     LOG_D("slot %lld: prefix of %lld tokens from %s", (long long)t->id, (long long)n,
           (const char *[]){"nowhere", "the slot", "another slot", "RAM", "disk"}[b.kind]);
+    if (e->pc)
+        saves_commit(e, false); /* no tier entry is borrowed any more */
     *reuse = n;
     return t;
 }
@@ -348,17 +541,26 @@ int eng__cache_init(eng_t *e, char *err, size_t errlen)
                                         .h_floats = (uint64_t)e->m->hp.n_embd,
                                         .kv_floats = fwd_kv_floats(e->fwd)},
                                .ram_max = e->p.cache_ram_max,
-                               .dir = e->p.cache_dir};
+                               .dir = e->p.cache_dir,
+                               .disk_max = e->p.cache_disk_max};
     int rc = pcache_create(&pp, &e->pc, err, errlen);
-    if (rc == 0 && e->pc)
+    if (rc == 0 && e->pc) {
         e->ph = xcalloc((size_t)e->p.n_ctx + 1, sizeof *e->ph);
+        e->n_saves = 2 * e->p.n_slots * (e->n_ckpt + 1);
+        e->saves = xcalloc((size_t)e->n_saves, sizeof *e->saves);
+    }
     return rc;
 }
 
 void eng__cache_deinit(eng_t *e)
 {
+    for (int64_t i = 0; i < e->n_saves; i++)
+        pcache_entry_drop(e->saves[i].pe);
     pcache_destroy(e->pc);
+    free(e->saves);
     free(e->ph);
     e->pc = NULL;
     e->ph = NULL;
+    e->saves = NULL;
+    e->n_saves = 0;
 }

@@ -13,7 +13,7 @@
 #include "engine/model/tok.h"   // defines: struct tok_stream
 #include "engine/util.h"        // defines: struct dd_buf
 #include "gram.h"               // defines: gram_m_t, gram_vocab_t
-#include "pcache.h"             // defines: pcache_t, pcache_get_stats
+#include "pcache.h"             // defines: pcache_t, pcache_get_stats, struct pcache_entry
 #include "smp.h"                // defines: struct smp
 
 /* Bytes a request's outbox reserves when created (eng_req.c). */
@@ -50,6 +50,16 @@ struct ckpt {
     float *h;     /* [n_embd] */
     uint64_t age; /* the engine's ckpt_clock when saved or last used: smaller = older */
     bool keep;    /* a system-prompt boundary: dropped only when every other one is */
+    bool saved;   /* in the tiers below the slots, or its save is under way (eng_cache.c) */
+};
+
+/* A checkpoint being saved to the tiers below the slots (eng_cache.c): pe holds its tokens,
+ * state and hidden row, and its KV rows [lo, pos); rows [0, lo) are still read from slot s. */
+struct save {
+    struct pcache_entry *pe; /* NULL = unused; owned until inserted into the tiers */
+    struct slot *s;
+    int64_t lo;
+    uint64_t seq; /* start order: the oldest is worked on first */
 };
 
 /* A slot's run in the current batch. */
@@ -117,8 +127,12 @@ struct eng {
     uint64_t ckpt_clock; /* ticks at every checkpoint save or use (struct ckpt.age) */
     pcache_t *pc;        /* the RAM and disk tiers, NULL = none */
     uint64_t *ph;        /* [n_ctx + 1] prefix hashes of the prompt being admitted */
-    int64_t draft_cap;   /* longest draft of any drafter */
-    int64_t snap_depth;  /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
+    struct save *saves;  /* [n_saves] saves to the tiers under way (eng_cache.c) */
+    int64_t n_saves;
+    uint64_t save_clock;
+    int64_t step_prompt_rows; /* prompt rows the last step computed (0: none ran) */
+    int64_t draft_cap;        /* longest draft of any drafter */
+    int64_t snap_depth; /* GDN snapshot groups beyond the first: a longer draft is checkpointed */
     /* batch arrays [max_batch_tokens] */
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
@@ -149,6 +163,7 @@ struct eng {
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
+    atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
@@ -191,7 +206,11 @@ void eng__cache_after_prefill(eng_t *e, struct slot *s);
 /* The tiers below the slots (after the slots exist), and their end. */
 int eng__cache_init(eng_t *e, char *err, size_t errlen);
 void eng__cache_deinit(eng_t *e);
-/* At shutdown, with a disk tier: write every slot's checkpoints there. */
+/* Between steps: a piece of saving checkpoints below the slots, never in the way of a first
+ * token that is one step away. Returns whether there was work (call again). */
+bool eng__cache_background(eng_t *e);
+/* At shutdown, with a disk tier: write every slot's checkpoints there, and wait for the
+ * writes. */
 void eng__cache_persist(eng_t *e);
 /* ---- the step (eng.c) and its per-token end (eng_emit.c) ---- */
 void eng__slot_set_state(struct slot *s, enum slot_state st);

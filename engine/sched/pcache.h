@@ -14,13 +14,20 @@
  * version, the model's identity (pcache_model_id) and the state's geometry (which changes with
  * the device split), and a checksum of its body; a file of another model or version, or a
  * damaged one, is ignored with one warning. A failed write costs a warning and the entry, never
- * the request.
+ * the request. Files are written by a writer thread of the cache's own, off the engine's path:
+ * pcache_insert queues the entry (at most PCACHE_QUEUE_MAX writes waiting; beyond that a write
+ * is skipped and counted, the entry stays in RAM), and a file joins the disk index once it is
+ * whole. With disk_max set, the files' bytes stay within it: the least recently used (by file
+ * mtime; a read touches it) are deleted first. Temporary files a killed daemon left behind
+ * are deleted at start-up.
  *
  * Not: a radix tree. Prefixes of one conversation are separate entries, each with all its KV
  * rows; fine for the few boundaries a conversation has, wasteful for very many.
  *
  * Thread safety: one thread (the engine's) calls everything but pcache_get_stats, which any
- * thread may call (relaxed atomics).
+ * thread may call (relaxed atomics). The writer thread reads queued entries (immutable once
+ * inserted; refcounted between the RAM tier and the queue) and hands its results back under
+ * the queue's mutex; the engine thread applies them to the disk index at its next call.
  */
 #ifndef DELTAD_PCACHE_H
 #define DELTAD_PCACHE_H
@@ -41,9 +48,13 @@ struct pcache_geom {
 
 struct pcache_params {
     struct pcache_geom geom;
-    int64_t ram_max; /* bytes of the RAM tier (0 = none) */
-    const char *dir; /* the disk tier's directory (NULL or "" = none); borrowed for create */
+    int64_t ram_max;  /* bytes of the RAM tier (0 = none) */
+    const char *dir;  /* the disk tier's directory (NULL or "" = none); borrowed for create */
+    int64_t disk_max; /* bytes of the disk tier's files (0 = no limit) */
 };
+
+/* Writes that may wait for the writer thread; more are skipped (counted). */
+#define PCACHE_QUEUE_MAX 8
 
 /* One saved prefix: a single allocation, the arrays carved after the struct. */
 struct pcache_entry {
@@ -55,6 +66,7 @@ struct pcache_entry {
     float *kv;       /* [pos][geom.kv_floats] in fwd_seq_kv_download's layout */
     size_t bytes;    /* of the allocation */
     uint64_t used;   /* LRU clock of its last use */
+    atomic_int refs; /* internal: the RAM tier and the write queue */
 };
 
 enum pcache_tier { PCACHE_RAM = 1, PCACHE_DISK = 2 };
@@ -71,6 +83,8 @@ struct pcache_stats {
     int64_t ram_bytes, ram_entries, disk_entries; /* current */
     int64_t ram_evictions;                        /* entries dropped from RAM by the LRU */
     int64_t disk_writes, disk_write_errors, disk_reads, disk_rejected;
+    int64_t disk_bytes;                          /* current: of the indexed files */
+    int64_t disk_evictions, disk_writes_skipped; /* files deleted for disk_max; queue full */
 };
 
 typedef struct pcache pcache_t;
@@ -86,8 +100,10 @@ uint64_t pcache_hash(const int32_t *tok, int64_t n);
 uint64_t pcache_model_id(const char *path);
 
 /* A cache with p's tiers (*out NULL when p asks for none). The disk tier's directory is
- * created when missing; its entries are indexed from the files' headers. Returns 0, or
- * DD_EIO with the reason in err when the directory cannot be made or read. */
+ * created when missing; its entries are indexed from the files' headers, its stale temporary
+ * files deleted, and its writer thread started. Returns 0, or DD_EIO with the reason in err
+ * when the directory cannot be made or read or the thread cannot start. destroy waits for the
+ * queued writes (pcache_flush). */
 int pcache_create(const struct pcache_params *p, pcache_t **out, char *err, size_t errlen);
 void pcache_destroy(pcache_t *pc);
 
@@ -108,9 +124,17 @@ bool pcache_has(pcache_t *pc, uint64_t hash, int64_t pos);
 /* A new entry of pos tokens for the caller to fill (every array), or NULL when the tiers cannot
  * take it (larger than the RAM tier without a disk tier, or out of memory). */
 struct pcache_entry *pcache_entry_new(pcache_t *pc, int64_t pos);
+/* Free a new entry that is not to be inserted after all (NULL: nothing). */
+void pcache_entry_drop(struct pcache_entry *e);
 /* Take e (filled, hash set): into the RAM tier, dropping the least recently used entries
- * beyond ram_max, and into a file when there is a disk tier. */
-void pcache_insert(pcache_t *pc, struct pcache_entry *e);
+ * beyond ram_max, and into the write queue when there is a disk tier. With the queue full,
+ * wait waits for room (shutdown); else the write is skipped. Never waits for a write. */
+void pcache_insert(pcache_t *pc, struct pcache_entry *e, bool wait);
+/* Apply the writer's finished writes to the disk index (cheap; the engine calls it as it
+ * loops, so the index and its gauges follow the writes). */
+void pcache_poll(pcache_t *pc);
+/* Wait until every queued job is done and applied (pcache_poll), deletions included. */
+void pcache_flush(pcache_t *pc);
 
 void pcache_get_stats(const pcache_t *pc, struct pcache_stats *s);
 

@@ -20,11 +20,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "chat.h"               // defines: chat_tmpl_t
-#include "engine/model/model.h" // defines: struct model
-#include "engine/sched/eng.h"   // defines: struct eng_req_params, ENG_MAX_STOP
-#include "engine/sched/gram.h"  // defines: gram_t, gram_cache_t
-#include "engine/sched/smp.h"   // defines: struct smp_params
+#include "chat.h"                   // defines: chat_tmpl_t
+#include "engine/model/model.h"     // defines: struct model
+#include "engine/model/tok_cache.h" // defines: tok_cache_t
+#include "engine/sched/eng.h"       // defines: struct eng_req_params, ENG_MAX_STOP
+#include "engine/sched/gram.h"      // defines: gram_t, gram_cache_t
+#include "engine/sched/smp.h"       // defines: struct smp_params
 
 #define API_MAX_STOP_LEN 256 /* bytes per stop string */
 #define API_MAX_LOGIT_BIAS 1024
@@ -48,6 +49,7 @@ struct api_ctx {
     const chat_tmpl_t *tmpl;      /* the model's chat template; NULL = built-in ChatML */
     enum api_reasoning reasoning; /* the server's reasoning_format */
     gram_cache_t *grams;          /* compiled grammars (thread-safe); NULL = compile each time */
+    tok_cache_t *toks;            /* encodings of long message texts (thread-safe); NULL = none */
 };
 
 struct api_error {

@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api_impl.h"         // defines: api__parse_chat
-#include "chat.h"             // defines: chat_render, chat_check, chat_tmpl_tool_form
-#include "engine/model/tok.h" // defines: tok_piece, tok_bos
-#include "engine/util.h"      // defines: xcalloc, xstrdup
+#include "api_impl.h"               // defines: api__parse_chat
+#include "chat.h"                   // defines: chat_render, chat_check, chat_tmpl_tool_form
+#include "engine/model/tok.h"       // defines: tok_piece, tok_bos
+#include "engine/model/tok_cache.h" // defines: tok_cache_encode
+#include "engine/util.h"            // defines: xcalloc, xstrdup
 
 /* ---- prompt ---------------------------------------------------------------------------- */
 
@@ -25,15 +26,21 @@
  * "<|im_end|>" typed by a user stays text. Cutting at span edges can split what whole-text
  * BPE would merge across the edge; the edges sit next to control tokens and newlines, where
  * the pre-tokenizer splits anyway. Capacity: every piece gets its length + 1 ids. */
-void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p)
+void api__encode_chat(const tok_t *t, tok_cache_t *tc, const struct chat_prompt *cp,
+                      struct api_prompt *p)
 {
     p->ids = xmalloc((cp->text.len + 2 * (size_t)cp->n_spans + 2) * sizeof *p->ids);
     api__add_bos(t, p);
     size_t at = 0;
     for (int64_t i = 0; i < cp->n_spans; i++) {
         api__encode_into(t, cp->text.p + at, cp->spans[i].off - at, true, p);
-        api__encode_into(t, cp->text.p + cp->spans[i].off, cp->spans[i].len, false, p);
-        at = cp->spans[i].off + cp->spans[i].len;
+        /* a message's text: a long one (a shared system prompt) is likely sent again */
+        const size_t n = cp->spans[i].len;
+        int64_t got = tok_cache_encode(tc, t, cp->text.p + cp->spans[i].off, n, false,
+                                       p->ids + p->n_ids, (int64_t)n + 1);
+        ASSERT(got >= 0 && got <= (int64_t)n + 1); /* byte-level BPE: at most one id per byte */
+        p->n_ids += got;
+        at = cp->spans[i].off + n;
     }
     api__encode_into(t, cp->text.p + at, cp->text.len - at, true, p);
     /* message ends: byte offsets to token positions, walking the tokens' bytes; an end inside
@@ -168,7 +175,7 @@ static int render(const cJSON *msgs, const cJSON *tools, const cJSON *kw, const 
     r->prompts = xcalloc(1, sizeof *r->prompts);
     r->n_prompts = 1;
     r->think_open = cp.think_open;
-    api__encode_chat(ctx->model->tok, &cp, &r->prompts[0]);
+    api__encode_chat(ctx->model->tok, ctx->toks, &cp, &r->prompts[0]);
     chat_prompt_free(&cp);
     return 0;
 }

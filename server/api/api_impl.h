@@ -31,8 +31,9 @@ void api__encode_into(const tok_t *t, const char *s, size_t n, bool special, str
 /* The model's BOS when its tokenizer asks for one (Qwen's does not). */
 void api__add_bos(const tok_t *t, struct api_prompt *p);
 /* Tokenize a rendered chat prompt into p: template text with special tokens, user spans
- * without (api_chat.c). */
-void api__encode_chat(const tok_t *t, const struct chat_prompt *cp, struct api_prompt *p);
+ * without (api_chat.c); tc (NULL: none) keeps the encodings of long spans. */
+void api__encode_chat(const tok_t *t, tok_cache_t *tc, const struct chat_prompt *cp,
+                      struct api_prompt *p);
 
 /* Output constraints (api_format.c): response_format, json_schema, grammar into r->constraint
  * (validated, schemas compiled to GBNF); then, once the prompt is rendered (a thinking block

@@ -397,6 +397,7 @@ void serve_eng_params(const struct cfg *c, struct eng_params *p)
         .checkpoint_every = c->checkpoint_every,
         .cache_ram_max = c->cache_ram_max,
         .cache_dir = c->cache_dir,
+        .cache_disk_max = c->cache_disk_max,
         .spec_types = draft > 0 ? spec_mask(c->spec_type) : 0,
         .draft_max = draft,
         .ngram_n = c->spec_ngram_n,

@@ -68,6 +68,7 @@ struct cfg {
     int64_t cache_mem_max;    /* bytes, 0 = MemAvailable at start-up */
     int64_t cache_ram_max;    /* bytes of saved prompt prefixes in RAM, 0 = none */
     char *cache_dir;          /* directory of saved prompt prefixes, "" = none */
+    int64_t cache_disk_max;   /* bytes of cache_dir's files, 0 = no limit */
     /* ---- speculative decoding ---- */
     int spec_type;          /* enum cfg_spec_type */
     int64_t spec_draft_max; /* snapshot depth = the longest MTP draft */

@@ -38,6 +38,7 @@
 
 #include <microhttpd.h>
 
+#include "engine/model/tok_cache.h"    // defines: tok_cache_create, tok_cache_destroy
 #include "engine/util.h"               // defines: LOG_I, xcalloc, dd_now
 #include "job.h"                       // defines: job_start, job_poll, job_end
 #include "metrics.h"                   // defines: metrics_request, metrics_render
@@ -75,6 +76,7 @@ struct http {
     struct hconn *conn_head, *conn_tail;
     int n_conns;
     gram_cache_t *grams; /* compiled response_format / json_schema / grammar constraints */
+    tok_cache_t *toks;   /* encodings of long message texts (system prompts) */
 };
 
 /* ---- routes ---------------------------------------------------------------------------- */
@@ -554,7 +556,8 @@ static struct api_ctx api_ctx_of(const http_t *h)
                             .max_json_depth = h->o.max_json_depth,
                             .tmpl = h->chat,
                             .reasoning = (enum api_reasoning)h->o.reasoning_format,
-                            .grams = h->grams};
+                            .grams = h->grams,
+                            .toks = h->toks};
 }
 
 /* POST /tokenize and /detokenize. */
@@ -1049,6 +1052,7 @@ static void http_free(http_t *h)
     store_destroy(h->store);
     metrics_destroy(h->metrics);
     gram_cache_destroy(h->grams);
+    tok_cache_destroy(h->toks);
     free((char *)h->o.host);
     free((char *)h->o.api_key);
     free((char *)h->o.cors_origin);
@@ -1074,7 +1078,8 @@ int http_start(const struct http_opts *o, http_t **out, char *err, size_t errlen
                             o->responses_store_ttl_s > 0 ? o->responses_store_ttl_s : 3600);
     h->metrics = metrics_create();
     pthread_mutex_init(&h->conn_mu, NULL);
-    h->grams = gram_cache_create(16); /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
+    h->grams = gram_cache_create(16);          /* x GRAM_CACHE_BYTES of masks at most: 256 MiB */
+    h->toks = tok_cache_create(1024, 4 << 20); /* texts of 1 KiB or more, 4 MiB in all */
     struct sockaddr_storage ss;
     socklen_t sl;
     int family = resolve(o->host, o->port, &ss, &sl);

@@ -251,7 +251,12 @@ static void render_pcache(struct dd_buf *b, const struct eng_stats *es)
         {"deltad_prompt_cache_slot_copies_total", "counter",
          "Prefixes copied from one slot into another.", es->pc_copies},
         {"deltad_prompt_cache_saved_total", "counter",
-         "Checkpoints a slot dropped that were saved to RAM / disk.", es->pc_demoted},
+         "Checkpoints saved to RAM / disk (write-behind, or when a slot dropped them).",
+         es->pc_demoted},
+        {"deltad_prompt_cache_saves_abandoned_total", "counter",
+         "Checkpoint saves given up: a request overwrote the slot's rows before the save was "
+         "done, and copying them first would have delayed its first token.",
+         es->pc_abandoned},
         {"deltad_prompt_cache_evictions_total", "counter",
          "Saved prefixes dropped from RAM (least recently used first).", es->pc_ram_evictions},
         {"deltad_prompt_cache_ram_bytes", "gauge", "Bytes of saved prefixes in RAM.",
@@ -267,6 +272,13 @@ static void render_pcache(struct dd_buf *b, const struct eng_stats *es)
          es->pc_disk_reads},
         {"deltad_prompt_cache_disk_rejected_total", "counter",
          "Prefix files ignored when read (damaged).", es->pc_disk_rejected},
+        {"deltad_prompt_cache_disk_bytes", "gauge", "Bytes of prefix files on disk.",
+         es->pc_disk_bytes},
+        {"deltad_prompt_cache_disk_evictions_total", "counter",
+         "Prefix files deleted to stay within cache_disk_max (least recently used first).",
+         es->pc_disk_evictions},
+        {"deltad_prompt_cache_disk_writes_skipped_total", "counter",
+         "Prefix files not written because the write queue was full.", es->pc_disk_writes_skipped},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         head(b, rows[i].name, rows[i].type, rows[i].help);

@@ -16,8 +16,11 @@ default. Cases:
    serves the first request from disk;
 5. a damaged cache file, a garbage file and a file of another model are each ignored with one
    warning, and the answers stay right; writes that fail are counted, warned about once, and
-   serving goes on;
-6. two CPU devices (tensor parallel).
+   serving goes on; temporary files a killed daemon left are deleted at start-up (those of a
+   live process are not);
+6. two CPU devices (tensor parallel);
+7. cache_disk_max: the files stay within it, the least recently used go, and a restarted
+   daemon serves the newest system prompt from disk.
 """
 
 import glob
@@ -27,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Checks, Daemon, eog_bias, post_json, request, run_main  # noqa: E402
@@ -170,6 +174,30 @@ def case_ram():
     C.ok(d.stop() == 0, "RAM small: clean exit")
 
 
+def wait_metric(port, name, at_least, label=None):
+    """The metric once it reaches at_least (disk writes are made by a writer thread: the counter
+    follows the requests shortly), or its last value after 60 s (a hang guard, not a timing)."""
+    v = None
+    for _ in range(600):
+        v = metric(port, name, label)
+        if v is not None and v >= at_least:
+            break
+        time.sleep(0.1)
+    return v
+
+
+def dead_pid():
+    """A process id no process has now."""
+    for pid in range(4194303, 1000, -1):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except OSError:
+            pass
+    return None
+
+
 def warnings(d, path):
     return len([l for l in d.log_text().splitlines() if "ignoring " + path in l])
 
@@ -188,7 +216,16 @@ def case_disk():
         files = sorted(glob.glob(os.path.join(cdir, "*.dpc")))
         C.ok(len(files) >= 1 and not glob.glob(os.path.join(cdir, "*.tmp")),
              "disk: checkpoints written at shutdown, no temporary files left", files)
+        # the half-written files of a killed daemon: deleted at start-up; a live one's: kept
+        stale = os.path.join(cdir, "00000000000000aa.dpc.%d.tmp" % dead_pid())
+        live = os.path.join(cdir, "00000000000000bb.dpc.%d.tmp" % os.getpid())
+        for f in (stale, live):
+            with open(f, "wb") as fh:
+                fh.write(b"half a file")
         d = Daemon(B, model("tiny-qwen35.gguf"), args, name="pcache-disk2").start()
+        C.ok(not os.path.exists(stale) and os.path.exists(live),
+             "disk: a dead daemon's temporary file deleted at start-up, a live one's kept")
+        os.unlink(live)
         got = chat(d.port, system, QUESTIONS[1], bias)
         ref = chat(d.port, system, QUESTIONS[1], bias, False)
         C.ok(got[1] >= n_sys, "disk: the restarted daemon serves the system turn from disk "
@@ -242,13 +279,52 @@ def case_disk():
         chat(d.port, a, QUESTIONS[1], bias)
         chat(d.port, b, QUESTIONS[1], bias)
         got = chat(d.port, a, QUESTIONS[0], bias)
-        errs = metric(d.port, "deltad_prompt_cache_disk_write_errors_total")
+        errs = wait_metric(d.port, "deltad_prompt_cache_disk_write_errors_total", 2)
         C.ok(errs and errs >= 2, "failed writes are counted", errs)
         C.ok(len([l for l in d.log_text().splitlines() if "cannot write" in l]) == 1,
              "failed writes: one warning line")
         C.ok(got[1] >= sys_tokens(d.port, a) and got[0] == ref[0],
              "failed writes: served on from RAM, answer right", (got, ref))
         C.ok(d.stop() == 0, "failed writes: clean exit")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def dir_bytes(cdir):
+    return sum(os.path.getsize(f) for f in glob.glob(os.path.join(cdir, "*.dpc")))
+
+
+def case_disk_max():
+    """cache_disk_max: four system prompts' checkpoints in a directory with room for about two
+    files; the total stays within it, and the newest prompt comes back from disk."""
+    tmp = tempfile.mkdtemp(prefix="deltad-pcache-max-")
+    cdir = os.path.join(tmp, "cache")
+    try:
+        args = ["--slots", "1", "--ctx", "4096", "--cache_dir", cdir]
+        d = Daemon(B, model("tiny-qwen35.gguf"), args, name="pcache-max1").start()
+        bias = eog_bias(d.port)
+        chat(d.port, system_text(42, 40), QUESTIONS[0], bias)
+        d.stop()
+        one = max(os.path.getsize(f) for f in glob.glob(os.path.join(cdir, "*.dpc")))
+        shutil.rmtree(cdir)
+        lim = one * 5 // 2
+        args += ["--cache_disk_max", str(lim)]
+        d = Daemon(B, model("tiny-qwen35.gguf"), args, name="pcache-max2").start()
+        for k in range(4):
+            chat(d.port, system_text(42, 41 + k), QUESTIONS[k], bias)
+        ev = wait_metric(d.port, "deltad_prompt_cache_disk_evictions_total", 1)
+        C.ok(d.stop() == 0, "cache_disk_max: clean exit")
+        C.ok(ev and ev >= 1, "cache_disk_max: files deleted to stay within it", ev)
+        C.ok(0 < dir_bytes(cdir) <= lim, "cache_disk_max %d holds: %d bytes in %d files" %
+             (lim, dir_bytes(cdir), len(glob.glob(os.path.join(cdir, "*.dpc")))))
+        d = Daemon(B, model("tiny-qwen35.gguf"), args, name="pcache-max3").start()
+        system = system_text(42, 44)
+        got = chat(d.port, system, QUESTIONS[1], bias)
+        ref = chat(d.port, system, QUESTIONS[1], bias, False)
+        C.ok(got[1] >= sys_tokens(d.port, system) and got[0] == ref[0],
+             "cache_disk_max: the newest system prompt comes back from disk", (got, ref))
+        C.ok(d.stop() == 0, "cache_disk_max: clean exit after the restart")
+        C.ok(dir_bytes(cdir) <= lim, "cache_disk_max holds after the restart", dir_bytes(cdir))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -275,6 +351,7 @@ def main():
     case_slots()
     case_ram()
     case_disk()
+    case_disk_max()
     return C.finish()
 
 

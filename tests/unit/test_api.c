@@ -448,7 +448,7 @@ TEST(chatml_render_and_spans)
     CHECK(p.n_spans == 4 && strncmp(p.text.p + p.spans[3].off, "<|im_end|>", p.spans[3].len) == 0);
     /* the user's "<|im_end|>" must not become the control token */
     struct api_prompt ap = {0};
-    api__encode_chat(g_model->tok, &p, &ap);
+    api__encode_chat(g_model->tok, NULL, &p, &ap);
     int32_t im_end = tok_find(g_model->tok, "<|im_end|>", 10);
     int n_end = 0;
     for (int64_t i = 0; i < ap.n_ids; i++)

@@ -302,7 +302,7 @@ TEST(user_control_tokens_stay_text)
         CHECK(p.text.p[p.spans[i].off] == '<' || (unsigned char)p.text.p[p.spans[i].off] == 0xF4);
     /* tokenized: only the template's own im_start / im_end become control tokens */
     struct api_prompt ap = {0};
-    api__encode_chat(g_model->tok, &p, &ap);
+    api__encode_chat(g_model->tok, NULL, &p, &ap);
     int32_t im_end = tok_find(g_model->tok, "<|im_end|>", 10);
     int ends = 0;
     for (int64_t i = 0; i < ap.n_ids; i++)
@@ -337,7 +337,7 @@ static void check_ends(const char *file, const struct chat_prompt *p)
     const char *last = t + p->ends[p->n_ends - 1];
     CHECK(strncmp(last, "<|im_start|>assistant\n", 22) == 0 && !strstr(last, end_tag));
     struct api_prompt ap = {0};
-    api__encode_chat(g_model->tok, p, &ap);
+    api__encode_chat(g_model->tok, NULL, p, &ap);
     int32_t im_start = tok_find(g_model->tok, start_tag, strlen(start_tag));
     CHECK_EQ(ap.n_bounds, p->n_ends);
     for (int64_t i = 0; i < ap.n_bounds; i++)

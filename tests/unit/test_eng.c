@@ -86,7 +86,8 @@ struct setup {
     eng_t *e;
 };
 
-static int64_t g_ram_max; /* cache_ram_max of the next setup_open */
+static int64_t g_ram_max;    /* cache_ram_max of the next setup_open */
+static int64_t g_save_piece; /* cache_save_piece of the next setup_open */
 
 static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t batch,
                       int64_t queue_max, bool start)
@@ -100,7 +101,8 @@ static int setup_open(struct setup *s, const char *file, int64_t slots, int64_t 
                            .queue_max = queue_max,
                            .n_checkpoints = 4,
                            .checkpoint_every = 64,
-                           .cache_ram_max = g_ram_max};
+                           .cache_ram_max = g_ram_max,
+                           .cache_save_piece = g_save_piece};
     if (model_load(path, &s->m, err, sizeof err) || testutil_dev_cpu(2, &s->d, err, sizeof err) ||
         eng_create(s->m, s->d, &p, &s->e, err, sizeof err) ||
         (start && eng_start(s->e, err, sizeof err))) {
@@ -337,6 +339,96 @@ TEST(prompt_cache_across_slots_and_ram)
     }
 }
 
+/* Wait (a hang guard of 60 s, not a timing) until the engine has saved n checkpoints below the
+ * slots; returns the count. */
+static int64_t wait_saved(eng_t *e, int64_t n)
+{
+    struct eng_stats st;
+    for (int i = 0; i < 6000; i++) {
+        eng_get_stats(e, &st);
+        if (st.pc_demoted >= n)
+            break;
+        testutil_sleep_ms(10);
+    }
+    return st.pc_demoted;
+}
+
+/* Saves below the slots happen off the requests' path (eng_cache.c): a checkpoint goes to RAM
+ * in the background while its slot still holds it; a request that overwrites a slot's rows
+ * before their save is done copies them first only within its budget (8 rows per prompt token
+ * it computes), else the save is given up. Background saves copy one KV row per step here
+ * (cache_save_piece 1), and requests are queued before the engine starts, so the order of
+ * events is fixed. */
+TEST(prompt_cache_write_behind)
+{
+    int32_t px[120], py[120], pq[130], one[1] = {7};
+    make_prompt(px, 100, 3);
+    memcpy(py, px, 100 * sizeof *px);
+    make_prompt(px + 100, 20, 5);
+    make_prompt(py + 100, 20, 6);
+    make_prompt(pq, 130, 7);
+    struct setup ref, s1, s2, s3;
+    g_ram_max = 64 << 20;
+    g_save_piece = 1;
+    int rc = setup_open(&ref, "tiny-qwen35.gguf", 1, 32, 8, true) |
+             setup_open(&s1, "tiny-qwen35.gguf", 1, 32, 8, false) |
+             setup_open(&s2, "tiny-qwen35.gguf", 1, 32, 8, false) |
+             setup_open(&s3, "tiny-qwen35.gguf", 1, 32, 8, true);
+    g_ram_max = 0;
+    g_save_piece = 0;
+    if (rc) {
+        CHECK(0);
+        return;
+    }
+    char err[256];
+    struct result want, a, b, y, q;
+    struct eng_stats st;
+    finish_req(submit_bound(ref.e, py, 120, 100, 10, false), &want);
+    /* 1: a one-token request right behind x (101 tokens: its last prefill step computes one,
+     * which lets the saves copy 8 rows) may not copy x's 100 rows: the save is given up, and y
+     * finds nothing below the slots */
+    eng_req_t *ra = submit_bound(s1.e, px, 101, 100, 2, true);
+    eng_req_t *rb = submit_bound(s1.e, one, 1, 0, 2, true);
+    CHECK_EQ(eng_start(s1.e, err, sizeof err), 0);
+    finish_req(ra, &a);
+    finish_req(rb, &b);
+    finish_req(submit_bound(s1.e, py, 120, 100, 10, true), &y);
+    eng_get_stats(s1.e, &st);
+    printf("  given up: %lld saves, y cached %lld\n", (long long)st.pc_abandoned,
+           (long long)y.cached);
+    CHECK_EQ(st.pc_abandoned, 1);
+    CHECK_EQ(y.cached, 0);
+    CHECK(same_output(&y, &want));
+    /* 2: a 130-token request behind x computes enough to take x's rows on its way: saved, and
+     * y gets the prefix back from RAM */
+    ra = submit_bound(s2.e, px, 120, 100, 2, true);
+    eng_req_t *rq = submit_bound(s2.e, pq, 130, 0, 2, true);
+    CHECK_EQ(eng_start(s2.e, err, sizeof err), 0);
+    finish_req(ra, &a);
+    finish_req(rq, &q);
+    eng_get_stats(s2.e, &st); /* (before y, which may give up q's own saves) */
+    CHECK_EQ(st.pc_abandoned, 0);
+    finish_req(submit_bound(s2.e, py, 120, 100, 10, true), &y);
+    eng_get_stats(s2.e, &st);
+    CHECK_EQ(y.cached, 100);
+    CHECK_EQ(st.pc_hit_ram, 100);
+    CHECK(same_output(&y, &want));
+    /* 3: with time between requests, x's checkpoint is saved while the slot still holds it,
+     * so the one-token request gives nothing up */
+    finish_req(submit_bound(s3.e, px, 120, 100, 2, true), &a);
+    CHECK(wait_saved(s3.e, 1) >= 1);
+    finish_req(submit_bound(s3.e, one, 1, 0, 2, true), &b);
+    finish_req(submit_bound(s3.e, py, 120, 100, 10, true), &y);
+    eng_get_stats(s3.e, &st);
+    CHECK_EQ(st.pc_abandoned, 0);
+    CHECK_EQ(y.cached, 100);
+    CHECK(same_output(&y, &want));
+    setup_close(&ref);
+    setup_close(&s1);
+    setup_close(&s2);
+    setup_close(&s3);
+}
+
 TEST(stop_string_not_emitted)
 {
     struct setup s;
@@ -405,6 +497,7 @@ int main(int argc, char **argv)
     RUN(concurrent_equals_alone);
     RUN(prompt_cache_reuses_prefix);
     RUN(prompt_cache_across_slots_and_ram);
+    RUN(prompt_cache_write_behind);
     RUN(stop_string_not_emitted);
     RUN(cancel_queue_and_limits);
     TEST_MAIN_END("test_eng");
