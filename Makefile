@@ -366,7 +366,8 @@ FUZZ_DEPS_fuzz_gguf := engine/util.c engine/model/gguf.c
 FUZZ_DEPS_fuzz_tok  := $(FUZZ_TOK)
 FUZZ_GRAM  := engine/sched/gram.c engine/sched/gram_match.c server/api/schema.c server/api/schema_re.c \
               server/api/json.c
-FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) server/api/api.c server/api/api_chat.c server/api/chat.c \
+FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) engine/model/tok_cache.c server/api/api.c server/api/api_chat.c \
+                       server/api/chat.c \
                        server/api/chat_tmpl.c server/api/resp.c server/api/api_responses.c \
                        server/api/api_messages.c server/api/resp_responses.c \
                        server/api/resp_messages.c server/api/store.c server/api/api_format.c \
