@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "comm.h"           // defines: comm_allreduce
@@ -575,6 +576,16 @@ static inline bool dev_host_weights(const struct dev *d)
 static inline int dev_mem_info(const struct dev *d, size_t *free_bytes, size_t *total_bytes)
 {
     return d->ops->mem_info ? d->ops->mem_info(d, free_bytes, total_bytes) : -1;
+}
+
+/* " (F MiB free of T MiB)" into buf for an allocation failure's message, or "" when the device
+ * cannot tell. */
+static inline void dev_mem_note(const struct dev *d, char *buf, size_t cap)
+{
+    size_t fr = 0, tot = 0;
+    buf[0] = '\0';
+    if (dev_mem_info(d, &fr, &tot) == 0)
+        snprintf(buf, cap, " (%.1f MiB free of %.1f MiB)", fr / 1048576.0, tot / 1048576.0);
 }
 
 /* The device's GPU ordinal, or -1 for a device that is not a GPU. */

@@ -403,11 +403,8 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
     int rc = dev_buf_alloc(d, f->plan.total, f->plan.align, &f->buf, (void **)&base);
     if (rc) {
         const size_t cache = cache_bytes_needed(m, p->n_seq, p->n_ctx, p->draft_max);
-        size_t fr = 0, tot = 0;
-        char mem[96] = "";
-        if (dev_mem_info(d, &fr, &tot) == 0)
-            snprintf(mem, sizeof mem, " (%.1f MiB free of %.1f MiB)", fr / 1048576.0,
-                     tot / 1048576.0);
+        char mem[96];
+        dev_mem_note(d, mem, sizeof mem);
         dd_errf(err, errlen,
                 "cannot allocate %.1f MiB on device %s%s: the cache %.1f MiB for %lld sequences "
                 "x %lld tokens with %lld snapshot groups, activations %.1f MiB; lower slots, ctx "

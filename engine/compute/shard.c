@@ -503,11 +503,8 @@ int shard_upload(const struct model *m, struct model **shard, struct dev *d, str
     char *base = NULL;
     int rc = dev_buf_alloc(d, total ? total : 256, 256, buf, (void **)&base);
     if (rc) {
-        size_t fr = 0, tot = 0;
-        char mem[96] = "";
-        if (dev_mem_info(d, &fr, &tot) == 0)
-            snprintf(mem, sizeof mem, " (%.1f MiB free of %.1f MiB)", fr / 1048576.0,
-                     tot / 1048576.0);
+        char mem[96];
+        dev_mem_note(d, mem, sizeof mem);
         dd_errf(err, errlen,
                 "device %s: cannot allocate %.1f MiB for the weights%s; use more devices or a "
                 "smaller quantisation",
