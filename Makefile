@@ -24,6 +24,7 @@ SANITIZE ?=
 FAULT    ?= 0
 FUZZ     ?= 0
 KCPU     ?= 0
+MPI      ?= auto
 CXX      ?= g++
 
 ifeq ($(NCCL),1)
@@ -96,6 +97,29 @@ LIB_SRC    := $(filter-out engine/compute/comm_nccl.c,$(LIB_SRC))
 endif
 ifeq ($(filter 1,$(CUDA) $(KCPU)),)
 LIB_SRC    := $(filter-out engine/compute/dev_cuda.c,$(LIB_SRC))
+endif
+# MPI (one model across hosts: engine/compute/dist_mpi.c, runs under mpirun): MPI=auto turns it
+# on when pkg-config knows Open MPI (ompi-c, Debian's libopenmpi-dev); MPI=0 builds without it
+# (objects in build/<flavour>-nompi); a deltad without MPI refuses to start under mpirun.
+ifeq ($(FUZZ),1)
+MPI := 0
+endif
+HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
+ifeq ($(MPI),auto)
+MPI := $(if $(HAVE_MPI),1,0)
+else ifeq ($(MPI),0)
+ifeq ($(HAVE_MPI),1)
+B := $(B)-nompi
+endif
+endif
+ifeq ($(MPI),1)
+ifneq ($(HAVE_MPI),1)
+$(error MPI=1 needs Open MPI (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin)
+endif
+CFLAGS     += -DDELTAD_MPI=1 $(shell pkg-config --cflags ompi-c)
+LDLIBS     += $(shell pkg-config --libs ompi-c)
+else
+LIB_SRC    := $(filter-out engine/compute/dist_mpi.c,$(LIB_SRC))
 endif
 JINJA_SRC  := $(sort $(wildcard server/jinja/*.c))
 SERVER_SRC := $(filter-out server/cli/main.c,$(sort $(wildcard server/*/*.c)))

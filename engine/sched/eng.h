@@ -74,6 +74,8 @@ enum eng_finish {
     ENG_FINISH_CANCELLED, /* client gone */
     ENG_FINISH_TIMEOUT,   /* past the request deadline */
     ENG_FINISH_ERROR,     /* internal error; message in the outbox */
+    ENG_FINISH_UNAVAILABLE, /* the engine cannot compute any more (a process of its
+                             * tensor-parallel job is gone): 503, message in the outbox */
 };
 
 #define ENG_MAX_STOP 16

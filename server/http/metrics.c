@@ -44,8 +44,8 @@ static const char *const ep_names[METRICS_EP_COUNT] = {
 };
 
 /* Indexed by enum eng_finish. */
-static const char *const finish_names[] = {"none",      "stop",    "length",
-                                           "cancelled", "timeout", "error"};
+static const char *const finish_names[] = {"none",    "stop",  "length",     "cancelled",
+                                           "timeout", "error", "unavailable"};
 #define N_FINISH (sizeof finish_names / sizeof finish_names[0])
 
 static const char *const reject_names[] = {"queue_full", "draining", "loading"};
