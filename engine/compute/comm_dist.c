@@ -32,7 +32,7 @@ struct comm_dist {
     struct comm *local;         /* the process's devices; NULL for one */
     int n_local;
     int me, n_proc;
-    float *part;        /* [n_proc][cap] the processes' partial sums, by process */
+    float *part; /* [n_proc][cap] the processes' partial sums, by process */
     int64_t cap;
     double seconds;      /* device 0: inside allreduce */
     double wait_seconds; /* device 0: in the exchange between processes */

@@ -21,8 +21,8 @@ static struct {
     int rank, size;
     double timeout;
     char host[128];
-    volatile int broken;     /* a wait failed: no more traffic */
-    volatile int interrupt;  /* dist_interrupt was called (async-signal-safe flag) */
+    volatile int broken;    /* a wait failed: no more traffic */
+    volatile int interrupt; /* dist_interrupt was called (async-signal-safe flag) */
     volatile int finalized;
     char failure[256];
 } g = {.size = 1, .timeout = 30.0};

@@ -11,11 +11,10 @@
  * receives still pending are cancelled; sends cannot be, and the job is over anyway.
  */
 #include <limits.h>
+#include <mpi.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <time.h>
-
-#include <mpi.h>
 
 #include "dist.h"        // defines: struct dist_ops, struct dist_msg
 #include "engine/util.h" // defines: dd_errf, dd_now, ASSERT
@@ -28,8 +27,7 @@ static int mpi_init(int *rank, int *size, char *err, size_t errlen)
         return DD_EIO;
     }
     if (provided < MPI_THREAD_SERIALIZED) {
-        dd_errf(err, errlen, "this MPI library offers thread level %d, below SERIALIZED",
-                provided);
+        dd_errf(err, errlen, "this MPI library offers thread level %d, below SERIALIZED", provided);
         MPI_Finalize();
         return DD_EUNSUPPORTED;
     }

@@ -73,8 +73,7 @@ bool fwd_broken(const struct fwd_ctx *f);
  * there ends it here; returns 0 when rank 0 ends the job (dist_finalize), or an error (rank 0
  * gone: message in err). The group spans every process: rank 0's fwd_create_group,
  * fwd_decode, ... are collective calls that the workers answer. */
-int fwd_worker_run(const struct model *m, struct dev **devs, int n_dev, char *err,
-                   size_t errlen);
+int fwd_worker_run(const struct model *m, struct dev **devs, int n_dev, char *err, size_t errlen);
 
 /* Device 0's cache, for reading the per-sequence bookkeeping (rs_idx, valid), which is the
  * same on every device. Change state only through the fwd_seq_* calls below. */

@@ -59,13 +59,13 @@ struct fwd_ctx {
     const float *h_prev; /* NULL: trunk step; else an MTP step */
     /* across processes (n_proc > 1; see the top) */
     int n_proc, me;
-    int n_total;                       /* devices of every process */
-    int64_t dev0[DIST_MAX_RANKS + 1];  /* first global device of each process; [n_proc] total */
-    int64_t ckpt0[DIST_MAX_RANKS + 1]; /* checkpoint floats before each process's part */
-    int64_t kv0[DIST_MAX_RANKS + 1];   /* KV floats per position before each process's part */
-    int64_t wpre[DIST_MAX_RANKS + 1];  /* logits columns (vocab) of the processes before each */
+    int n_total;                        /* devices of every process */
+    int64_t dev0[DIST_MAX_RANKS + 1];   /* first global device of each process; [n_proc] total */
+    int64_t ckpt0[DIST_MAX_RANKS + 1];  /* checkpoint floats before each process's part */
+    int64_t kv0[DIST_MAX_RANKS + 1];    /* KV floats per position before each process's part */
+    int64_t wpre[DIST_MAX_RANKS + 1];   /* logits columns (vocab) of the processes before each */
     int64_t vlo[MAX_DEV], vhi[MAX_DEV]; /* each global device's vocab slice */
-    uint8_t *wire;                     /* [wire_cap] a step's packed batch */
+    uint8_t *wire;                      /* [wire_cap] a step's packed batch */
     size_t wire_cap;
     float *stage; /* [stage_cap] worker: its parts; rank 0: the logits blocks of the processes */
     size_t stage_cap;
@@ -454,8 +454,8 @@ static void local_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t r
         cache_seq_kv_copy(fwd__dev_cache(f->dev[d]), dst, src, r0, r1);
 }
 
-static void local_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1,
-                              int64_t n, float *dst)
+static void local_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                              float *dst)
 {
     for (int d = 0; d < f->n; d++) {
         const struct cache *c = fwd__dev_cache(f->dev[d]);
@@ -664,8 +664,7 @@ static int worker_serve(struct fwd_ctx *f, char *err, size_t errlen)
 }
 
 static int group_create(const struct model *m, struct dev **devs, int n_dev,
-                        const struct fwd_params *p, struct fwd_ctx **out, char *err,
-                        size_t errlen);
+                        const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen);
 
 int fwd_worker_run(const struct model *m, struct dev **devs, int n_dev, char *err, size_t errlen)
 {
@@ -801,8 +800,7 @@ static int proc_settle(struct fwd_ctx *f, int rc, char *err, size_t errlen)
 }
 
 static int group_create(const struct model *m, struct dev **devs, int n_dev,
-                        const struct fwd_params *p, struct fwd_ctx **out, char *err,
-                        size_t errlen)
+                        const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen)
 {
     int rc = 0;
     if (n_dev < 1 || n_dev > MAX_DEV || p->max_tokens < 1) {

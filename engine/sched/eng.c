@@ -20,11 +20,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "eng_impl.h"           // defines: struct eng_req, eng__req_*
-#include "engine/compute/fwd.h" // defines: fwd_decode
-#include "engine/model/tok.h"   // defines: tok_stream_push
-#include "engine/util.h"        // defines: xcalloc, dd_buf_reserve, LOG_*, dd_now
-#include "smp.h"                // defines: smp_init, smp_set
+#include "eng_impl.h"            // defines: struct eng_req, eng__req_*
+#include "engine/compute/dist.h" // defines: DIST_MAX_RANKS
+#include "engine/compute/fwd.h"  // defines: fwd_decode
+#include "engine/model/tok.h"    // defines: tok_stream_push
+#include "engine/util.h"         // defines: xcalloc, dd_buf_reserve, LOG_*, dd_now
+#include "smp.h"                 // defines: smp_init, smp_set
 
 /* ============================================================================================
  * Inbox (any thread)
@@ -423,7 +424,7 @@ static void *eng_main(void *arg)
             break;
     }
     cancel_everything(e);
-    if (!fwd_broken(e->fwd)) /* a broken job's caches hold garbage */
+    if (!fwd_broken(e->fwd))   /* a broken job's caches hold garbage */
         eng__cache_persist(e); /* with a disk tier: the slots' checkpoints outlive the daemon */
     return NULL;
 }
@@ -639,6 +640,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     int64_t calls;
     fwd_comm_stats(e->fwd, &s->allreduce_seconds, &calls); /* racy read: monitoring only */
     s->n_devices = fwd_n_devices(e->fwd);
+    int per_proc[DIST_MAX_RANKS], n_proc;
+    fwd_topology(e->fwd, &n_proc, per_proc);
+    s->n_ranks = n_proc;
     s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
     s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
     s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);

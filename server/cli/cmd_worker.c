@@ -11,12 +11,13 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "cmd.h"                   // defines: cmd_parse, cmd_engine_open, cmd_worker
-#include "engine/compute/dist.h"   // defines: dist_rank, dist_set_timeout
-#include "engine/compute/fwd.h"    // defines: fwd_worker_run
-#include "engine/util.h"           // defines: LOG_I, dd_log_level
-#include "server/config/cfg.h"     // defines: cfg_load, cfg_mut
+#include "cmd.h"                 // defines: cmd_parse, cmd_engine_open, cmd_worker
+#include "engine/compute/dist.h" // defines: dist_rank, dist_set_timeout
+#include "engine/compute/fwd.h"  // defines: fwd_worker_run
+#include "engine/util.h"         // defines: LOG_I, dd_log_level
+#include "server/config/cfg.h"   // defines: cfg_load, cfg_mut
 
 /* The worker's options from serve's configuration (strings borrowed from the config). */
 static int serve_opts(int argc, char **argv, struct cmd_opts *o)
@@ -52,8 +53,8 @@ int cmd_worker(int argc, char **argv, int which)
     struct cmd_engine e;
     if (cmd_engine_open(&e, &o) == 0) {
         char err[512];
-        LOG_I("rank %d on %s: %d device%s, serving rank 0", dist_rank(), dist_host(), e.n_dev,
-              e.n_dev > 1 ? "s" : "");
+        LOG_I("rank %d (pid %ld) on %s: %d device%s, serving rank 0", dist_rank(), (long)getpid(),
+              dist_host(), e.n_dev, e.n_dev > 1 ? "s" : "");
         rc = fwd_worker_run(e.model, e.devs, e.n_dev, err, sizeof err);
         if (rc)
             fprintf(stderr, "deltad: rank %d: %s\n", dist_rank(), err);
