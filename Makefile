@@ -112,6 +112,11 @@ ifeq ($(HAVE_MPI),1)
 B := $(B)-nompi
 endif
 endif
+ifneq ($(MPI)$(NCCL)$(CUDA),111)
+LIB_SRC    := $(filter-out engine/compute/comm_nccl_dist.c,$(LIB_SRC))
+else
+CFLAGS     += -DDELTAD_NCCL_DIST=1
+endif
 ifeq ($(MPI),1)
 ifneq ($(HAVE_MPI),1)
 $(error MPI=1 needs Open MPI (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin)

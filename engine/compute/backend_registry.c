@@ -128,7 +128,7 @@ struct comm *comm_create(enum comm_kind kind, int n_ranks, const int *cuda_devic
         return NULL;
 #endif
     case COMM_NCCL_DIST:
-#if defined(DELTAD_NCCL) && defined(DELTAD_MPI)
+#ifdef DELTAD_NCCL_DIST
         return comm_nccl_create_dist(n_ranks, cuda_devices, err, errlen);
 #else
         dd_errf(err, errlen,

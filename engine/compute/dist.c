@@ -118,6 +118,32 @@ int dist_xfer(struct dist_msg *m, int n, bool wait_forever)
     return DD_EIO;
 }
 
+int dist_allgather(const void *mine, void *all, size_t bytes)
+{
+    struct dist_msg m[2 * DIST_MAX_RANKS];
+    int n = 0;
+    memcpy((char *)all + (size_t)g.rank * bytes, mine, bytes);
+    for (int p = 0; p < g.size; p++) {
+        if (p == g.rank)
+            continue;
+        m[n++] = (struct dist_msg){p, DIST_TAG_DATA, true, (void *)mine, bytes};
+        m[n++] = (struct dist_msg){p, DIST_TAG_DATA, false, (char *)all + (size_t)p * bytes, bytes};
+    }
+    return dist_xfer(m, n, true);
+}
+
+int dist_bcast(void *buf, size_t bytes)
+{
+    struct dist_msg m[DIST_MAX_RANKS];
+    int n = 0;
+    if (g.rank == 0)
+        for (int p = 1; p < g.size; p++)
+            m[n++] = (struct dist_msg){p, DIST_TAG_DATA, true, buf, bytes};
+    else
+        m[n++] = (struct dist_msg){0, DIST_TAG_DATA, false, buf, bytes};
+    return dist_xfer(m, n, true);
+}
+
 void dist_finalize(void)
 {
     if (!g.ops || g.finalized)

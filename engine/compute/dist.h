@@ -75,6 +75,12 @@ void dist_set_timeout(double seconds);
  * the timeout (forever when wait_forever), or after dist_interrupt: the job is then broken
  * (dist_broken), the peer is named in dist_failure, and every later call fails at once. */
 int dist_xfer(struct dist_msg *m, int n, bool wait_forever);
+/* Collectives built on dist_xfer, without a deadline (start-up: the processes arrive at their
+ * own pace). allgather: all [size][bytes] := every process's mine [bytes]; bcast: buf [bytes]
+ * := rank 0's. 0 or DD_EIO. */
+int dist_allgather(const void *mine, void *all, size_t bytes);
+int dist_bcast(void *buf, size_t bytes);
+
 /* The job is ending (mpirun's SIGTERM, which it sends when any rank died): waits in progress
  * and later ones fail at once. Async-signal-safe. */
 void dist_interrupt(void);

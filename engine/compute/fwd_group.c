@@ -148,21 +148,10 @@ static int recv_cmd(struct dist_cmd *c, void *buf, size_t cap, char *err, size_t
     return 0;
 }
 
-/* Every process's k values: all [n_proc][k] := each process's mine [k] (start-up: no
- * deadline, the processes load their shards at their own pace). */
+/* Every process's k values: all [n_proc][k] := each process's mine [k] (dist_allgather). */
 static int allgather(const int64_t *mine, int64_t *all, int k)
 {
-    struct dist_msg m[2 * DIST_MAX_RANKS];
-    int n = 0;
-    const int me = dist_rank();
-    memcpy(all + me * k, mine, (size_t)k * sizeof *all);
-    for (int p = 0; p < dist_size(); p++) {
-        if (p == me)
-            continue;
-        m[n++] = (struct dist_msg){p, DIST_TAG_DATA, true, (void *)mine, (size_t)k * sizeof *all};
-        m[n++] = (struct dist_msg){p, DIST_TAG_DATA, false, all + p * k, (size_t)k * sizeof *all};
-    }
-    return dist_xfer(m, n, true);
+    return dist_allgather(mine, all, (size_t)k * sizeof *all);
 }
 
 /* The byte layout of a step's batch on the wire: pos [T] int64, then h_prev [T][E] f32 (MTP
