@@ -26,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"                     // defines: cmd_engine_open, cmd_feed
 #include "engine/compute/dev_cuda.h" // defines: dev_cuda_count, dev_cuda_info
+#include "engine/compute/dist.h"     // defines: dist_allgather, dist_size
 #include "engine/compute/shard.h"    // defines: shard_relayout_bytes
 #include "engine/sched/cache.h"      // defines: cache_bytes_needed
 #include "engine/util.h"             // defines: dd_now, xaligned_alloc
@@ -628,9 +630,44 @@ static enum kq_type cpu_layout(void *ctx, enum kq_type t)
     return kq_repack_type(t);
 }
 
+/* Under mpirun: every rank's host and device count; rank 0 prints them, the others print
+ * nothing. Returns true on a worker (which is then done). */
+static bool info_ranks(const struct cmd_opts *o)
+{
+    if (dist_size() < 2)
+        return false;
+    struct rank_info {
+        char host[64];
+        int64_t devices, pid;
+    } mine = {.devices = o->dev_spec.cuda && o->dev_spec.all ? -1 : o->dev_spec.n, .pid = getpid()},
+      all[DIST_MAX_RANKS];
+    snprintf(mine.host, sizeof mine.host, "%s", dist_host());
+    if (dist_allgather(&mine, all, sizeof mine)) {
+        fprintf(stderr, "error: rank %d: %s\n", dist_rank(), dist_failure());
+        return dist_rank() != 0;
+    }
+    if (dist_rank() != 0)
+        return true;
+    int64_t total = 0;
+    printf("mpirun job: %d ranks (rank 0 serves HTTP and schedules; each step runs on all)\n",
+           dist_size());
+    for (int r = 0; r < dist_size(); r++) {
+        char n[24] = "all";
+        if (all[r].devices >= 0)
+            snprintf(n, sizeof n, "%lld", (long long)all[r].devices);
+        printf("  rank %d: host %s, pid %lld, %s %s\n", r, all[r].host, (long long)all[r].pid, n,
+               o->dev_spec.cuda ? "GPUs" : "CPU devices");
+        total += all[r].devices;
+    }
+    printf("  tensor parallel over %lld devices in all\n", (long long)total);
+    return false;
+}
+
 int cmd_info(const struct cmd_opts *o)
 {
     char err[512];
+    if (info_ranks(o))
+        return 0;
     topo_t *topo = topo_create(err, sizeof err);
     if (!topo) {
         fprintf(stderr, "error: hwloc topology: %s\n", err);
