@@ -348,6 +348,7 @@ bench: deps
 	@tools/bench_spec.sh $(B)
 	@tools/bench_memory.sh $(B)
 	@tools/bench_gram.sh $(B)
+	@tools/bench_mpi.sh $(B)
 
 # Retrain models/demo.gguf and models/demo-q8_0.gguf from scratch (seeded, ~26 min on two
 # cores, /usr/bin/python3 with torch + numpy), regenerate tests/fixtures/demo and print the

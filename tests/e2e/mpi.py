@@ -6,7 +6,9 @@
 2. `serve` through rank 0 of 2 ranks: the demo model answers "What is 23 + 45?" exactly as one
    process does, plain and streamed; /metrics shows the topology.
 3. Speculation across ranks is lossless: greedy output with spec_type none equals ngram,mtp.
-4. A worker rank SIGKILLed mid-stream: the stream ends with an error event (no [DONE]), a
+4. The prompt cache across ranks: cached answers equal uncached ones (checkpoints and KV rows
+   come back from every rank).
+5. A worker rank SIGKILLed mid-stream: the stream ends with an error event (no [DONE]), a
    request arriving meanwhile gets 503 or a refused connection, rank 0's log names the failure,
    and the whole job ends within a bounded time. The same with a worker that stops answering
    (SIGSTOP): mpi_timeout passes, the client gets an error, rank 0 exits 1 and the job ends.
@@ -160,6 +162,37 @@ def check_spec():
          outs["ngram,mtp"][2])
 
 
+def chat(port, system, user, bias, cache):
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "max_tokens": 8, "temperature": 0, "logit_bias": bias, "cache_prompt": cache}
+    st, _, r = harness.post_json(port, "/v1/chat/completions", body)
+    if st != 200:
+        return None, -1
+    return r["choices"][0]["message"]["content"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def check_prompt_cache():
+    """The prompt cache across ranks (checkpoints and KV rows gathered from and scattered to
+    every rank): one slot, two system prompts taking turns, so the second visit of each comes
+    back from the RAM tier; every answer equals the uncached one."""
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+    systems = [" ".join(words[(i * 7 + k) % len(words)] for i in range(60)) for k in (1, 2)]
+    job = Job(2, os.path.join(B, "models", "tiny-qwen35moe.gguf"),
+              ["--slots", "1", "--ctx", "2048"], name="mpi-pcache").start()
+    bias = harness.eog_bias(job.port)
+    got, ref = [], []
+    for turn in range(4):
+        system = systems[turn % 2]
+        got.append(chat(job.port, system, "question %d" % turn, bias, True))
+        ref.append(chat(job.port, system, "question %d" % turn, bias, False))
+    C.ok(all(g[0] is not None for g in got + ref), "prompt cache: requests answered", got)
+    C.ok(all(g[1] > 40 for g in got[2:]), "prompt cache: the system prompts come back (cached "
+         "tokens of turns 3 and 4)", [g[1] for g in got])
+    C.ok([g[0] for g in got] == [r[0] for r in ref], "prompt cache: answers equal the uncached",
+         (got, ref))
+    job.stop()
+
+
 def check_failure(sig, extra, what):
     job = Job(2, harness.tiny_model(B), ["--mpi-timeout", "2"] + extra,
               name="mpi-fail-" + what).start()
@@ -212,6 +245,8 @@ def main():
         check_serve()
         check_spec()
     print("serve: %.1f s" % (time.time() - t0))
+    check_prompt_cache()
+    print("prompt cache: %.1f s" % (time.time() - t0))
     check_failure(signal.SIGKILL, [], "sigkill")
     check_failure(signal.SIGSTOP, [], "sigstop")
     print("total: %.1f s" % (time.time() - t0))
