@@ -321,8 +321,8 @@ static void fail_batch(eng_t *e, int rc, const char *msg)
             continue;    /* no rows in the failed step: its state is intact, it keeps going */
         s->n_cached = 0; /* a step that failed part-way may have advanced its GDN state */
         eng__finish(e, s, gone ? ENG_FINISH_UNAVAILABLE : ENG_FINISH_ERROR,
-                    gone ? "the model's tensor-parallel job lost a process; the server is "
-                           "restarting"
+                    gone ? "the model's tensor-parallel job lost a process (see the server "
+                           "log); retry once the job is restarted"
                          : msg);
     }
 }

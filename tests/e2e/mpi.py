@@ -9,7 +9,7 @@
 4. The prompt cache across ranks: cached answers equal uncached ones (checkpoints and KV rows
    come back from every rank).
 5. A worker rank SIGKILLed mid-stream: the stream ends with an error event (no [DONE]), a
-   request arriving meanwhile gets 503 or a refused connection, rank 0's log names the failure,
+   non-streamed request in flight gets 503, rank 0's log names the failure,
    and the whole job ends within a bounded time. The same with a worker that stops answering
    (SIGSTOP): mpi_timeout passes, the client gets an error, rank 0 exits 1 and the job ends.
 """
@@ -207,13 +207,23 @@ def check_failure(sig, extra, what):
     def run():
         res["r"] = harness.stream(job.port, "/v1/completions", body, timeout=60)
         res["t"] = time.time()
+
+    def run_plain():
+        res["plain"] = harness.post_json(job.port, "/v1/completions", dict(body, stream=False),
+                                         timeout=60)
     t = threading.Thread(target=run)
     t.start()
+    t2 = threading.Thread(target=run_plain)
+    t2.start()
     time.sleep(1.0)  # the stream is running
     t0 = time.time()
     os.kill(pid, sig)
     t.join(60)
+    t2.join(60)
     C.ok("r" in res, what + ": the stream ended")
+    st2, _, js2 = res.get("plain", (0, {}, None))
+    C.ok(st2 == 503 and "error" in (js2 or {}), what + ": a request in flight, not streamed, gets "
+         "503 with an error body", (st2, js2))
     st, _, ev = res.get("r", (0, {}, []))
     payloads = [p for _, p in ev]
     C.ok(st == 200 and len(payloads) > 2, what + ": tokens were streamed first", (st, len(payloads)))
