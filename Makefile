@@ -101,16 +101,13 @@ endif
 # MPI (one model across hosts: engine/compute/dist_mpi.c, runs under mpirun): MPI=auto turns it
 # on when pkg-config knows Open MPI (ompi-c, Debian's libopenmpi-dev); MPI=0 builds without it
 # (objects in build/<flavour>-nompi); a deltad without MPI refuses to start under mpirun.
+HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
 ifeq ($(FUZZ),1)
 MPI := 0
-endif
-HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
-ifeq ($(MPI),auto)
+else ifeq ($(MPI),auto)
 MPI := $(if $(HAVE_MPI),1,0)
-else ifeq ($(MPI),0)
-ifeq ($(HAVE_MPI),1)
+else ifeq ($(MPI)$(HAVE_MPI),01)
 B := $(B)-nompi
-endif
 endif
 ifneq ($(MPI)$(NCCL)$(CUDA),111)
 LIB_SRC    := $(filter-out engine/compute/comm_nccl_dist.c,$(LIB_SRC))

@@ -2,13 +2,14 @@
  * dist — the job's ranks and the deadline-bound message exchange (contract in dist.h).
  *
  * Process-wide state, written by dist_init on the main thread before any other thread starts
- * and read-only afterwards, except the broken state: the flag and the message are written by
- * the one thread that calls dist_xfer at a time (serialized, see dist.h), and the interrupt
- * flag by a signal handler.
+ * and read-only afterwards, except the broken state: the message, then the flag (release), are
+ * written by the one thread that calls dist_xfer at a time (serialized, see dist.h) and read by
+ * any (acquire); the interrupt flag is written by a signal handler.
  */
 #include "dist.h" // defines: dist_init, dist_xfer
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,20 +87,21 @@ void dist_interrupt(void)
 
 bool dist_broken(void)
 {
-    return g.broken;
+    return atomic_load_explicit(&g.broken, memory_order_acquire);
 }
 
 const char *dist_failure(void)
 {
-    return g.broken ? g.failure : "";
+    return dist_broken() ? g.failure : "";
 }
 
 int dist_xfer(struct dist_msg *m, int n, bool wait_forever)
 {
-    if (g.broken || g.interrupt) {
-        if (!g.broken)
-            snprintf(g.failure, sizeof g.failure, "rank %d: the job is being stopped", g.rank);
-        g.broken = 1;
+    if (dist_broken())
+        return DD_EIO;
+    if (g.interrupt) {
+        snprintf(g.failure, sizeof g.failure, "rank %d: the job is being stopped", g.rank);
+        atomic_store_explicit(&g.broken, 1, memory_order_release);
         return DD_EIO;
     }
     if (n == 0)
@@ -113,7 +115,7 @@ int dist_xfer(struct dist_msg *m, int n, bool wait_forever)
              g.interrupt ? "before the job was stopped (SIGTERM: mpirun ends the job when a "
                            "rank dies)"
                          : "within mpi_timeout");
-    g.broken = 1;
+    atomic_store_explicit(&g.broken, 1, memory_order_release);
     LOG_E("tensor-parallel job broken: %s", g.failure);
     return DD_EIO;
 }
@@ -149,7 +151,7 @@ void dist_finalize(void)
     if (!g.ops || g.finalized)
         return;
     g.finalized = 1;
-    if (g.broken || g.interrupt)
+    if (dist_broken() || g.interrupt)
         return; /* a peer may be gone: MPI_Finalize could wait for it; exit as we are */
     if (g.rank == 0) {
         struct dist_cmd c = {.op = DIST_CMD_EXIT};
