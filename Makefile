@@ -24,6 +24,7 @@ SANITIZE ?=
 FAULT    ?= 0
 FUZZ     ?= 0
 KCPU     ?= 0
+MPI      ?= auto
 CXX      ?= g++
 
 ifeq ($(NCCL),1)
@@ -96,6 +97,31 @@ LIB_SRC    := $(filter-out engine/compute/comm_nccl.c,$(LIB_SRC))
 endif
 ifeq ($(filter 1,$(CUDA) $(KCPU)),)
 LIB_SRC    := $(filter-out engine/compute/dev_cuda.c,$(LIB_SRC))
+endif
+# MPI (one model across hosts: engine/compute/dist_mpi.c, runs under mpirun): MPI=auto turns it
+# on when pkg-config knows Open MPI (ompi-c, Debian's libopenmpi-dev); MPI=0 builds without it
+# (objects in build/<flavour>-nompi); a deltad without MPI refuses to start under mpirun.
+HAVE_MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
+ifeq ($(FUZZ),1)
+MPI := 0
+else ifeq ($(MPI),auto)
+MPI := $(if $(HAVE_MPI),1,0)
+else ifeq ($(MPI)$(HAVE_MPI),01)
+B := $(B)-nompi
+endif
+ifneq ($(MPI)$(NCCL)$(CUDA),111)
+LIB_SRC    := $(filter-out engine/compute/comm_nccl_dist.c,$(LIB_SRC))
+else
+CFLAGS     += -DDELTAD_NCCL_DIST=1
+endif
+ifeq ($(MPI),1)
+ifneq ($(HAVE_MPI),1)
+$(error MPI=1 needs Open MPI (pkg-config ompi-c): apt-get install libopenmpi-dev openmpi-bin)
+endif
+CFLAGS     += -DDELTAD_MPI=1 $(shell pkg-config --cflags ompi-c)
+LDLIBS     += $(shell pkg-config --libs ompi-c)
+else
+LIB_SRC    := $(filter-out engine/compute/dist_mpi.c,$(LIB_SRC))
 endif
 JINJA_SRC  := $(sort $(wildcard server/jinja/*.c))
 SERVER_SRC := $(filter-out server/cli/main.c,$(sort $(wildcard server/*/*.c)))
@@ -319,6 +345,7 @@ bench: deps
 	@tools/bench_spec.sh $(B)
 	@tools/bench_memory.sh $(B)
 	@tools/bench_gram.sh $(B)
+	@tools/bench_mpi.sh $(B)
 
 # Retrain models/demo.gguf and models/demo-q8_0.gguf from scratch (seeded, ~26 min on two
 # cores, /usr/bin/python3 with torch + numpy), regenerate tests/fixtures/demo and print the

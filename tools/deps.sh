@@ -4,7 +4,9 @@
 # the install line) when a build dependency is missing and cannot be installed here.
 #
 # With `test` it also sees to what some end-to-end tests need, which never fails the step:
-# nginx (nginx-light, for tests/e2e/test_nginx.sh), installed as root on Debian, and the
+# nginx (nginx-light, for tests/e2e/test_nginx.sh) and Open MPI (openmpi-bin and
+# libopenmpi-dev: mpirun, and the MPI build of deltad that tests/e2e/test_mpi.sh drives; the
+# Makefile's MPI=auto finds it), installed as root on Debian, and the
 # official openai npm package in tests/e2e/node/node_modules (for test_openai_client.sh and
 # test_chat_tools.sh), installed with npm when npm exists. What cannot be installed here is
 # printed with the tests that will be skipped and the line that installs it.
@@ -70,6 +72,25 @@ else
   else
     echo "deps: ✗ nginx: tests/e2e/test_nginx.sh will be skipped. Install it with:" >&2
     echo "  sudo apt-get install -y nginx-light" >&2
+  fi
+fi
+
+have_mpi() {
+  command -v mpirun >/dev/null 2>&1 && pkg-config --exists ompi-c 2>/dev/null
+}
+if have_mpi; then
+  echo "deps: ✓ Open MPI"
+else
+  if can_apt; then
+    echo "deps: installing openmpi-bin libopenmpi-dev (for tests/e2e/test_mpi.sh)"
+    apt_install openmpi-bin libopenmpi-dev || true
+  fi
+  if have_mpi; then
+    echo "deps: ✓ Open MPI"
+  else
+    echo "deps: ✗ Open MPI: deltad is built without MPI and tests/e2e/test_mpi.sh will be" \
+      "skipped. Install it with:" >&2
+    echo "  sudo apt-get install -y openmpi-bin libopenmpi-dev" >&2
   fi
 fi
 

@@ -10,6 +10,7 @@
 #include "comm.h"        // defines: comm_create, comm_create_host
 #include "dev_cuda.h"    // defines: dev_cuda_create, dev_cuda_count
 #include "device.h"      // defines: struct dev_spec, dev_cpu_create_group
+#include "dist.h"        // defines: struct dist_ops, dist_transport
 #include "engine/util.h" // defines: dd_errf
 
 #ifdef DELTAD_CUDA
@@ -21,6 +22,18 @@
 #ifdef DELTAD_CUDA
 #include "kernels/cuda/kcuda.h" // defines: kc_device_count
 #endif
+#ifdef DELTAD_MPI
+extern const struct dist_ops dist_mpi_ops; /* dist_mpi.c */
+#endif
+
+const struct dist_ops *dist_transport(void)
+{
+#ifdef DELTAD_MPI
+    return &dist_mpi_ops;
+#else
+    return NULL;
+#endif
+}
 
 bool dev_cuda_built(void)
 {
@@ -112,6 +125,15 @@ struct comm *comm_create(enum comm_kind kind, int n_ranks, const int *cuda_devic
 #else
         (void)cuda_devices;
         dd_errf(err, errlen, "this build has no NCCL; rebuild with make CUDA=1 NCCL=1");
+        return NULL;
+#endif
+    case COMM_NCCL_DIST:
+#ifdef DELTAD_NCCL_DIST
+        return comm_nccl_create_dist(n_ranks, cuda_devices, err, errlen);
+#else
+        dd_errf(err, errlen,
+                "GPU groups across mpirun ranks need NCCL and MPI; rebuild with make CUDA=1 "
+                "NCCL=1 and libopenmpi-dev installed");
         return NULL;
 #endif
     }

@@ -48,12 +48,14 @@ static void host_allreduce(struct comm *c, int rank, float *buf, int64_t n);
 static void host_destroy(struct comm *c);
 
 static void host_reserve(struct comm *c, int64_t n);
+static void host_stats(const struct comm *c, double *seconds, int64_t *calls, double *wait);
 
 static const struct comm_ops host_ops = {
     .name = "host",
     .allreduce = host_allreduce,
     .destroy = host_destroy,
     .reserve = host_reserve,
+    .stats = host_stats,
 };
 
 struct comm *comm_create_host(int n_ranks)
@@ -181,13 +183,27 @@ static void host_allreduce(struct comm *c, int rank, float *buf, int64_t n)
     }
 }
 
+static void host_stats(const struct comm *c, double *seconds, int64_t *calls, double *wait)
+{
+    *seconds = c->seconds;
+    *calls = c->calls;
+    *wait = c->wait_seconds;
+}
+
 void comm_stats(const struct comm *c, double *seconds, int64_t *calls)
 {
-    *seconds = c->ops == &host_ops ? c->seconds : 0.0;
-    *calls = c->ops == &host_ops ? c->calls : 0;
+    double wait = 0.0;
+    *seconds = 0.0;
+    *calls = 0;
+    if (c->ops->stats)
+        c->ops->stats(c, seconds, calls, &wait);
 }
 
 double comm_wait_seconds(const struct comm *c)
 {
-    return c->ops == &host_ops ? c->wait_seconds : 0.0;
+    double seconds = 0.0, wait = 0.0;
+    int64_t calls = 0;
+    if (c->ops->stats)
+        c->ops->stats(c, &seconds, &calls, &wait);
+    return wait;
 }

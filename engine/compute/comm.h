@@ -2,7 +2,9 @@
  * comm — the communication interface of a device group: allreduce-sum of f32 buffers across
  * its ranks (DESIGN.md section 4). Implementations: `host` — shared memory among the CPU
  * devices of one process, deterministic (every rank receives the same bits: each element is
- * summed in rank order 0 .. n-1 exactly once); `nccl` arrives with the CUDA device.
+ * summed in rank order 0 .. n-1 exactly once); `nccl` arrives with the CUDA device; `dist`
+ * (comm_dist.c) spans the processes of an mpirun job: the host sum among the process's own
+ * devices, then the processes' partial sums exchanged and added in process order (dist.h).
  *
  * Communicators are created once at start-up (STYLE rule 9). Thread safety: rank r's calls
  * come from rank r's host thread; every rank calls the same collectives in the same order.
@@ -26,9 +28,13 @@ struct comm_ops {
     /* allreduce enqueued on a device stream (a cudaStream_t as void *) after the work already
      * there, returning before it completes; NULL when the kind has no streams. */
     void (*allreduce_on)(struct comm *c, int rank, float *buf, int64_t n, void *stream);
+    /* comm_stats and comm_wait_seconds; NULL when the kind keeps none (zeros). */
+    void (*stats)(const struct comm *c, double *seconds, int64_t *calls, double *wait);
 };
 
-enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1 };
+/* COMM_NCCL_DIST: the GPUs of every process of an mpirun job in one NCCL communicator
+ * (ncclCommInitRank, the unique id sent from rank 0 over dist). */
+enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1, COMM_NCCL_DIST = 2 };
 
 /* Create a communicator of the given kind for n_ranks ranks (backend_registry.c). For NCCL,
  * cuda_devices[rank] is each rank's GPU and buffers are device pointers. Returns NULL with a
@@ -36,6 +42,10 @@ enum comm_kind { COMM_HOST = 0, COMM_NCCL = 1 };
 struct comm *comm_create(enum comm_kind kind, int n_ranks, const int *cuda_devices, char *err,
                          size_t errlen);
 
+/* The communicator of a group that spans the job's processes (dist_size() > 1): the rank of
+ * comm_allreduce is this process's own device d of n_local; every process of the job makes one
+ * and calls the same collectives in the same order. Transferred: comm_destroy. */
+struct comm *comm_create_dist(int n_local);
 /* A host communicator for n_ranks ranks (1 .. 64). Transferred: comm_destroy. */
 struct comm *comm_create_host(int n_ranks);
 /* Size the shared result for allreduces of up to n floats (start-up, before any collective). */

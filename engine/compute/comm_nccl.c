@@ -126,6 +126,24 @@ static const struct comm_ops nccl_ops = {
     .allreduce_on = nccl_allreduce_on,
 };
 
+/* The communicator over n_local GPUs of this process whose NCCL communicators exist (comms:
+ * ncclCommInitAll here, ncclCommInitRank in comm_nccl_dist.c), in a group of n_total GPUs. */
+struct comm *comm_nccl__adopt(int n_local, const int *cuda_devices, const ncclComm_t *comms,
+                              int n_total)
+{
+    struct comm_nccl *g = xcalloc(1, sizeof *g);
+    g->ops = &nccl_ops;
+    g->n = n_local;
+    g->bf16_min = n_total <= 2 ? 32768 : n_total == 3 ? 131072 : 262144;
+    for (int r = 0; r < n_local; r++) {
+        g->devs[r] = cuda_devices[r];
+        g->comms[r] = comms[r];
+        CUDA_CHECK(cudaSetDevice(g->devs[r]));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g->streams[r], cudaStreamNonBlocking));
+    }
+    return (struct comm *)g;
+}
+
 struct comm *comm_nccl_create(int n_ranks, const int *cuda_devices, char *err, size_t errlen)
 {
     int have = 0;
@@ -133,21 +151,11 @@ struct comm *comm_nccl_create(int n_ranks, const int *cuda_devices, char *err, s
         dd_errf(err, errlen, "NCCL: %d GPUs requested, %d usable", n_ranks, have);
         return NULL;
     }
-    struct comm_nccl *g = xcalloc(1, sizeof *g);
-    g->ops = &nccl_ops;
-    g->n = n_ranks;
-    g->bf16_min = n_ranks <= 2 ? 32768 : n_ranks == 3 ? 131072 : 262144;
-    for (int r = 0; r < n_ranks; r++)
-        g->devs[r] = cuda_devices[r];
-    ncclResult_t rc = ncclCommInitAll(g->comms, n_ranks, g->devs);
+    ncclComm_t comms[MAX_GPUS];
+    ncclResult_t rc = ncclCommInitAll(comms, n_ranks, cuda_devices);
     if (rc != ncclSuccess) {
         dd_errf(err, errlen, "NCCL: ncclCommInitAll failed: %s", ncclGetErrorString(rc));
-        free(g);
         return NULL;
     }
-    for (int r = 0; r < n_ranks; r++) {
-        CUDA_CHECK(cudaSetDevice(g->devs[r]));
-        CUDA_CHECK(cudaStreamCreateWithFlags(&g->streams[r], cudaStreamNonBlocking));
-    }
-    return (struct comm *)g;
+    return comm_nccl__adopt(n_ranks, cuda_devices, comms, n_ranks);
 }

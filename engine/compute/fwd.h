@@ -52,11 +52,28 @@ int fwd_create(const struct model *m, struct dev *d, const struct fwd_params *p,
                struct fwd_ctx **out, char *err, size_t errlen);
 /* A tensor-parallel group of n_dev devices (borrowed) over the shards of m, with a host
  * communicator and one host thread per device (the caller is device 0's). n_dev == 1 is the
- * same as fwd_create. */
+ * same as fwd_create. Under mpirun (dist.h) the group also spans the devices of every worker
+ * process (fwd_worker_run), and its allreduces cross the processes. */
 int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
                      const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen);
 void fwd_destroy(struct fwd_ctx *f);
+/* Devices of the group, over every process of an mpirun job. */
 int fwd_n_devices(const struct fwd_ctx *f);
+/* The processes of the group (1 without mpirun) and each one's device count,
+ * per_proc [DIST_MAX_RANKS]. */
+void fwd_topology(const struct fwd_ctx *f, int *n_proc, int *per_proc);
+
+/* The group spans processes and one of them failed (dist_broken): every step fails with
+ * DD_EIO from now on, and cache contents are garbage. */
+bool fwd_broken(const struct fwd_ctx *f);
+
+/* An mpirun job's worker (dist_rank() > 0): its own devices (borrowed) over the shards of m,
+ * serving rank 0's groups. Each fwd_create_group on rank 0 makes the same group here (the
+ * parameters come from rank 0), every call on rank 0's group runs here too, and fwd_destroy
+ * there ends it here; returns 0 when rank 0 ends the job (dist_finalize), or an error (rank 0
+ * gone: message in err). The group spans every process: rank 0's fwd_create_group,
+ * fwd_decode, ... are collective calls that the workers answer. */
+int fwd_worker_run(const struct model *m, struct dev **devs, int n_dev, char *err, size_t errlen);
 
 /* Device 0's cache, for reading the per-sequence bookkeeping (rs_idx, valid), which is the
  * same on every device. Change state only through the fwd_seq_* calls below. */

@@ -3,7 +3,8 @@
  * public API of fwd.h). Users include fwd.h only. The device's part is spread over
  * fwd.c (helpers, the spine of a step, lifecycle), fwd_mix.c (the mixers: attention and
  * Gated DeltaNet) and fwd_ffn.c (dense and MoE FFN), which share struct fwd_dev and the
- * fwd__ helpers below; fwd_group.c uses only the fwd__dev_* calls.
+ * fwd__ helpers below; fwd_group.c uses only the fwd__dev_* calls. The group itself
+ * (struct fwd_ctx) is shared by fwd_group.c and fwd_dist.c (the processes of an mpirun job).
  *
  * A fwd_dev runs the whole layer stack on its model — the whole model, or its tensor-parallel
  * shard (fewer heads / narrower FFN per layer, a vocab slice of the LM head) — and meets the
@@ -13,9 +14,11 @@
 #define DELTAD_FORWARD_IMPL_H
 
 #include "device.h"             // defines: struct dev_mat, struct dev_mm, dev_matmul_multi
+#include "dist.h"               // defines: DIST_MAX_RANKS, struct dist_cmd
 #include "engine/model/model.h" // defines: struct model, struct model_layer, struct model_w
 #include "engine/sched/cache.h" // defines: struct cache
 #include "fwd.h"                // defines: struct fwd_batch, struct fwd_params
+#include "tpool.h"              // defines: tpool_t
 
 struct comm;
 
@@ -129,5 +132,97 @@ const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
 const float *fwd__dev_hidden(struct fwd_dev *f);
 struct dev *fwd__dev_device(const struct fwd_dev *f);
 const struct model *fwd__dev_model(const struct fwd_dev *f);
+
+/* ---- the group (fwd_group.c) and its processes (fwd_dist.c) ---- */
+
+/* The group: this process's devices, and under mpirun those of the other processes (fwd.h). */
+#define FWD_MAX_DEV 64 /* devices of a group, over every process */
+
+struct fwd_ctx {
+    const struct model *m; /* the whole model */
+    struct fwd_params p;
+    int n;
+    struct fwd_dev *dev[FWD_MAX_DEV];
+    struct model *shard[FWD_MAX_DEV]; /* owned shards (n > 1, relaid-out or uploaded weights) */
+    struct dev *wdev[FWD_MAX_DEV];    /* the device holding wbuf[d] */
+    struct dev_buf
+        *wbuf[FWD_MAX_DEV];  /* device d's uploaded weights (no host_weights), else NULL */
+    struct comm *comm;       /* n > 1 */
+    tpool_t *hosts;          /* n > 1: one host thread per device */
+    bool bound[FWD_MAX_DEV]; /* host thread d was bound near device d (its first step) */
+    struct fwd_run *runs;    /* [max_tokens] */
+    int64_t n_runs;
+    float *logits; /* [max_tokens][n_vocab] host: the devices' rows, gathered on demand */
+    int64_t n_logits;
+    bool logits_fresh; /* logits holds the last step's rows */
+    /* the step in flight, read by the host threads */
+    const struct fwd_batch *b;
+    const float *h_prev; /* NULL: trunk step; else an MTP step */
+    /* across processes (n_proc > 1; see the top) */
+    int n_proc, me;
+    int n_total;                       /* devices of every process */
+    int64_t dev0[DIST_MAX_RANKS + 1];  /* first global device of each process; [n_proc] total */
+    int64_t ckpt0[DIST_MAX_RANKS + 1]; /* checkpoint floats before each process's part */
+    int64_t kv0[DIST_MAX_RANKS + 1];   /* KV floats per position before each process's part */
+    int64_t wpre[DIST_MAX_RANKS + 1];  /* logits columns (vocab) of the processes before each */
+    int64_t vlo[FWD_MAX_DEV], vhi[FWD_MAX_DEV]; /* each global device's vocab slice */
+    uint8_t *wire;                              /* [wire_cap] a step's packed batch */
+    size_t wire_cap;
+    float *stage; /* [stage_cap] worker: its parts; rank 0: the logits blocks of the processes */
+    size_t stage_cap;
+    bool live; /* created on every process: fwd_destroy tells the workers */
+};
+
+/* The commands of rank 0 to the workers (dist_cmd.op; arguments in arg[0..3], the payload's
+ * bytes in arg[4]). */
+enum {
+    OP_SETUP = 1, /* payload struct fwd_params */
+    OP_DECODE,    /* arg: n_tokens, has logits flags; payload: the packed batch */
+    OP_MTP,       /* the same plus h_prev */
+    OP_CLEAR,     /* s */
+    OP_ROLLBACK,  /* s, r */
+    OP_SAVE,      /* s; each worker sends its part */
+    OP_RESTORE,   /* s; rank 0 sends each worker its part */
+    OP_KV_COPY,   /* dst, src, r0, r1 */
+    OP_KV_DOWN,   /* s, r0, r1, n; each worker sends its part */
+    OP_KV_UP,     /* s, r0, r1, n; rank 0 sends each worker its part */
+    OP_DESTROY,
+};
+
+/* fwd_group.c: the step and the cache operations on this process's devices. */
+int fwd__check_batch(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen);
+void fwd__local_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev);
+size_t fwd__local_ckpt_floats(const struct fwd_ctx *f);
+size_t fwd__local_kv_floats(const struct fwd_ctx *f);
+void fwd__local_clear(struct fwd_ctx *f, int64_t s);
+bool fwd__local_rollback(struct fwd_ctx *f, int64_t s, int64_t r);
+void fwd__local_save(const struct fwd_ctx *f, int64_t s, float *dst);
+void fwd__local_restore(struct fwd_ctx *f, int64_t s, const float *src);
+void fwd__local_kv_copy(struct fwd_ctx *f, int64_t dst, int64_t src, int64_t r0, int64_t r1);
+void fwd__local_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                            float *dst);
+void fwd__local_kv_upload(struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
+                          const float *src);
+/* Build this process's part of a group (every process of a job calls it: rank 0 from
+ * fwd_create_group, a worker on OP_SETUP). */
+int fwd__group_create(const struct model *m, struct dev **devs, int n_dev,
+                      const struct fwd_params *p, struct fwd_ctx **out, char *err, size_t errlen);
+
+/* fwd_dist.c: between the processes (rank 0's side; the workers' is fwd_worker_run). */
+/* Command c, with bytes of payload when bytes > 0, to every worker. */
+int fwd__post(struct dist_cmd c, const void *payload, size_t bytes);
+/* Each worker's part p of base, floats [at[p] * mul, at[p + 1] * mul): sent or received. */
+int fwd__parts(const struct fwd_ctx *f, float *base, const int64_t *at, int64_t mul, bool send);
+/* Batch b (and h_prev) packed into f->wire; returns its bytes. */
+size_t fwd__wire_pack(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev);
+/* The workers' logits slices of the step into f->logits (rank 0's own are there already). */
+int fwd__gather_logits(struct fwd_ctx *f);
+/* DD_EIO with dist's message in err. */
+int fwd__broken(char *err, size_t errlen);
+/* Group creation across the processes: the global device numbering (before the shards), then
+ * whether every process built its part and the sizes of the parts (after); rc is this
+ * process's own result so far. The same answer on every process. */
+int fwd__proc_layout(struct fwd_ctx *f, int rc, char *err, size_t errlen);
+int fwd__proc_settle(struct fwd_ctx *f, int rc, char *err, size_t errlen);
 
 #endif

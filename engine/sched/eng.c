@@ -20,11 +20,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "eng_impl.h"           // defines: struct eng_req, eng__req_*
-#include "engine/compute/fwd.h" // defines: fwd_decode
-#include "engine/model/tok.h"   // defines: tok_stream_push
-#include "engine/util.h"        // defines: xcalloc, dd_buf_reserve, LOG_*, dd_now
-#include "smp.h"                // defines: smp_init, smp_set
+#include "eng_impl.h"            // defines: struct eng_req, eng__req_*
+#include "engine/compute/dist.h" // defines: DIST_MAX_RANKS
+#include "engine/compute/fwd.h"  // defines: fwd_decode
+#include "engine/model/tok.h"    // defines: tok_stream_push
+#include "engine/util.h"         // defines: xcalloc, dd_buf_reserve, LOG_*, dd_now
+#include "smp.h"                 // defines: smp_init, smp_set
 
 /* ============================================================================================
  * Inbox (any thread)
@@ -308,14 +309,21 @@ static void prepare_mtp_inputs(eng_t *e, int64_t n)
  * The loop
  * ========================================================================================== */
 
-static void fail_batch(eng_t *e, const char *msg)
+/* A failed step: its requests end with an error. When the forward group lost a process of
+ * its mpirun job (DD_EIO, fwd.h) nothing can be computed any more: every request ends with
+ * 503 (ENG_FINISH_UNAVAILABLE), and so will each later one (its step fails at once). */
+static void fail_batch(eng_t *e, int rc, const char *msg)
 {
+    const bool gone = rc == DD_EIO;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
-        if (s->state == SLOT_FREE || s->run == RUN_NONE)
+        if (s->state == SLOT_FREE || (s->run == RUN_NONE && !gone))
             continue;    /* no rows in the failed step: its state is intact, it keeps going */
         s->n_cached = 0; /* a step that failed part-way may have advanced its GDN state */
-        eng__finish(e, s, ENG_FINISH_ERROR, msg);
+        eng__finish(e, s, gone ? ENG_FINISH_UNAVAILABLE : ENG_FINISH_ERROR,
+                    gone ? "the model's tensor-parallel job lost a process (see the server "
+                           "log); retry once the job is restarted"
+                         : msg);
     }
 }
 
@@ -338,9 +346,10 @@ static bool eng_step(eng_t *e)
     bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
     if (injected)
         dd_errf(err, sizeof err, "injected failure (DELTAD_FAIL_STEP)");
-    if (injected || fwd_decode(e->fwd, &b, err, sizeof err) != 0) { /* 4 */
+    int rc = injected ? DD_EINVAL : fwd_decode(e->fwd, &b, err, sizeof err); /* 4 */
+    if (rc) {
         LOG_E("forward step failed: %s", err);
-        fail_batch(e, "internal error in the forward step");
+        fail_batch(e, rc, "internal error in the forward step");
         return true;
     }
     prepare_mtp_inputs(e, n);
@@ -415,7 +424,8 @@ static void *eng_main(void *arg)
             break;
     }
     cancel_everything(e);
-    eng__cache_persist(e); /* with a disk tier: the slots' checkpoints outlive the daemon */
+    if (!fwd_broken(e->fwd))   /* a broken job's caches hold garbage */
+        eng__cache_persist(e); /* with a disk tier: the slots' checkpoints outlive the daemon */
     return NULL;
 }
 
@@ -630,6 +640,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     int64_t calls;
     fwd_comm_stats(e->fwd, &s->allreduce_seconds, &calls); /* racy read: monitoring only */
     s->n_devices = fwd_n_devices(e->fwd);
+    int per_proc[DIST_MAX_RANKS], n_proc;
+    fwd_topology(e->fwd, &n_proc, per_proc);
+    s->n_ranks = n_proc;
     s->drafted_total = atomic_load_explicit(&e->st_drafted, memory_order_relaxed);
     s->accepted_total = atomic_load_explicit(&e->st_accepted, memory_order_relaxed);
     s->verify_steps_total = atomic_load_explicit(&e->st_verify_steps, memory_order_relaxed);

@@ -69,11 +69,13 @@ enum { ENG_ROLLBACK_SNAPSHOT = 0, ENG_ROLLBACK_RECOMPUTE = 1 };
 
 enum eng_finish {
     ENG_FINISH_NONE = 0,
-    ENG_FINISH_STOP,      /* end-of-generation token or a stop string */
-    ENG_FINISH_LENGTH,    /* max_tokens or the context is full */
-    ENG_FINISH_CANCELLED, /* client gone */
-    ENG_FINISH_TIMEOUT,   /* past the request deadline */
-    ENG_FINISH_ERROR,     /* internal error; message in the outbox */
+    ENG_FINISH_STOP,        /* end-of-generation token or a stop string */
+    ENG_FINISH_LENGTH,      /* max_tokens or the context is full */
+    ENG_FINISH_CANCELLED,   /* client gone */
+    ENG_FINISH_TIMEOUT,     /* past the request deadline */
+    ENG_FINISH_ERROR,       /* internal error; message in the outbox */
+    ENG_FINISH_UNAVAILABLE, /* the engine cannot compute any more (a process of its
+                             * tensor-parallel job is gone): 503, message in the outbox */
 };
 
 #define ENG_MAX_STOP 16
@@ -189,7 +191,8 @@ struct eng_stats {
     int64_t prompt_tokens_total, generated_tokens_total, steps_total, cached_tokens_total;
     double busy_seconds;      /* time spent in forward steps */
     double allreduce_seconds; /* part of it spent in tensor-parallel allreduces */
-    int64_t n_devices;
+    int64_t n_devices;        /* of the tensor-parallel group, over every process */
+    int64_t n_ranks;          /* processes of the mpirun job (1 without mpirun) */
     int64_t drafted_total, accepted_total, verify_steps_total;
     int64_t loops_total; /* engine loop iterations: moves at least every 100 ms while alive */
     int64_t draft_max;

@@ -134,7 +134,10 @@ static void mtp_chain(eng_t *e)
                               .pos = e->b_pos,
                               .seq = e->b_seq,
                               .logits = e->b_want};
-        ASSERT(fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err) == 0);
+        int rc = fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err);
+        if (rc == DD_EIO)
+            return; /* the group lost a process: the next trunk step fails the requests */
+        ASSERT(rc == 0);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
         const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
         for (int64_t r = 0; r < n; r++)
@@ -205,7 +208,12 @@ static void sync_flush(eng_t *e, int64_t *n)
     struct fwd_batch b = {
         .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
-    ASSERT(fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err) == 0);
+    int rc = fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err);
+    if (rc == DD_EIO) { /* the group lost a process: the next trunk step fails the requests */
+        *n = 0;
+        return;
+    }
+    ASSERT(rc == 0);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
     const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
     for (int64_t r = 0, o = 0; r < *n; r++)

@@ -111,5 +111,8 @@ int cmd_bench(const struct cmd_opts *o);
 int cmd_bench_spec(const struct cmd_opts *o);
 int cmd_bench_gram(const struct cmd_opts *o); /* bench --schema / --grammar (cmd_gram.c) */
 int cmd_info(const struct cmd_opts *o);
+/* A worker rank of an mpirun job (cmd_worker.c): which is the subcommand's CMD_* bit, 0 for
+ * serve. Returns the exit status. */
+int cmd_worker(int argc, char **argv, int which);
 
 #endif

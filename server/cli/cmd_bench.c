@@ -26,9 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cmd.h"                     // defines: cmd_engine_open, cmd_feed
 #include "engine/compute/dev_cuda.h" // defines: dev_cuda_count, dev_cuda_info
+#include "engine/compute/dist.h"     // defines: dist_allgather, dist_size
 #include "engine/compute/shard.h"    // defines: shard_relayout_bytes
 #include "engine/sched/cache.h"      // defines: cache_bytes_needed
 #include "engine/util.h"             // defines: dd_now, xaligned_alloc
@@ -350,11 +352,16 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
     else
         printf("devices      %d CPU x %d threads, kernels %s, reps %lld (medians)\n", e->n_dev,
                dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->reps);
+    const int tp = fwd_n_devices(e->fwd);
+    if (dist_size() > 1)
+        printf("mpirun       %d ranks, %d devices in all; bandwidth, peak and roofline are rank "
+               "0's alone\n",
+               dist_size(), tp);
     /* per decode token / per prefill token: allreduce us, of which waiting, and calls */
     const double n_tg = (double)(n * o->n_gen), n_pp = (double)(n * o->n_prompt);
     const double ar_tg_us = b->ar_tg[0] / n_tg * 1e6, ar_tg_wait = b->ar_tg[1] / n_tg * 1e6;
     const double ar_pp_us = b->ar_pp[0] / n_pp * 1e6, ar_pp_wait = b->ar_pp[1] / n_pp * 1e6;
-    if (e->n_dev > 1) {
+    if (tp > 1) {
         printf("allreduce    decode: %.0f calls per token, %.1f us per token = %.1f%% of its time "
                "(%.1f us of it waiting for the other devices to arrive)\n",
                b->ar_tg[2] / n_tg, ar_tg_us, 100.0 * b->ar_tg[0] / b->tg_s, ar_tg_wait);
@@ -370,7 +377,8 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
                kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP",
                kq_act_type(m->output.type) == KQ_F32 ? "f32" : "int8");
     char cpu_pp[64] = "", cpu_tg[64] = "", cpu_frac[64] = "";
-    if (b->threads == 1 && !gpu) { /* a GPU's host thread waits: its CPU time says nothing */
+    /* a GPU's host thread waits: its CPU time says nothing; nor does rank 0's of a job */
+    if (b->threads == 1 && !gpu && dist_size() == 1) {
         snprintf(cpu_pp, sizeof cpu_pp, " (by CPU time: %.1f tok/s, %.1f%%)", pp_c,
                  pct(op_tok * pp_c, peak));
         snprintf(cpu_tg, sizeof cpu_tg, " (by CPU time: %.2f)", tg_c);
@@ -390,7 +398,7 @@ static void bench_print(const struct cmd_engine *e, const struct cmd_opts *o,
            "pp_pct_cpu=%.1f peak_gops=%.1f depth=%lld tg_tok=%.3f tg_tok_cpu=%.3f mib_tok=%.1f "
            "bw_gbs=%.2f roof_tok=%.3f roof_pct=%.1f roof_pct_cpu=%.1f ar_tg_us=%.1f "
            "ar_tg_wait_us=%.1f ar_tg_pct=%.1f ar_pp_us=%.1f ar_pp_pct=%.1f\n",
-           model_arch_name(hp->arch), b->threads, e->n_dev, pp, pp_c, pct(op_tok * pp, peak),
+           model_arch_name(hp->arch), b->threads, tp, pp, pp_c, pct(op_tok * pp, peak),
            pct(op_tok * pp_c, peak), peak / 1e9, (long long)o->depth, tg, tg_c,
            tok_bytes / 1048576.0, bw, roof, 100.0 * frac, 100.0 * frac_c, ar_tg_us, ar_tg_wait,
            b->tg_s > 0 ? 100.0 * b->ar_tg[0] / b->tg_s : 0.0, ar_pp_us,
@@ -628,9 +636,44 @@ static enum kq_type cpu_layout(void *ctx, enum kq_type t)
     return kq_repack_type(t);
 }
 
+/* Under mpirun: every rank's host and device count; rank 0 prints them, the others print
+ * nothing. Returns true on a worker (which is then done). */
+static bool info_ranks(const struct cmd_opts *o)
+{
+    if (dist_size() < 2)
+        return false;
+    struct rank_info {
+        char host[64];
+        int64_t devices, pid;
+    } mine = {.devices = o->dev_spec.cuda && o->dev_spec.all ? -1 : o->dev_spec.n, .pid = getpid()},
+      all[DIST_MAX_RANKS];
+    snprintf(mine.host, sizeof mine.host, "%s", dist_host());
+    if (dist_allgather(&mine, all, sizeof mine)) {
+        fprintf(stderr, "error: rank %d: %s\n", dist_rank(), dist_failure());
+        return dist_rank() != 0;
+    }
+    if (dist_rank() != 0)
+        return true;
+    int64_t total = 0;
+    printf("mpirun job: %d ranks (rank 0 serves HTTP and schedules; each step runs on all)\n",
+           dist_size());
+    for (int r = 0; r < dist_size(); r++) {
+        char n[24] = "all";
+        if (all[r].devices >= 0)
+            snprintf(n, sizeof n, "%lld", (long long)all[r].devices);
+        printf("  rank %d: host %s, pid %lld, %s %s\n", r, all[r].host, (long long)all[r].pid, n,
+               o->dev_spec.cuda ? "GPUs" : "CPU devices");
+        total += all[r].devices;
+    }
+    printf("  tensor parallel over %lld devices in all\n", (long long)total);
+    return false;
+}
+
 int cmd_info(const struct cmd_opts *o)
 {
     char err[512];
+    if (info_ranks(o))
+        return 0;
     topo_t *topo = topo_create(err, sizeof err);
     if (!topo) {
         fprintf(stderr, "error: hwloc topology: %s\n", err);

@@ -3,12 +3,16 @@
  *
  * `serve` parses its options from the config table (serve.c, cfg.c); generate, logits, bench
  * and info share the option table of cmd.c, made of the same rows.
+ *
+ * Under mpirun (dist.h) every rank runs this main with the same arguments: rank 0 runs the
+ * command, the other ranks serve its device groups (cmd_worker.c).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cmd.h"   // defines: cmd_parse, cmd_generate, ...
-#include "serve.h" // defines: serve_main
+#include "cmd.h"                 // defines: cmd_parse, cmd_generate, cmd_worker, ...
+#include "engine/compute/dist.h" // defines: dist_init, dist_rank
+#include "serve.h"               // defines: serve_main
 
 static void usage(const char *prog)
 {
@@ -40,11 +44,18 @@ int main(int argc, char **argv)
         usage(argv[0]);
         return argc < 2 ? 2 : 0;
     }
+    char err[512];
+    if (dist_init(err, sizeof err)) {
+        fprintf(stderr, "deltad: error: %s\n", err);
+        return 2;
+    }
     if (strcmp(argv[1], "serve") == 0)
-        return serve_main(argc - 2, argv + 2);
+        return dist_rank() ? cmd_worker(argc, argv, 0) : serve_main(argc - 2, argv + 2);
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (strcmp(argv[1], cmds[i].name) != 0)
             continue;
+        if (dist_rank() && cmds[i].which != CMD_INFO)
+            return cmd_worker(argc, argv, cmds[i].which);
         struct cmd_opts o;
         int rc = cmd_parse(argc, argv, 2, cmds[i].which, &o);
         if (rc == 0)

@@ -32,6 +32,7 @@
 
 #include "engine/compute/dev_cuda.h" // defines: dev_cuda_built
 #include "engine/compute/device.h"   // defines: dev_group_create
+#include "engine/compute/dist.h"     // defines: dist_size, dist_interrupt, dist_broken
 #include "engine/model/model.h"      // defines: model_load
 #include "engine/sched/eng.h"        // defines: eng_create, eng_get_stats
 #include "engine/util.h"             // defines: LOG_I, dd_log_set
@@ -190,6 +191,8 @@ static void on_signal(int sig)
     }
     if (g_stops && sig == SIGINT)
         _exit(130); /* the second Ctrl-C: do not wait for the drain */
+    if (dist_size() > 1)
+        dist_interrupt(); /* mpirun's SIGKILL follows within seconds: no drain (README) */
     g_stops++;
 }
 
@@ -423,6 +426,9 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
         return rc;
     if (c->spec_rollback == CFG_ROLLBACK_RECOMPUTE && p.spec_types)
         LOG_W("spec_rollback = recompute: a debug mode, rejected drafts are re-run");
+    if (dist_size() > 1)
+        LOG_I("mpirun job: rank 0 of %d on %s; waiting for the workers' shards", dist_size(),
+              dist_host());
     rc = eng_create_group(s->model, s->devs, s->n_dev, &p, &s->eng, err, errlen);
     if (rc) {
         add_hint(c, "slots",
@@ -430,6 +436,12 @@ static int build_engine(struct serve *s, char *err, size_t errlen)
                  "max_batch_tokens",
                  err, errlen);
         return rc;
+    }
+    if (dist_size() > 1) {
+        struct eng_stats st;
+        eng_get_stats(s->eng, &st);
+        LOG_I("tensor parallel over %lld devices on %lld mpirun ranks (rank 0 serves HTTP)",
+              (long long)st.n_devices, (long long)st.n_ranks);
     }
     return eng_start(s->eng, err, errlen);
 }
@@ -524,7 +536,7 @@ static void run(struct serve *s)
         LOG_I("systemd watchdog: %.1f s, pinging every %.1f s", (double)s->wd_usec / 1e6,
               (double)s->wd_usec / 2e6);
     sig_atomic_t hups_seen = g_hups;
-    while (!g_stops) {
+    while (!g_stops && !dist_broken()) {
         double wait = s->wd_usec ? s->wd_next - dd_now() : 1.0;
         wait = wait < 0 ? 0 : wait > 1.0 ? 1.0 : wait;
         struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
@@ -552,6 +564,10 @@ static void drain(struct serve *s)
 {
     const struct cfg *c = s->cfg;
     double t0 = dd_now();
+    if (dist_broken())
+        LOG_E("the tensor-parallel job is broken (%s): failing the requests in flight with "
+              "503 and exiting 1",
+              dist_failure());
     LOG_I("stopping: draining %lld in-flight requests for up to %g s",
           (long long)http_active_requests(s->http), c->drain_timeout);
     sdnotify_stopping("draining");
@@ -611,6 +627,7 @@ int serve_main(int n, char **args)
     }
     cfg_freeze();
     s.cfg = cfg_get();
+    dist_set_timeout(s.cfg->mpi_timeout);
     if (s.cfg->dev_spec.cuda && !dev_cuda_built()) {
         fprintf(stderr,
                 "deltad: error: key 'devices': '%s': this build has no CUDA (rebuild with make "
@@ -637,7 +654,8 @@ int serve_main(int n, char **args)
     run(&s);
     drain(&s);
     teardown(&s);
-    LOG_I("stopped");
+    rc = dist_broken() ? 1 : 0;
+    LOG_I("stopped%s", rc ? " (the tensor-parallel job broke)" : "");
     log_close(&s.log);
-    return 0;
+    return rc;
 }

@@ -69,6 +69,9 @@ const struct cfg_row cfg__rows[] = {
      "threads per CPU device (0 = one per allowed core)"},
     {"bind_threads", CFG_BOOL, "true", 0, 0, R, OFF(bind_threads), NULL,
      "bind the engine and device threads to cores with hwloc"},
+    {"mpi_timeout", CFG_FLOAT, "30", 1, 3600, R, OFF(mpi_timeout), NULL,
+     "under mpirun: seconds a rank waits for another within a step before the job counts "
+     "as broken (rank 0 then fails its requests with 503 and exits 1)"},
     {"slots", CFG_INT, "4", 1, 1024, R, OFF(slots), NULL,
      "requests decoded concurrently (each slot holds ctx positions)"},
     {"ctx", CFG_INT, "4096", 16, 1 << 24, R, OFF(ctx), NULL,

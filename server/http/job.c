@@ -395,12 +395,14 @@ static void record_done(job_t *j, struct choice *c, const struct eng_delta *d)
     struct metrics_gen g = {d->finish, d->t_queued, d->t_first_token, d->t_done,
                             d->completion_tokens};
     metrics_generation(j->env.metrics, &g);
-    if (d->finish == ENG_FINISH_ERROR || d->finish == ENG_FINISH_CANCELLED) {
+    if (d->finish == ENG_FINISH_ERROR || d->finish == ENG_FINISH_CANCELLED ||
+        d->finish == ENG_FINISH_UNAVAILABLE) {
         bool err = d->finish == ENG_FINISH_ERROR;
         j->failed = true;
         j->fail_status = err ? 500 : 503;
         snprintf(j->fail_msg, sizeof j->fail_msg, "%s",
-                 err ? (d->error[0] ? d->error : "internal error")
+                 d->finish != ENG_FINISH_CANCELLED
+                     ? (d->error[0] ? d->error : "internal error")
                      : "the server is shutting down; the request was cancelled");
     }
 }
@@ -454,7 +456,8 @@ static void stream_delta(job_t *j, int64_t i, const struct eng_delta *d)
     if (!d->done)
         return;
     record_done(j, c, d);
-    if (d->finish != ENG_FINISH_ERROR && d->finish != ENG_FINISH_CANCELLED) {
+    if (d->finish != ENG_FINISH_ERROR && d->finish != ENG_FINISH_CANCELLED &&
+        d->finish != ENG_FINISH_UNAVAILABLE) {
         resp_sse_finish(&j->out, &j->meta, i, finish_name(c), pending_toks(c, &k));
         toks_sent(j, c);
     }

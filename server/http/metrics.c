@@ -44,8 +44,8 @@ static const char *const ep_names[METRICS_EP_COUNT] = {
 };
 
 /* Indexed by enum eng_finish. */
-static const char *const finish_names[] = {"none",      "stop",    "length",
-                                           "cancelled", "timeout", "error"};
+static const char *const finish_names[] = {"none",    "stop",  "length",     "cancelled",
+                                           "timeout", "error", "unavailable"};
 #define N_FINISH (sizeof finish_names / sizeof finish_names[0])
 
 static const char *const reject_names[] = {"queue_full", "draining", "loading"};
@@ -311,6 +311,12 @@ static void render_engine(struct dd_buf *b, const struct eng_stats *es)
          es->busy_seconds},
         {"deltad_generation_tokens_per_second", "gauge", "Generated tokens per busy second.",
          es->busy_seconds > 0 ? (double)es->generated_tokens_total / es->busy_seconds : 0},
+        {"deltad_tp_devices", "gauge",
+         "Devices of the tensor-parallel group (over every mpirun rank).", (double)es->n_devices},
+        {"deltad_tp_ranks", "gauge", "Processes of the mpirun job (1 without mpirun).",
+         (double)es->n_ranks},
+        {"deltad_allreduce_seconds_total", "counter",
+         "Seconds of forward steps spent in tensor-parallel allreduces.", es->allreduce_seconds},
         {"deltad_spec_drafted_tokens_total", "counter", "Speculative draft tokens proposed.",
          (double)es->drafted_total},
         {"deltad_spec_accepted_tokens_total", "counter", "Speculative draft tokens accepted.",
