@@ -98,6 +98,13 @@ int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, c
 /* Host copies of the last step's rows, valid until the next step (downloaded on first use). */
 const float *fwd_logits(struct fwd_ctx *f); /* [n_out][n_vocab] */
 int64_t fwd_n_logits(const struct fwd_ctx *f);
+/* The index of the largest logit of each of the last step's logits rows [n_out] (the lowest
+ * index among ties, as smp_argmax), computed on the devices: only 4 bytes per row come back
+ * (8 per row and device in a tensor-parallel group, whose devices hold vocab slices). Valid
+ * until the next step. */
+const int32_t *fwd_argmax(struct fwd_ctx *f);
+/* Bytes fwd_logits and fwd_argmax have downloaded so far (what sampling cost the link). */
+int64_t fwd_sample_bytes(const struct fwd_ctx *f);
 const float *fwd_hidden(struct fwd_ctx *f); /* [n_tokens][n_embd] */
 
 #endif

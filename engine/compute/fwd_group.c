@@ -14,6 +14,7 @@
  * Invariants: every device's cache has the same per-sequence bookkeeping (rs_idx, valid),
  * because every cache operation goes to all of them. Thread: the engine thread.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +41,12 @@ struct fwd_ctx {
     int64_t n_runs;
     float *logits; /* [max_tokens][n_vocab] host: the devices' rows, gathered on demand */
     int64_t n_logits;
-    bool logits_fresh; /* logits holds the last step's rows */
+    bool logits_fresh;    /* logits holds the last step's rows */
+    int32_t *amax;        /* [max_tokens] host: the argmax of each logits row (fwd_argmax) */
+    int32_t *amax_d;      /* [n][max_tokens] host: each device's slice argmax */
+    float *amax_v;        /* [n + 1][max_tokens] host: the values at them (a group), the best */
+    bool amax_fresh;      /* amax holds the last step's rows */
+    int64_t sample_bytes; /* bytes fwd_logits and fwd_argmax downloaded */
     /* the step in flight, read by the host threads */
     const struct fwd_batch *b;
     const float *h_prev; /* NULL: trunk step; else an MTP step */
@@ -119,8 +125,65 @@ static void gather_logits(struct fwd_ctx *f)
                 dev_download(dv, f->logits + r * V + sm->vocab_lo, src + r * w,
                              (size_t)w * sizeof(float));
         dev_sync(dv);
+        f->sample_bytes += rows * w * (int64_t)sizeof(float);
     }
     f->logits_fresh = true;
+}
+
+/*
+ * The argmax of every logits row on the devices. One device: its argmax op, then 4 bytes per
+ * row come back. A group: every device takes the argmax of its vocab slice on its own host
+ * thread (an empty slice takes no part), and the value at it comes back too (4 more bytes per
+ * row and device); the largest value wins, the lowest token id on ties (smp_argmax's rule: the
+ * first largest).
+ */
+static void slice_argmax(void *ctx, int d, int nth)
+{
+    struct fwd_ctx *f = ctx;
+    (void)nth;
+    const struct model *sm = fwd__dev_model(f->dev[d]);
+    struct dev *dv = fwd__dev_device(f->dev[d]);
+    const int64_t w = sm->vocab_hi - sm->vocab_lo, T = f->p.max_tokens;
+    if (w <= 0)
+        return;
+    int64_t rows;
+    const int32_t *ids = fwd__dev_argmax(f->dev[d], &rows);
+    int32_t *h = f->amax_d + d * T;
+    dev_download(dv, h, ids, (size_t)rows * sizeof *h);
+    dev_sync(dv);
+    if (f->n == 1)
+        return;
+    const float *src = fwd__dev_logits(f->dev[d], &rows);
+    for (int64_t r = 0; r < rows; r++) /* the values at the slice's maxima */
+        dev_download(dv, f->amax_v + d * T + r, src + r * w + h[r], sizeof(float));
+    dev_sync(dv);
+}
+
+static void gather_argmax(struct fwd_ctx *f)
+{
+    const int64_t T = f->p.max_tokens, rows = fwd_n_logits(f);
+    if (f->n == 1)
+        slice_argmax(f, 0, 1);
+    else
+        tpool_run(f->hosts, slice_argmax, f);
+    bool first = true;
+    for (int d = 0; d < f->n; d++) {
+        const struct model *sm = fwd__dev_model(f->dev[d]);
+        if (sm->vocab_hi <= sm->vocab_lo)
+            continue;
+        f->sample_bytes += rows * (int64_t)(f->n == 1 ? 4 : 8);
+        float *best = f->amax_v + f->n * T;
+        for (int64_t r = 0; r < rows; r++) {
+            const int32_t id = f->amax_d[d * T + r] + (int32_t)sm->vocab_lo;
+            const float v = f->amax_v[d * T + r];
+            if (first || v > best[r] || (v == best[r] && id < f->amax[r])) {
+                f->amax[r] = id;
+                best[r] = v;
+            }
+        }
+        first = false;
+    }
+    f->amax_fresh = true;
 }
 
 static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
@@ -136,6 +199,7 @@ static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h
     else
         tpool_run(f->hosts, host_step, f);
     f->logits_fresh = false;
+    f->amax_fresh = false;
     f->b = NULL;
     return 0;
 }
@@ -160,6 +224,18 @@ const float *fwd_logits(struct fwd_ctx *f)
     if (!f->logits_fresh)
         gather_logits(f);
     return f->logits;
+}
+
+const int32_t *fwd_argmax(struct fwd_ctx *f)
+{
+    if (!f->amax_fresh)
+        gather_argmax(f);
+    return f->amax;
+}
+
+int64_t fwd_sample_bytes(const struct fwd_ctx *f)
+{
+    return f->sample_bytes;
 }
 
 int64_t fwd_n_logits(const struct fwd_ctx *f)
@@ -328,6 +404,9 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
     f->n = n_dev;
     f->runs = xcalloc((size_t)p->max_tokens, sizeof *f->runs);
     f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
+    f->amax = xcalloc((size_t)p->max_tokens, sizeof *f->amax);
+    f->amax_d = xcalloc((size_t)(n_dev * p->max_tokens), sizeof *f->amax_d);
+    f->amax_v = xcalloc((size_t)((n_dev + 1) * p->max_tokens), sizeof *f->amax_v);
     int rc = 0;
     if (n_dev > 1) {
         rc = group_comm(f, devs, err, errlen);
@@ -352,7 +431,9 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
         }
         if (!rc && !dev_host_weights(devs[d])) {
             size_t bytes = 0;
-            rc = shard_upload(m, &f->shard[d], devs[d], &f->wbuf[d], &bytes, err, errlen);
+            char label[64];
+            snprintf(label, sizeof label, "device %d (%s)", d, devs[d]->ops->name);
+            rc = shard_upload(m, &f->shard[d], devs[d], label, &f->wbuf[d], &bytes, err, errlen);
             f->wdev[d] = devs[d];
             if (!rc)
                 LOG_I("device %d (%s): weights uploaded, %.1f MiB", d, devs[d]->ops->name,
@@ -391,5 +472,8 @@ void fwd_destroy(struct fwd_ctx *f)
     comm_destroy(f->comm);
     free(f->runs);
     free(f->logits);
+    free(f->amax);
+    free(f->amax_d);
+    free(f->amax_v);
     free(f);
 }

@@ -82,6 +82,7 @@ struct fwd_dev {
     uint8_t *sub_want;          /* [T] all 1 */
     float *hsel;                /* [dev] [T][E] rows that want logits */
     float *logits;              /* [dev] [T][V] */
+    int32_t *d_amax;            /* [dev] [T] the argmax of each logits row of this slice */
     int64_t n_logits;
     int64_t n_hidden;  /* rows of hidden after the last step */
     float *hidden_h;   /* [T][E] host copy of hidden, downloaded on demand */
@@ -125,6 +126,9 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
 struct cache *fwd__dev_cache(struct fwd_dev *f);
 /* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model], a device address. */
 const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
+/* The index of the largest logit of each row of this device's slice, into d_amax (device
+ * [n_rows], returned); n_rows as fwd__dev_logits. The device's slice must not be empty. */
+const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows);
 /* The last step's hidden rows [T][n_embd] (replicated), downloaded to the host on demand. */
 const float *fwd__dev_hidden(struct fwd_dev *f);
 struct dev *fwd__dev_device(const struct fwd_dev *f);

@@ -253,11 +253,10 @@ static void keep_rows(eng_t *e, struct slot *s, int64_t len)
            (size_t)e->m->hp.n_embd * sizeof(float));
 }
 
-/* After the forward step: per slot, keep its rows, sample where due, verify drafts. */
+/* After the forward step: per slot, keep its rows, sample where due, verify drafts. A logits
+ * row comes back only when a slot's sampler needs it (eng__sample_out). */
 static void phase_sample_emit(eng_t *e)
 {
-    const float *logits = fwd_logits(e->fwd);
-    const int64_t V = e->m->hp.n_vocab;
     /* logits rows are compacted (one per wanted batch row, in batch order): index them */
     int64_t n_out = 0;
     for (int64_t r = 0; r < e->b_n; r++)
@@ -267,9 +266,8 @@ static void phase_sample_emit(eng_t *e)
         if (s->run == RUN_NONE)
             continue;
         const int64_t last_row = s->row0 + s->run_len - 1;
-        if (s->run == RUN_VERIFY) {
-            /* every row of a verify run has logits; re-base them so row r reads its own */
-            eng__spec_verify(e, s, logits + (e->b_outrow[s->row0] - s->row0) * V);
+        if (s->run == RUN_VERIFY) { /* every row of a verify run has logits */
+            eng__spec_verify(e, s, e->b_outrow[s->row0]);
             continue;
         }
         keep_rows(e, s, s->run_len);
@@ -281,7 +279,7 @@ static void phase_sample_emit(eng_t *e)
             eng__slot_set_state(s, SLOT_DECODE);
         }
         s->n_replay = 0;
-        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
+        eng__accept(e, s, eng__sample_out(e, s, e->b_outrow[last_row]));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state == SLOT_PREFILL)
@@ -347,6 +345,7 @@ static bool eng_step(eng_t *e)
     phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
     eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
     eng__gram_check_drafts(e);
+    atomic_store_explicit(&e->st_sample_bytes, fwd_sample_bytes(e->fwd), memory_order_relaxed);
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
     return true;
@@ -642,6 +641,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
     s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
     s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
+    s->sample_bytes_total = atomic_load_explicit(&e->st_sample_bytes, memory_order_relaxed);
     s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
     s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
     s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);

@@ -201,6 +201,8 @@ struct eng_stats {
     double sync_seconds;     /* time spent feeding accepted rows to the MTP layer's KV */
     int64_t mtp_rows_total;  /* rows run through the MTP layer (drafting + sync) */
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
+    /* bytes of logits downloaded for sampling and drafting (a greedy row: 4, the argmax) */
+    int64_t sample_bytes_total;
     /* the prompt cache (issue 36): requests that looked for a prefix, prompt tokens served
      * from a slot (in place or copied from another slot), from RAM and from disk, slot-to-slot
      * copies, checkpoints saved to the RAM / disk tiers when a slot dropped them, and the

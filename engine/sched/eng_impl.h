@@ -162,6 +162,7 @@ struct eng {
     atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
+    atomic_llong st_sample_bytes;                      /* fwd_sample_bytes after each step */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
     atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
@@ -182,7 +183,7 @@ void eng__spec_draft(eng_t *e, int64_t n_batch);
  * verification when rolling back by recomputation). */
 void eng__spec_ckpt_save(eng_t *e, struct slot *s);
 /* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
-void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+void eng__spec_verify(eng_t *e, struct slot *s, int64_t o0); /* its rows: logits rows o0 .. */
 /* ---- constrained decoding (eng_gram.c) ---- */
 void eng__gram_start(eng_t *e, struct slot *s);  /* a new request on s: its matcher, if any */
 void eng__gram_stop(struct slot *s);             /* the request left s */
@@ -218,6 +219,9 @@ void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *erro
 /* Sample one target row [n_vocab] with the slot's sampler, the request's generated tokens as
  * the penalties' history (plain decoding and verification alike), and accept a token. */
 int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits); /* -1: none allowed */
+/* eng__sample_row on logits row o of the step (fwd_logits), downloaded only when needed: a
+ * slot that samples greedily from the raw row takes the devices' argmax (fwd_argmax). */
+int32_t eng__sample_out(eng_t *e, struct slot *s, int64_t o);
 bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
 
 /* Engine-thread side of the outbox. */

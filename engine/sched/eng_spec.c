@@ -340,15 +340,15 @@ static void restore_and_replay(eng_t *e, struct slot *s, int64_t p0, int64_t kep
     s->n_cached = p0;
 }
 
-void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
+void eng__spec_verify(eng_t *e, struct slot *s, int64_t o0)
 {
-    const int64_t V = e->m->hp.n_vocab, E = e->m->hp.n_embd, n = s->run_len - 1;
+    const int64_t E = e->m->hp.n_embd, n = s->run_len - 1;
     const int64_t p0 = s->n_cached;
     int64_t kept = 0, matched = 0;
     bool alive = true;
     s->drafted += n; /* counted before accepting: a request may finish inside the loop */
     for (int64_t i = 0; i <= n && alive; i++) {
-        int32_t t = eng__sample_row(e, s, logits + (s->row0 + i) * V);
+        int32_t t = eng__sample_out(e, s, o0 + i);
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i]; /* the fed token of this row stays */
         kept++;
         alive = eng__accept(e, s, t);

@@ -5,7 +5,8 @@
  * granularity of 128; 2 KV heads on 3 devices) and a quantised model uneven ones; the MTP head
  * under TP; speculative decoding with rollback on 2 devices stays lossless; per-device memory is
  * about the split weights / N plus the replicated ones; the host allreduce gives every rank the
- * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls.
+ * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls; the group's
+ * argmax (each device's slice, then the best over the devices) is the argmax of its logits.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -76,6 +77,13 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
     int rc = fwd_decode(f, &b, err, sizeof err);
     if (!rc)
         memcpy(out, fwd_logits(f), (size_t)(n * V) * sizeof(float));
+    for (int64_t i = 0; !rc && i < n; i++) { /* the devices' argmax over their vocab slices */
+        const float *l = out + i * V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            best = l[v] > l[best] ? v : best;
+        CHECK_EQ(fwd_argmax(f)[i], best);
+    }
     if (!rc && mtp && g->m->hp.n_nextn) {
         float *h = calloc((size_t)(n * E), sizeof(float));
         memcpy(h + E, fwd_hidden(f), (size_t)((n - 1) * E) * sizeof(float));
