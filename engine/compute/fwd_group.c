@@ -49,7 +49,9 @@ struct fwd_ctx {
     int64_t sample_bytes; /* bytes fwd_logits and fwd_argmax downloaded */
     /* the step in flight, read by the host threads */
     const struct fwd_batch *b;
-    const float *h_prev; /* NULL: trunk step; else an MTP step */
+    bool mtp;              /* an MTP step, its input rows: */
+    const float *h_prev;   /* host rows, or */
+    const int32_t *h_rows; /* rows of the hidden pool */
 };
 
 /* ============================================================================================
@@ -101,8 +103,8 @@ static void host_step(void *ctx, int ith, int nth)
         dev_bind_host(f->dev[ith]->dev);
         f->bound[ith] = true;
     }
-    if (f->h_prev)
-        fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev);
+    if (f->mtp)
+        fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev, f->h_rows);
     else
         fwd__dev_decode(f->dev[ith], f->b, f->runs, f->n_runs);
 }
@@ -186,14 +188,27 @@ static void gather_argmax(struct fwd_ctx *f)
     f->amax_fresh = true;
 }
 
-static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
-                    size_t errlen)
+static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, const float *h_prev,
+                    const int32_t *h_rows, char *err, size_t errlen)
 {
     int rc = check_batch(f, b, err, errlen);
     if (rc)
         return rc;
+    if (mtp && f->m->hp.n_nextn < 1) {
+        dd_errf(err, errlen, "the model has no MTP block");
+        return DD_EUNSUPPORTED;
+    }
+    const int64_t n_pool = 2 * f->p.max_tokens + f->p.n_hrows;
+    for (int64_t t = 0; h_rows && t < b->n_tokens; t++)
+        if (h_rows[t] < 0 || h_rows[t] >= n_pool) {
+            dd_errf(err, errlen, "batch row %lld: hidden row %d outside the pool of %lld",
+                    (long long)t, h_rows[t], (long long)n_pool);
+            return DD_EINVAL;
+        }
     f->b = b;
+    f->mtp = mtp;
     f->h_prev = h_prev;
+    f->h_rows = h_rows;
     if (f->n == 1)
         host_step(f, 0, 1);
     else
@@ -206,17 +221,59 @@ static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h
 
 int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
 {
-    return run_step(f, b, NULL, err, errlen);
+    return run_step(f, b, false, NULL, NULL, err, errlen);
 }
 
 int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
             size_t errlen)
 {
-    if (f->m->hp.n_nextn < 1) {
-        dd_errf(err, errlen, "the model has no MTP block");
-        return DD_EUNSUPPORTED;
+    return run_step(f, b, true, h_prev, NULL, err, errlen);
+}
+
+int fwd_mtp_rows(struct fwd_ctx *f, const struct fwd_batch *b, const int32_t *h_rows, char *err,
+                 size_t errlen)
+{
+    return run_step(f, b, true, NULL, h_rows, err, errlen);
+}
+
+/* ---- the hidden pool ---- */
+
+int32_t fwd_hrow(const struct fwd_ctx *f, enum fwd_hset set, int64_t i)
+{
+    const int64_t T = f->p.max_tokens;
+    ASSERT(i >= 0 && i < (set == FWD_H_KEPT ? f->p.n_hrows : T));
+    return (int32_t)(set == FWD_H_TRUNK ? i : set == FWD_H_MTP ? T + i : 2 * T + i);
+}
+
+void fwd_hrow_copy(struct fwd_ctx *f, int32_t dst, int32_t src)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n && dst != src; d++)
+        dev_copy(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], dst),
+                 fwd__dev_hrow(f->dev[d], src), bytes);
+}
+
+void fwd_hrow_zero(struct fwd_ctx *f, int32_t row)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n; d++)
+        dev_memset(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], row), 0, bytes);
+}
+
+void fwd_hrow_upload(struct fwd_ctx *f, int32_t row, const float *src)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n; d++) { /* the host row may change once this returns */
+        dev_upload(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], row), src, bytes);
+        dev_sync(fwd__dev_device(f->dev[d]));
     }
-    return run_step(f, b, h_prev, err, errlen);
+}
+
+void fwd_hrow_download(struct fwd_ctx *f, int32_t row, float *dst)
+{
+    struct dev *dv = fwd__dev_device(f->dev[0]);
+    dev_download(dv, dst, fwd__dev_hrow(f->dev[0], row), (size_t)f->m->hp.n_embd * sizeof(float));
+    dev_sync(dv);
 }
 
 const float *fwd_logits(struct fwd_ctx *f)
@@ -354,6 +411,11 @@ void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *rep
         return;
     }
     shard_bytes(f->shard[d], owned, replicated);
+}
+
+void fwd_graph_stats(const struct fwd_ctx *f, int64_t *captures, int64_t *replays)
+{
+    fwd__dev_graph_stats(f->dev[0], captures, replays);
 }
 
 int fwd_n_devices(const struct fwd_ctx *f)

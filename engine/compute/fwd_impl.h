@@ -25,6 +25,17 @@ struct fwd_run {
     int64_t seq;
 };
 
+/* A trunk step's graph (fwd.c trunk_step): its shape and where it stands. */
+#define FWD_GRAPHS 16    /* shapes kept per device */
+#define FWD_GRAPH_RUN 17 /* longest run recorded: a decode row and a draft of up to 16 */
+enum fwd_graph_state { FWD_G_FREE, FWD_G_NEW, FWD_G_SEEN, FWD_G_READY, FWD_G_DIRECT };
+struct fwd_graph {
+    int64_t T, n_runs, n_logits;
+    uint64_t used; /* graph_clock at the last use */
+    enum fwd_graph_state state;
+    struct dev_graph *g; /* FWD_G_READY */
+};
+
 /* One device's forward state: its model (or shard), cache and activation buffers. Every
  * buffer marked [dev] is a device address (never dereferenced here); all of them are parts of
  * the device's one allocation (fwd_plan). */
@@ -72,8 +83,13 @@ struct fwd_dev {
     float *eg, *eu;   /* [T * k][ff_exp] expert gate / up (then SwiGLU) by slot */
     float *eout;      /* [T * k][E] expert down projections by slot */
     float *sh_gate;   /* [T] sigmoid gate of the shared expert */
-    float *hidden;    /* [dev] [T][E] post-output_norm hidden of every row */
-    float *h_prev;    /* [dev] [T][E] the MTP step's input hidden rows */
+    /* [dev] the hidden pool [2T + n_hrows][E]: rows [0, T) the post-output_norm hidden of
+     * every row of the last trunk step, [T, 2T) the MTP block's of the last MTP step, then the
+     * caller's kept rows (fwd_hrow) */
+    float *hidden;
+    float *hid_last; /* [dev] the region of the last step (what fwd_hidden downloads) */
+    int32_t *d_hidx; /* [dev] [T] an MTP step's input rows of the pool */
+    float *h_prev;   /* [dev] [T][E] the MTP step's input hidden rows */
     /* MTP: the batch of the rows that want logits (the others only fill the KV cache); host */
     struct fwd_batch sub;
     int32_t *sub_tok, *sub_seq; /* [T] */
@@ -87,6 +103,10 @@ struct fwd_dev {
     int64_t n_hidden;  /* rows of hidden after the last step */
     float *hidden_h;   /* [T][E] host copy of hidden, downloaded on demand */
     bool hidden_fresh; /* hidden_h holds the last step's rows */
+    /* graphs of trunk steps by shape (p.graphs on a device with graphs) */
+    struct fwd_graph graphs[FWD_GRAPHS];
+    uint64_t graph_clock;
+    int64_t n_captures, n_replays;
 };
 
 /* ---- helpers shared by the files of one device's forward pass ---- */
@@ -121,9 +141,11 @@ void fwd__dev_destroy(struct fwd_dev *f);
 /* The batch was validated by the group; runs are its per-sequence runs. */
 void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                      int64_t n_runs);
+/* h_prev [T][E] host rows, or (h_prev NULL) h_rows [T] rows of the hidden pool. */
 void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
-                  int64_t n_runs, const float *h_prev);
+                  int64_t n_runs, const float *h_prev, const int32_t *h_rows);
 struct cache *fwd__dev_cache(struct fwd_dev *f);
+void fwd__dev_graph_stats(const struct fwd_dev *f, int64_t *captures, int64_t *replays);
 /* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model], a device address. */
 const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
 /* The index of the largest logit of each row of this device's slice, into d_amax (device
@@ -131,6 +153,8 @@ const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
 const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows);
 /* The last step's hidden rows [T][n_embd] (replicated), downloaded to the host on demand. */
 const float *fwd__dev_hidden(struct fwd_dev *f);
+/* The device address of row `row` of the hidden pool (asserted in range). */
+float *fwd__dev_hrow(const struct fwd_dev *f, int32_t row);
 struct dev *fwd__dev_device(const struct fwd_dev *f);
 const struct model *fwd__dev_model(const struct fwd_dev *f);
 

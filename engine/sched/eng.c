@@ -249,8 +249,7 @@ static void keep_rows(eng_t *e, struct slot *s, int64_t len)
 {
     for (int64_t i = 0; i < len; i++)
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i];
-    memcpy(s->pending_h, e->h_trunk + (s->row0 + len - 1) * e->m->hp.n_embd,
-           (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_PENDING), fwd_hrow(e->fwd, FWD_H_TRUNK, s->row0 + len - 1));
 }
 
 /* After the forward step: per slot, keep its rows, sample where due, verify drafts. A logits
@@ -286,20 +285,58 @@ static void phase_sample_emit(eng_t *e)
             eng__cache_after_prefill(e, &e->slots[i]);
 }
 
-/* MTP inputs of this batch: row k pairs its token with the trunk hidden of the previous
- * position: row k-1 of the same run, or the slot's pending_h for a run's first row. */
+/* MTP inputs of this batch, as rows of the devices' hidden pool: row k pairs its token with the
+ * trunk hidden of the previous position: trunk row k-1 of the same run, or for a run's first
+ * row the slot's pending row as it is now (copied to its PREV row: phase 5 moves pending on). */
 static void prepare_mtp_inputs(eng_t *e, int64_t n)
 {
-    const int64_t E = e->m->hp.n_embd;
-    memcpy(e->h_trunk, fwd_hidden(e->fwd), (size_t)(n * E) * sizeof(float));
     if (!e->mtp)
         return;
     for (int64_t k = 0; k < n; k++) {
-        const float *src = k > 0 && e->b_seq[k] == e->b_seq[k - 1]
-                               ? e->h_trunk + (k - 1) * E
-                               : e->slots[e->b_seq[k]].pending_h;
-        memcpy(e->h_prev + k * E, src, (size_t)E * sizeof(float));
+        if (k > 0 && e->b_seq[k] == e->b_seq[k - 1]) {
+            e->h_idx[k] = fwd_hrow(e->fwd, FWD_H_TRUNK, k - 1);
+            continue;
+        }
+        const struct slot *s = &e->slots[e->b_seq[k]];
+        e->h_idx[k] = eng__hrow(e, s, ENG_H_PREV);
+        eng__hcopy(e, e->h_idx[k], eng__hrow(e, s, ENG_H_PENDING));
     }
+}
+
+/* ---- the kept hidden rows (eng_impl.h) ---- */
+
+int64_t eng__hrows(const struct model *m, const struct eng_params *p)
+{
+    return (p->spec_types & ENG_SPEC_MTP) && m->hp.n_nextn > 0 ? p->n_slots * ENG_H_SLOT : 0;
+}
+
+int32_t eng__hrow(const eng_t *e, const struct slot *s, int which)
+{
+    return e->mtp ? fwd_hrow(e->fwd, FWD_H_KEPT, s->id * ENG_H_SLOT + which) : -1;
+}
+
+void eng__hcopy(eng_t *e, int32_t dst, int32_t src)
+{
+    if (e->mtp)
+        fwd_hrow_copy(e->fwd, dst, src);
+}
+
+void eng__hsave(eng_t *e, const struct slot *s, float *dst)
+{
+    if (e->mtp)
+        fwd_hrow_download(e->fwd, eng__hrow(e, s, ENG_H_PENDING), dst);
+    else
+        memset(dst, 0, (size_t)e->m->hp.n_embd * sizeof(float));
+}
+
+void eng__hload(eng_t *e, const struct slot *s, const float *src)
+{
+    if (!e->mtp)
+        return;
+    if (src)
+        fwd_hrow_upload(e->fwd, eng__hrow(e, s, ENG_H_PENDING), src);
+    else
+        fwd_hrow_zero(e->fwd, eng__hrow(e, s, ENG_H_PENDING));
 }
 
 /* ============================================================================================
@@ -440,12 +477,9 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     }
     s->draft = xcalloc((size_t)e->draft_cap + 1, sizeof *s->draft);
     s->replay = xcalloc((size_t)e->draft_cap + 1, sizeof *s->replay);
-    s->pending_h = xcalloc(E, sizeof(float));
-    s->draft_h = xcalloc(E, sizeof(float));
     s->spec_ckpt.pos = -1;
     s->spec_ckpt.state =
         e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
-    s->spec_ckpt.h = xcalloc(E, sizeof(float));
 }
 
 static void slot_deinit(eng_t *e, struct slot *s)
@@ -461,10 +495,7 @@ static void slot_deinit(eng_t *e, struct slot *s)
     free(s->ckpts);
     free(s->draft);
     free(s->replay);
-    free(s->pending_h);
-    free(s->draft_h);
     free(s->spec_ckpt.state);
-    free(s->spec_ckpt.h);
     eng__gram_deinit(e, s);
 }
 
@@ -531,7 +562,8 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     struct fwd_params fp = {.max_tokens = p->max_batch_tokens,
                             .n_seq = p->n_slots,
                             .n_ctx = p->n_ctx,
-                            .draft_max = eng__snap_depth(p)};
+                            .draft_max = eng__snap_depth(p),
+                            .n_hrows = eng__hrows(m, p)};
     rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);
@@ -553,8 +585,7 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->b_want = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_want);
     e->b_none = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_none);
     e->b_outrow = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_outrow);
-    e->h_trunk = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
-    e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
+    e->h_idx = xcalloc((size_t)p->max_batch_tokens, sizeof *e->h_idx);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     rc = eng__cache_init(e, err, errlen);
@@ -606,8 +637,7 @@ void eng_destroy(eng_t *e)
     free(e->b_want);
     free(e->b_none);
     free(e->b_outrow);
-    free(e->h_trunk);
-    free(e->h_prev);
+    free(e->h_idx);
     fwd_destroy(e->fwd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

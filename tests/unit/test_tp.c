@@ -6,7 +6,8 @@
  * under TP; speculative decoding with rollback on 2 devices stays lossless; per-device memory is
  * about the split weights / N plus the replicated ones; the host allreduce gives every rank the
  * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls; the group's
- * argmax (each device's slice, then the best over the devices) is the argmax of its logits.
+ * argmax (each device's slice, then the best over the devices) is the argmax of its logits; MTP
+ * inputs as rows of the devices' hidden pool give the logits of the same rows from the host.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -59,7 +60,8 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
 {
     char err[512];
     struct fwd_ctx *f;
-    struct fwd_params p = {.max_tokens = 64, .n_seq = 1, .n_ctx = 128, .draft_max = 2};
+    struct fwd_params p = {
+        .max_tokens = 64, .n_seq = 1, .n_ctx = 128, .draft_max = 2, .n_hrows = 1};
     if (fwd_create_group(g->m, g->devs, g->n, &p, &f, err, sizeof err)) {
         printf("  %s\n", err);
         return -1;
@@ -90,6 +92,15 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
         rc = fwd_mtp(f, &b, h, err, sizeof err);
         if (!rc)
             memcpy(mtp, fwd_logits(f), (size_t)(n * V) * sizeof(float));
+        /* the same inputs as rows of the devices' hidden pool: the trunk's rows, a zero row */
+        int32_t rows[64];
+        rows[0] = fwd_hrow(f, FWD_H_KEPT, 0);
+        fwd_hrow_zero(f, rows[0]);
+        for (int64_t i = 1; i < n; i++)
+            rows[i] = fwd_hrow(f, FWD_H_TRUNK, i - 1);
+        rc = rc ? rc : fwd_mtp_rows(f, &b, rows, err, sizeof err);
+        if (!rc)
+            CHECK(memcmp(mtp, fwd_logits(f), (size_t)(n * V) * sizeof(float)) == 0);
         free(h);
     }
     if (rc)
