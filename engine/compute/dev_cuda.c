@@ -22,6 +22,11 @@
  * Several GPUs: the CUDA current device is per host thread, so every entry that allocates or
  * launches first selects this device's GPU (kc_set_device, a no-op when it already is).
  *
+ * Graphs: graph_begin .. graph_end capture the stream (kc_graph). An op that would synchronise
+ * or allocate while capturing (a GEMM scratch or position buffer that must grow, matmul_id's
+ * downloaded expert offsets, an upload, download or sync, a host allreduce) is not issued and
+ * spoils the capture: graph_end returns NULL and the caller issues the ops again uncaptured.
+ *
  * Thread: the engine thread only. A CUDA failure aborts (kcuda.h, STYLE rule 18c).
  */
 #include <sched.h>

@@ -10,6 +10,11 @@
  * in [0, n_ctx); token ids in [0, n_vocab). The caller owns positions: writing a run that starts
  * at position p truncates the sequence's KV to p (attention reads rows 0..p only).
  *
+ * Graphs (fwd_params.graphs, on devices that have them: CUDA): a trunk step whose runs are at
+ * most 17 rows (decode, verification) replays a graph recorded per batch shape (rows, runs,
+ * logits rows); its per-step inputs are uploaded into fixed device buffers first, so a replay
+ * computes what the ops would, bit for bit.
+ *
  * Memory: one allocation plan per device (fwd_plan: the cache's parts and the activations,
  * sized from n_seq, n_ctx, draft_max, max_tokens and the device's shard) is allocated once by
  * fwd_create; fwd_decode allocates nothing. Logits and hidden rows come back to the host on

@@ -563,7 +563,8 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
                             .n_seq = p->n_slots,
                             .n_ctx = p->n_ctx,
                             .draft_max = eng__snap_depth(p),
-                            .n_hrows = eng__hrows(m, p)};
+                            .n_hrows = eng__hrows(m, p),
+                            .graphs = !p->no_graphs};
     rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);

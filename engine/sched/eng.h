@@ -48,6 +48,8 @@ struct eng_params {
     int64_t cache_disk_max;   /* bytes of cache_dir's files (0 = no limit; LRU by mtime) */
     int64_t cache_save_piece; /* KV bytes a background save copies between two steps (0 = the
                                * default, 1 MiB; tests make it tiny) */
+    bool no_graphs;           /* launch every op each step; by default devices with graphs
+                               * (CUDA) replay decode and verification steps (fwd_params) */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject

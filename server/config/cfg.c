@@ -69,6 +69,9 @@ const struct cfg_row cfg__rows[] = {
      "threads per CPU device (0 = one per allowed core)"},
     {"bind_threads", CFG_BOOL, "true", 0, 0, R, OFF(bind_threads), NULL,
      "bind the engine and device threads to cores with hwloc"},
+    {"cuda_graphs", CFG_BOOL, "on", 0, 0, R, OFF(cuda_graphs), NULL,
+     "replay decode and verification steps on GPUs as CUDA graphs, one per batch shape (off: "
+     "launch every kernel each step, to measure the difference)"},
     {"slots", CFG_INT, "4", 1, 1024, R, OFF(slots), NULL,
      "requests decoded concurrently (each slot holds ctx positions)"},
     {"ctx", CFG_INT, "4096", 16, 1 << 24, R, OFF(ctx), NULL,

@@ -60,6 +60,7 @@ struct cfg {
     char *devices;    /* "cpu:N" */
     int64_t threads;  /* per CPU device, 0 = one per allowed core */
     bool bind_threads;
+    bool cuda_graphs; /* decode / verification steps replayed as CUDA graphs */
     int64_t slots;
     int64_t ctx; /* positions per slot */
     int64_t max_batch_tokens;

@@ -7,7 +7,9 @@
  * about the split weights / N plus the replicated ones; the host allreduce gives every rank the
  * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls; the group's
  * argmax (each device's slice, then the best over the devices) is the argmax of its logits; MTP
- * inputs as rows of the devices' hidden pool give the logits of the same rows from the host.
+ * inputs as rows of the devices' hidden pool give the logits of the same rows from the host;
+ * steps replayed from CUDA graphs give the bits of direct launches (decode and verification
+ * shapes, a rollback between them).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -521,6 +523,86 @@ TEST(speculation_on_two_devices)
     }
 }
 
+/* The logits of every row of a fixed sequence of steps over two sequences, graphs on or off:
+ * prefill chunks, decode steps (1 + 1 rows) and verification-shaped steps (3 + 3 rows) with a
+ * one-row rollback of sequence 1 after each (its next step starts from a snapshot group: the
+ * run table's src, a device input). Tokens do not depend on the results. Returns the rows. */
+static int64_t graph_steps(struct group *g, bool graphs, float *out, int64_t *replays)
+{
+    char err[512];
+    struct fwd_ctx *f;
+    struct fwd_params p = {
+        .max_tokens = 16, .n_seq = 2, .n_ctx = 64, .draft_max = 2, .graphs = graphs};
+    if (fwd_create_group(g->m, g->devs, g->n, &p, &f, err, sizeof err)) {
+        printf("  %s\n", err);
+        return -1;
+    }
+    const int64_t V = g->m->hp.n_vocab;
+    int64_t next[2] = {0, 0}, rows = 0;
+    for (int step = 0; step < 14; step++) {
+        int32_t tok[16], seq[16];
+        int64_t pos[16];
+        uint8_t want[16];
+        const int per = step < 2 ? 7 + step : step < 8 ? 1 : 3; /* prefill, decode, verify */
+        int64_t n = 0;
+        for (int s = 0; s < 2; s++)
+            for (int i = 0; i < per; i++, n++) {
+                tok[n] = (int32_t)((step * 31 + s * 17 + i * 7 + 3) % 256);
+                seq[n] = s;
+                pos[n] = next[s]++;
+                want[n] = step >= 2 || i == per - 1;
+            }
+        struct fwd_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq = seq, .logits = want};
+        if (fwd_decode(f, &b, err, sizeof err)) {
+            printf("  %s\n", err);
+            break;
+        }
+        memcpy(out + rows * V, fwd_logits(f), (size_t)(fwd_n_logits(f) * V) * sizeof(float));
+        rows += fwd_n_logits(f);
+        if (per == 3 && fwd_seq_rollback(f, 1, 1))
+            next[1]--;
+    }
+    int64_t captures;
+    fwd_graph_stats(f, &captures, replays);
+    fwd_destroy(f);
+    return rows;
+}
+
+/* CUDA graphs: replayed steps give the bits of the same steps launched op by op (on a device
+ * without graphs both runs are direct). */
+TEST(graphs_match_eager)
+{
+    const char *files[] = {"tiny-qwen35.gguf", "tiny-qwen35moe.gguf", "tiny-qwen3.gguf"};
+    for (size_t k = 0; k < 3; k++)
+        for (int n = 1; n <= (k == 0 ? 2 : 1); n++) { /* TP: the hybrid model */
+            struct group g;
+            if (group_open(&g, files[k], n)) {
+                CHECK(0);
+                continue;
+            }
+            const int64_t V = g.m->hp.n_vocab;
+            float *on = calloc((size_t)(256 * V), sizeof(float));
+            float *off = calloc((size_t)(256 * V), sizeof(float));
+            int64_t rep_on = 0, rep_off = 0;
+            int64_t r_on = graph_steps(&g, true, on, &rep_on);
+            int64_t r_off = graph_steps(&g, false, off, &rep_off);
+            const bool graphs = dev_has_graphs(g.devs[0]);
+            printf("  %-20s %d device(s): %lld rows, %lld steps replayed from graphs, %s\n",
+                   files[k], n, (long long)r_on, (long long)rep_on,
+                   r_on == r_off && memcmp(on, off, (size_t)(r_on * V) * sizeof(float)) == 0
+                       ? "identical bits"
+                       : "DIFFERENT");
+            CHECK(r_on > 0 && r_on == r_off);
+            CHECK(memcmp(on, off, (size_t)(r_on * V) * sizeof(float)) == 0);
+            CHECK_EQ(rep_off, 0);
+            if (graphs) /* decode: 6 steps, the first direct, the second recorded; verify: 6 */
+                CHECK(rep_on >= 8);
+            free(on);
+            free(off);
+            group_close(&g);
+        }
+}
+
 TEST(comm_registry)
 {
     char err[256] = "";
@@ -607,6 +689,7 @@ int main(int argc, char **argv)
     RUN(mtp_kv_only_rows);
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
+    RUN(graphs_match_eager);
     RUN(comm_registry);
     RUN(host_allreduce_bits);
     TEST_MAIN_END("test_tp");
