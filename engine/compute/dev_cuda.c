@@ -449,9 +449,10 @@ static void cuda_moe_combine(struct dev *d, const struct dev_moe *m)
                    m->out);
 }
 
-static void cuda_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+static void cuda_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                        float *mass)
 {
-    kc_argmax(cuda_of(d)->s, x, rows, n, out);
+    kc_argmax(cuda_of(d)->s, x, rows, n, out, mass);
 }
 
 static int cuda_n_threads(const struct dev *d)

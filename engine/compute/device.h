@@ -289,8 +289,11 @@ struct dev_ops {
                         int64_t w);
     void (*scatter_rows)(struct dev *d, float *dst, const float *src, const int32_t *idx, int64_t n,
                          int64_t w);
-    /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows. */
-    void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out);
+    /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows; and,
+     * when mass is not NULL, mass [r] = sum_i exp(x[r][i] - x[r][out[r]]) (>= 1: the softmax
+     * probability of the largest is 1 / mass; f32, summed in any order). */
+    void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                   float *mass);
     /* Free and total bytes of the device's memory (a GPU: from the driver). NULL: unknown. */
     int (*mem_info)(const struct dev *d, size_t *free_bytes, size_t *total_bytes);
     /* The CUDA ordinal of the GPU this device runs on; NULL: not a GPU (groups of such
@@ -504,9 +507,10 @@ static inline void dev_scatter_rows(struct dev *d, float *dst, const float *src,
     d->ops->scatter_rows(d, dst, src, idx, n, w);
 }
 
-static inline void dev_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+static inline void dev_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                              float *mass)
 {
-    d->ops->argmax(d, x, rows, n, out);
+    d->ops->argmax(d, x, rows, n, out, mass);
 }
 
 static inline void dev_allreduce(struct dev *d, struct comm *c, int rank, float *buf, int64_t n)

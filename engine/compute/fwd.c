@@ -431,6 +431,7 @@ static struct widths widths_of(const struct model *m, int64_t T)
     X(hsel, T *E, float)                                                                           \
     X(logits, T *V, float)                                                                         \
     X(d_amax, T, int32_t)                                                                          \
+    X(d_mass, T, float)                                                                            \
     X(d_tok, T, int32_t)                                                                           \
     X(d_seq, T, int32_t)                                                                           \
     X(d_rows, T, int32_t)                                                                          \
@@ -551,12 +552,14 @@ const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows)
     return f->logits;
 }
 
-const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows)
+const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows, const float **mass)
 {
     const int64_t w = f->m->vocab_hi - f->m->vocab_lo;
     ASSERT(w > 0);
     *n_rows = f->n_logits;
-    dev_argmax(f->dev, f->logits, f->n_logits, w, f->d_amax);
+    dev_argmax(f->dev, f->logits, f->n_logits, w, f->d_amax, mass ? f->d_mass : NULL);
+    if (mass)
+        *mass = f->d_mass;
     return f->d_amax;
 }
 

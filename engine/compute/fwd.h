@@ -131,6 +131,10 @@ int64_t fwd_n_logits(const struct fwd_ctx *f);
  * (8 per row and device in a tensor-parallel group, whose devices hold vocab slices). Valid
  * until the next step. */
 const int32_t *fwd_argmax(struct fwd_ctx *f);
+/* fwd_argmax's rows and, per row, the softmax probability of its largest logit (over the
+ * whole vocabulary: each device sums its slice, 4 more bytes per row and device); what MTP
+ * drafting needs of a logits row. Valid until the next step. */
+const float *fwd_top_prob(struct fwd_ctx *f);
 /* Bytes fwd_logits and fwd_argmax have downloaded so far (what sampling cost the link). */
 int64_t fwd_sample_bytes(const struct fwd_ctx *f);
 const float *fwd_hidden(struct fwd_ctx *f); /* [n_tokens][n_embd] */

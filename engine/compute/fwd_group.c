@@ -14,6 +14,7 @@
  * Invariants: every device's cache has the same per-sequence bookkeeping (rs_idx, valid),
  * because every cache operation goes to all of them. Thread: the engine thread.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,10 @@ struct fwd_ctx {
     int32_t *amax;        /* [max_tokens] host: the argmax of each logits row (fwd_argmax) */
     int32_t *amax_d;      /* [n][max_tokens] host: each device's slice argmax */
     float *amax_v;        /* [n + 1][max_tokens] host: the values at them (a group), the best */
+    float *amax_m;        /* [n][max_tokens] host: each slice's mass (fwd_top_prob) */
+    float *prob;          /* [max_tokens] host: the argmax's softmax probability (fwd_top_prob) */
+    bool want_mass;       /* the argmax under way sums the masses too */
+    bool prob_fresh;      /* prob (and amax) hold the last step's rows */
     bool amax_fresh;      /* amax holds the last step's rows */
     int64_t sample_bytes; /* bytes fwd_logits and fwd_argmax downloaded */
     /* the step in flight, read by the host threads */
@@ -137,7 +142,9 @@ static void gather_logits(struct fwd_ctx *f)
  * row come back. A group: every device takes the argmax of its vocab slice on its own host
  * thread (an empty slice takes no part), and the value at it comes back too (4 more bytes per
  * row and device); the largest value wins, the lowest token id on ties (smp_argmax's rule: the
- * first largest).
+ * first largest). With f->want_mass every device also sums exp(logit - its slice's largest)
+ * (4 more bytes per row and device), and the softmax probability of the winner is
+ * 1 / sum_d mass_d * exp(v_d - v_best).
  */
 static void slice_argmax(void *ctx, int d, int nth)
 {
@@ -149,9 +156,12 @@ static void slice_argmax(void *ctx, int d, int nth)
     if (w <= 0)
         return;
     int64_t rows;
-    const int32_t *ids = fwd__dev_argmax(f->dev[d], &rows);
+    const float *mass = NULL;
+    const int32_t *ids = fwd__dev_argmax(f->dev[d], &rows, f->want_mass ? &mass : NULL);
     int32_t *h = f->amax_d + d * T;
     dev_download(dv, h, ids, (size_t)rows * sizeof *h);
+    if (mass)
+        dev_download(dv, f->amax_m + d * T, mass, (size_t)rows * sizeof(float));
     dev_sync(dv);
     if (f->n == 1)
         return;
@@ -161,9 +171,10 @@ static void slice_argmax(void *ctx, int d, int nth)
     dev_sync(dv);
 }
 
-static void gather_argmax(struct fwd_ctx *f)
+static void gather_argmax(struct fwd_ctx *f, bool mass)
 {
     const int64_t T = f->p.max_tokens, rows = fwd_n_logits(f);
+    f->want_mass = mass;
     if (f->n == 1)
         slice_argmax(f, 0, 1);
     else
@@ -173,7 +184,7 @@ static void gather_argmax(struct fwd_ctx *f)
         const struct model *sm = fwd__dev_model(f->dev[d]);
         if (sm->vocab_hi <= sm->vocab_lo)
             continue;
-        f->sample_bytes += rows * (int64_t)(f->n == 1 ? 4 : 8);
+        f->sample_bytes += rows * (int64_t)((f->n == 1 ? 4 : 8) + (mass ? 4 : 0));
         float *best = f->amax_v + f->n * T;
         for (int64_t r = 0; r < rows; r++) {
             const int32_t id = f->amax_d[d * T + r] + (int32_t)sm->vocab_lo;
@@ -186,6 +197,18 @@ static void gather_argmax(struct fwd_ctx *f)
         first = false;
     }
     f->amax_fresh = true;
+    f->prob_fresh = mass;
+    for (int64_t r = 0; mass && r < rows; r++) {
+        double sum = 0.0;
+        const float best = f->n == 1 ? 0.0f : f->amax_v[f->n * T + r];
+        for (int d = 0; d < f->n; d++) {
+            const struct model *sm = fwd__dev_model(f->dev[d]);
+            if (sm->vocab_hi > sm->vocab_lo)
+                sum += f->amax_m[d * T + r] *
+                       (f->n == 1 ? 1.0 : exp((double)f->amax_v[d * T + r] - best));
+        }
+        f->prob[r] = (float)(1.0 / sum);
+    }
 }
 
 static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, const float *h_prev,
@@ -214,7 +237,7 @@ static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, cons
     else
         tpool_run(f->hosts, host_step, f);
     f->logits_fresh = false;
-    f->amax_fresh = false;
+    f->amax_fresh = f->prob_fresh = false;
     f->b = NULL;
     return 0;
 }
@@ -286,8 +309,15 @@ const float *fwd_logits(struct fwd_ctx *f)
 const int32_t *fwd_argmax(struct fwd_ctx *f)
 {
     if (!f->amax_fresh)
-        gather_argmax(f);
+        gather_argmax(f, false);
     return f->amax;
+}
+
+const float *fwd_top_prob(struct fwd_ctx *f)
+{
+    if (!f->prob_fresh)
+        gather_argmax(f, true);
+    return f->prob;
 }
 
 int64_t fwd_sample_bytes(const struct fwd_ctx *f)
@@ -469,6 +499,8 @@ int fwd_create_group(const struct model *m, struct dev **devs, int n_dev,
     f->amax = xcalloc((size_t)p->max_tokens, sizeof *f->amax);
     f->amax_d = xcalloc((size_t)(n_dev * p->max_tokens), sizeof *f->amax_d);
     f->amax_v = xcalloc((size_t)((n_dev + 1) * p->max_tokens), sizeof *f->amax_v);
+    f->amax_m = xcalloc((size_t)(n_dev * p->max_tokens), sizeof *f->amax_m);
+    f->prob = xcalloc((size_t)p->max_tokens, sizeof *f->prob);
     int rc = 0;
     if (n_dev > 1) {
         rc = group_comm(f, devs, err, errlen);
@@ -537,5 +569,7 @@ void fwd_destroy(struct fwd_ctx *f)
     free(f->amax);
     free(f->amax_d);
     free(f->amax_v);
+    free(f->amax_m);
+    free(f->prob);
     free(f);
 }

@@ -99,6 +99,7 @@ struct fwd_dev {
     float *hsel;                /* [dev] [T][E] rows that want logits */
     float *logits;              /* [dev] [T][V] */
     int32_t *d_amax;            /* [dev] [T] the argmax of each logits row of this slice */
+    float *d_mass;              /* [dev] [T] sum exp(logit - the slice's largest) per row */
     int64_t n_logits;
     int64_t n_hidden;  /* rows of hidden after the last step */
     float *hidden_h;   /* [T][E] host copy of hidden, downloaded on demand */
@@ -150,7 +151,7 @@ void fwd__dev_graph_stats(const struct fwd_dev *f, int64_t *captures, int64_t *r
 const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
 /* The index of the largest logit of each row of this device's slice, into d_amax (device
  * [n_rows], returned); n_rows as fwd__dev_logits. The device's slice must not be empty. */
-const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows);
+const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows, const float **mass);
 /* The last step's hidden rows [T][n_embd] (replicated), downloaded to the host on demand. */
 const float *fwd__dev_hidden(struct fwd_dev *f);
 /* The device address of row `row` of the hidden pool (asserted in range). */

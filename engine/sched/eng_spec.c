@@ -23,13 +23,11 @@
  *
  * Thread: the engine thread only.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eng_impl.h"    // defines: struct eng, struct slot, eng__*
 #include "engine/util.h" // defines: ASSERT, dd_now, xcalloc
-#include "smp.h"         // defines: smp_argmax
 #include "spec.h"        // defines: spec_ngram_draft
 
 static void add_ns(atomic_llong *acc, double t0)
@@ -56,16 +54,6 @@ static void ngram_round(eng_t *e, struct slot *s)
         spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
 }
 
-/* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
-static float top_prob(const float *l, int64_t V, int32_t *id)
-{
-    *id = smp_argmax(l, V);
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        sum += exp((double)l[v] - l[*id]);
-    return (float)(1.0 / sum);
-}
-
 /* A round that gave nothing: a verification that accepted no draft, or an MTP head too unsure
  * to propose one. Back-off: after k such rounds in a row, skip the next 2^k - 1 rounds (at most
  * 63), so a stream where drafts never hit costs little over plain decoding. */
@@ -75,12 +63,14 @@ static void note_miss(struct slot *s)
     s->skip_rounds = (1 << (s->miss_streak < 6 ? s->miss_streak : 6)) - 1;
 }
 
-/* The result of an MTP row for slot s: its argmax joins the draft when the head is sure
- * enough; otherwise the chain ends here (a chain that ends with no draft is a miss). */
-static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, int64_t r)
+/* The result of an MTP row for slot s (logits row o of batch row r): its argmax joins the
+ * draft when the head is sure enough (the softmax probability of the argmax: both computed on
+ * the devices, fwd_top_prob); otherwise the chain ends here (a chain that ends with no draft is
+ * a miss). */
+static void take_mtp_row(eng_t *e, struct slot *s, int64_t o, int64_t r)
 {
-    int32_t id;
-    float p = top_prob(logits, e->m->hp.n_vocab, &id);
+    const float p = fwd_top_prob(e->fwd)[o];
+    const int32_t id = fwd_argmax(e->fwd)[o];
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
@@ -135,9 +125,8 @@ static void mtp_chain(eng_t *e)
                               .logits = e->b_want};
         ASSERT(fwd_mtp_rows(e->fwd, &b, e->h_idx, err, sizeof err) == 0);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
-        const float *logits = fwd_logits(e->fwd);
         for (int64_t r = 0; r < n; r++)
-            take_mtp_row(e, &e->slots[e->b_seq[r]], logits + r * e->m->hp.n_vocab, r);
+            take_mtp_row(e, &e->slots[e->b_seq[r]], r, r);
     }
 }
 
@@ -198,16 +187,14 @@ static void sync_flush(eng_t *e, int64_t *n)
 {
     if (*n == 0)
         return;
-    const int64_t V = e->m->hp.n_vocab;
     struct fwd_batch b = {
         .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
     ASSERT(fwd_mtp_rows(e->fwd, &b, e->y_idx, err, sizeof err) == 0);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
-    const float *logits = fwd_logits(e->fwd);
     for (int64_t r = 0, o = 0; r < *n; r++)
         if (e->y_want[r])
-            take_mtp_row(e, &e->slots[e->y_seq[r]], logits + o++ * V, r);
+            take_mtp_row(e, &e->slots[e->y_seq[r]], o++, r);
     *n = 0;
 }
 

@@ -211,7 +211,7 @@ static void test_ops(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
         out[i][2] = malloc(T * E * 4);
         get(&a, out[i][2], g, T * E * 4);
         int32_t *ai = room(&a, T * 4);
-        dev_argmax(d, g, T, E, ai);
+        dev_argmax(d, g, T, E, ai, NULL);
         get(&a, am[i], ai, T * 4);
         struct dev_gdn gd = {.b = &b,
                              .u = put(&a, qkv, T * C * 4),

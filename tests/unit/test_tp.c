@@ -11,6 +11,7 @@
  * steps replayed from CUDA graphs give the bits of direct launches (decode and verification
  * shapes, a rollback between them).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,11 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
         int32_t best = 0;
         for (int32_t v = 1; v < V; v++)
             best = l[v] > l[best] ? v : best;
+        CHECK_EQ(fwd_argmax(f)[i], best);
+        double sum = 0.0; /* and its softmax probability (the MTP head's confidence) */
+        for (int32_t v = 0; v < V; v++)
+            sum += exp((double)l[v] - l[best]);
+        CHECK(fabs(fwd_top_prob(f)[i] - 1.0 / sum) <= 1e-5 / sum);
         CHECK_EQ(fwd_argmax(f)[i], best);
     }
     if (!rc && mtp && g->m->hp.n_nextn) {
