@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int dd_log_level = DD_LOG_INFO;
 static dd_log_fn log_fn;
@@ -252,6 +253,28 @@ void dd_log(enum dd_log_level lvl, const char *func, const char *fmt, ...)
     static const char *names[] = {"error", "warn", "info", "debug"};
     static const int prio[] = {3, 4, 6, 7};
     fprintf(stderr, "<%d>%s %s: %s\n", prio[lvl], names[lvl], func, msg);
+}
+
+bool dd_progress_on(void)
+{
+    static int tty = -1; /* stderr does not change into a terminal later */
+    if (tty < 0)
+        tty = isatty(STDERR_FILENO);
+    return tty && dd_log_level >= DD_LOG_INFO;
+}
+
+bool dd_progress(bool done, const char *fmt, ...)
+{
+    if (!dd_progress_on())
+        return false;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\r%s\033[K%s", msg, done ? "\n" : "");
+    fflush(stderr);
+    return true;
 }
 
 double dd_now(void)

@@ -132,6 +132,13 @@ void dd_log(enum dd_log_level lvl, const char *func, const char *fmt, ...)
 #define LOG_I(...) LOG_AT(DD_LOG_INFO, __VA_ARGS__)
 #define LOG_D(...) LOG_AT(DD_LOG_DEBUG, __VA_ARGS__)
 
+/* A progress line (no newline: "\r" + the message, rewritten in place; done ends the line) on
+ * stderr when it is a terminal and the level shows info lines; nothing otherwise, where the
+ * caller logs the result as a line. Returns whether it printed. */
+bool dd_progress(bool done, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Is stderr a terminal that dd_progress writes to? */
+bool dd_progress_on(void);
+
 /* Monotonic time in seconds. */
 double dd_now(void);
 

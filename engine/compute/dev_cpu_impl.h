@@ -57,6 +57,7 @@ void dev_cpu__gather_rows(struct dev *d, float *dst, const float *src, const int
                           int64_t n, int64_t w);
 void dev_cpu__scatter_rows(struct dev *d, float *dst, const float *src, const int32_t *idx,
                            int64_t n, int64_t w);
-void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out);
+void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                     float *mass);
 
 #endif

@@ -134,7 +134,8 @@ void dev_cpu__scatter_rows(struct dev *d, float *dst, const float *src, const in
         memmove(dst + (int64_t)idx[i] * w, src + i * w, (size_t)w * sizeof(float));
 }
 
-void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                     float *mass)
 {
     (void)d;
     for (int64_t r = 0; r < rows; r++) {
@@ -143,6 +144,11 @@ void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int
         for (int64_t i = 1; i < n; i++)
             best = xr[i] > xr[best] ? i : best;
         out[r] = (int32_t)best;
+        double sum = 0.0; /* the order and precision of the engine's host top_prob */
+        for (int64_t i = 0; mass && i < n; i++)
+            sum += exp((double)xr[i] - xr[best]);
+        if (mass)
+            mass[r] = (float)sum;
     }
 }
 

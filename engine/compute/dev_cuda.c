@@ -22,6 +22,11 @@
  * Several GPUs: the CUDA current device is per host thread, so every entry that allocates or
  * launches first selects this device's GPU (kc_set_device, a no-op when it already is).
  *
+ * Graphs: graph_begin .. graph_end capture the stream (kc_graph). An op that would synchronise
+ * or allocate while capturing (a GEMM scratch or position buffer that must grow, matmul_id's
+ * downloaded expert offsets, an upload, download or sync, a host allreduce) is not issued and
+ * spoils the capture: graph_end returns NULL and the caller issues the ops again uncaptured.
+ *
  * Thread: the engine thread only. A CUDA failure aborts (kcuda.h, STYLE rule 18c).
  */
 #include <sched.h>
@@ -48,8 +53,14 @@ struct cuda_dev {
     int64_t ipos_n;
     int32_t *e_off; /* host [e_off_n]: matmul_id's expert offsets, downloaded */
     int64_t e_off_n;
-    int32_t *ids; /* device [IDS_MAX]: the expert of each slot (matmul_id's decode path) */
+    int32_t *ids;   /* device [IDS_MAX]: the expert of each slot (matmul_id's decode path) */
+    size_t scratch; /* bytes of GEMM scratch the stream holds (kc_stream_reserve) */
+    bool capturing; /* between graph_begin and graph_end */
+    bool spoiled;   /* an op of this capture needed the host: graph_end gives NULL */
 };
+
+/* Scratch the stream starts with. */
+#define SCRATCH0 ((size_t)64 << 20)
 
 /* matmul_id's slots up to which every slot gets a matrix-vector product by expert id (decode
  * and small verification batches); above, one GEMM per expert after one sync. */
@@ -58,6 +69,15 @@ struct cuda_dev {
 static struct cuda_dev *cuda_of(struct dev *d)
 {
     return (struct cuda_dev *)d;
+}
+
+/* While capturing, an op that would synchronise or allocate is not issued: the capture is
+ * spoiled (graph_end returns NULL and the caller issues the step's ops again, uncaptured). */
+static bool may_sync(struct cuda_dev *cd)
+{
+    if (cd->capturing)
+        cd->spoiled = true;
+    return !cd->capturing;
 }
 
 static struct kc_mat kmat(const struct dev_mat *w)
@@ -75,9 +95,15 @@ static void cuda_matmul(struct dev *d, const struct dev_mat *w, const float *x, 
         return;
     }
     struct kc_mat m = kmat(w);
-    if (T > KC_MATVEC_MAX_T && kc_stream_reserve(cd->s, kc_matmul_scratch_bytes(&m, T))) {
-        LOG_E("cuda device %d: cannot allocate GEMM scratch", cd->gpu);
-        abort();
+    const size_t need = T > KC_MATVEC_MAX_T ? kc_matmul_scratch_bytes(&m, T) : 0;
+    if (need > cd->scratch) { /* growing it synchronises the stream */
+        if (!may_sync(cd))
+            return;
+        if (kc_stream_reserve(cd->s, need)) {
+            LOG_E("cuda device %d: cannot allocate GEMM scratch", cd->gpu);
+            abort();
+        }
+        cd->scratch = need;
     }
     kc_matmul(cd->s, &m, x, w->n_in, T, y, w->n_out);
 }
@@ -118,12 +144,14 @@ static void cuda_buf_free(struct dev *d, struct dev_buf *buf)
 
 static void cuda_upload(struct dev *d, void *dst, const void *src, size_t bytes)
 {
-    kc_upload(cuda_of(d)->s, dst, src, bytes);
+    if (may_sync(cuda_of(d))) /* pageable host memory: not recorded into a graph */
+        kc_upload(cuda_of(d)->s, dst, src, bytes);
 }
 
 static void cuda_download(struct dev *d, void *dst, const void *src, size_t bytes)
 {
-    kc_download(cuda_of(d)->s, dst, src, bytes);
+    if (may_sync(cuda_of(d)))
+        kc_download(cuda_of(d)->s, dst, src, bytes);
 }
 
 static void cuda_copy(struct dev *d, void *dst, const void *src, size_t bytes)
@@ -138,7 +166,42 @@ static void cuda_memset(struct dev *d, void *dst, int byte, size_t bytes)
 
 static void cuda_sync(struct dev *d)
 {
-    kc_stream_sync(cuda_of(d)->s);
+    if (may_sync(cuda_of(d)))
+        kc_stream_sync(cuda_of(d)->s);
+}
+
+/* ---- graphs: kc_graph capture of the stream ---- */
+
+static void cuda_graph_begin(struct dev *d)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    ASSERT(!cd->capturing);
+    kc_graph_begin(cd->s);
+    cd->capturing = true;
+    cd->spoiled = false;
+}
+
+static struct dev_graph *cuda_graph_end(struct dev *d)
+{
+    struct cuda_dev *cd = cuda_of(d);
+    ASSERT(cd->capturing);
+    kc_graph *g = kc_graph_end(cd->s);
+    cd->capturing = false;
+    if (!cd->spoiled)
+        return (struct dev_graph *)g;
+    kc_graph_destroy(g);
+    return NULL;
+}
+
+static void cuda_graph_launch(struct dev *d, struct dev_graph *g)
+{
+    kc_graph_launch(cuda_of(d)->s, (kc_graph *)g);
+}
+
+static void cuda_graph_destroy(struct dev *d, struct dev_graph *g)
+{
+    (void)d;
+    kc_graph_destroy((kc_graph *)g);
 }
 
 /* ---- the forward ops ---- */
@@ -190,7 +253,7 @@ static void cuda_rope_table(struct dev *d, const struct dev_batch *b, int64_t n_
  * take them), in the device's scratch, grown as batches grow. */
 static const int32_t *batch_pos32(struct cuda_dev *cd, const struct dev_batch *b)
 {
-    if (b->T > cd->ipos_n) {
+    if (b->T > cd->ipos_n && may_sync(cd)) {
         kc_stream_sync(cd->s);
         kc_free(cd->ipos);
         cd->ipos_n = b->T > 64 ? b->T : 64;
@@ -200,7 +263,8 @@ static const int32_t *batch_pos32(struct cuda_dev *cd, const struct dev_batch *b
             abort();
         }
     }
-    kc_pos_n_kv(cd->s, b->pos, b->T, cd->ipos, cd->ipos + cd->ipos_n);
+    if (b->T <= cd->ipos_n)
+        kc_pos_n_kv(cd->s, b->pos, b->T, cd->ipos, cd->ipos + cd->ipos_n);
     return cd->ipos;
 }
 
@@ -227,7 +291,9 @@ static void cuda_attn_store(struct dev *d, const struct dev_attn *a)
     kc_rope_neox_cs(cd->s, a->k, a->cs, T, a->n_head_kv, kvd, D, a->n_rot);
     const struct kc_kv kv = kc_kv_of(&a->kv);
     ASSERT(kv.kv_dim == kvd);
-    kc_kv_store(cd->s, &kv, a->k, a->v, kvd, a->b->seq, batch_pos32(cd, a->b), T);
+    const int32_t *pos32 = batch_pos32(cd, a->b);
+    if (T <= cd->ipos_n)
+        kc_kv_store(cd->s, &kv, a->k, a->v, kvd, a->b->seq, pos32, T);
 }
 
 /* Every (row, query head) over rows 0..pos of its sequence, then the gate (kc_attention). */
@@ -240,6 +306,8 @@ static void cuda_attn(struct dev *d, const struct dev_attn *a)
     const struct kc_kv kv = kc_kv_of(&a->kv);
     ASSERT(kv.kv_dim == a->n_head_kv * D);
     batch_pos32(cd, a->b);
+    if (a->b->T > cd->ipos_n) /* a spoiled capture */
+        return;
     kc_attention(cd->s, &kv, a->q, a->q_ld, qstride, a->gated ? a->q + D : NULL, a->b->seq,
                  cd->ipos + cd->ipos_n, T, a->n_head, a->n_head_kv, D, a->scale, a->out,
                  a->n_head * D);
@@ -292,6 +360,8 @@ static void cuda_matmul_id(struct dev *d, const struct dev_mm_id *p)
             cuda_matmul(d, &p->extra[i].w, p->extra[i].x, p->extra[i].T, p->extra[i].y);
         return;
     }
+    if (!may_sync(cd)) /* the expert offsets come to the host */
+        return;
     if (p->n_expert + 1 > cd->e_off_n) {
         free(cd->e_off);
         cd->e_off_n = p->n_expert + 1;
@@ -379,9 +449,10 @@ static void cuda_moe_combine(struct dev *d, const struct dev_moe *m)
                    m->out);
 }
 
-static void cuda_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+static void cuda_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                        float *mass)
 {
-    kc_argmax(cuda_of(d)->s, x, rows, n, out);
+    kc_argmax(cuda_of(d)->s, x, rows, n, out, mass);
 }
 
 static int cuda_n_threads(const struct dev *d)
@@ -430,7 +501,7 @@ static bool find_near(int gpu, cpu_set_t *near, int *numa)
 static void cuda_allreduce(struct dev *d, struct comm *c, int rank, float *buf, int64_t n)
 {
     struct cuda_dev *cd = cuda_of(d);
-    if (comm_allreduce_on(c, rank, buf, n, kc_stream_handle(cd->s)) == 0)
+    if (comm_allreduce_on(c, rank, buf, n, kc_stream_handle(cd->s)) == 0 || !may_sync(cd))
         return;
     kc_stream_sync(cd->s);
     comm_allreduce(c, rank, buf, n);
@@ -492,6 +563,10 @@ static const struct dev_ops cuda_ops = {
     .matmul_id = cuda_matmul_id,
     .gather_rows = cuda_gather_rows,
     .scatter_rows = cuda_scatter_rows,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
 
 int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
@@ -500,13 +575,14 @@ int dev_cuda__create(int gpu, struct dev **out, char *err, size_t errlen)
     if (rc)
         return rc;
     struct cuda_dev *cd = xcalloc(1, sizeof *cd);
-    if (kc_stream_create(gpu, 64u << 20, &cd->s, err, errlen)) {
+    if (kc_stream_create(gpu, SCRATCH0, &cd->s, err, errlen)) {
         free(cd);
         return DD_EUNSUPPORTED;
     }
     cd->base.ops = &cuda_ops;
     cd->base.ctx = cd;
     cd->gpu = gpu;
+    cd->scratch = SCRATCH0;
     cd->ids = kc_malloc(IDS_MAX * sizeof *cd->ids); /* kc_stream_create made gpu current */
     if (!cd->ids) {
         dd_errf(err, errlen, "cuda device %d: out of GPU memory at creation", gpu);

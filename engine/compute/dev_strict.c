@@ -215,8 +215,8 @@ WRAP(gather_rows,
 WRAP(scatter_rows,
      (struct dev * d, float *dst, const float *src, const int32_t *idx, int64_t n, int64_t w),
      (in, dst, src, idx, n, w))
-WRAP(argmax, (struct dev * d, const float *x, int64_t rows, int64_t n, int32_t *out),
-     (in, x, rows, n, out))
+WRAP(argmax, (struct dev * d, const float *x, int64_t rows, int64_t n, int32_t *out, float *mass),
+     (in, x, rows, n, out, mass))
 
 #undef WRAP
 

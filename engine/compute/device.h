@@ -38,7 +38,7 @@
 #include "kernels/cpu/kq.h" // defines: enum kq_type, kq_act_row_bytes
 #include "tpool.h"          // defines: tpool_split, topo_coreset
 
-#define DEV_API_VERSION 3
+#define DEV_API_VERSION 4
 
 /* The forward ops, for supports() (X-macro: name). */
 #define DEV_OP_LIST(X)                                                                             \
@@ -192,6 +192,8 @@ struct dev_mm_id {
 
 /* The device buffer handle (opaque). */
 struct dev_buf;
+/* A recorded sequence of a device's ops (opaque; graph_begin .. graph_end). */
+struct dev_graph;
 
 typedef void (*dev_task_fn)(void *ctx, int ith, int nth);
 
@@ -287,8 +289,11 @@ struct dev_ops {
                         int64_t w);
     void (*scatter_rows)(struct dev *d, float *dst, const float *src, const int32_t *idx, int64_t n,
                          int64_t w);
-    /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows. */
-    void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out);
+    /* out [r] = the index of the largest of x [r][0..n) (the first on ties), r < rows; and,
+     * when mass is not NULL, mass [r] = sum_i exp(x[r][i] - x[r][out[r]]) (>= 1: the softmax
+     * probability of the largest is 1 / mass; f32, summed in any order). */
+    void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                   float *mass);
     /* Free and total bytes of the device's memory (a GPU: from the driver). NULL: unknown. */
     int (*mem_info)(const struct dev *d, size_t *free_bytes, size_t *total_bytes);
     /* The CUDA ordinal of the GPU this device runs on; NULL: not a GPU (groups of such
@@ -297,6 +302,17 @@ struct dev_ops {
     /* buf [n] (device) summed over the ranks of c, ordered after the device's earlier work.
      * NULL: sync, then comm_allreduce on buf. */
     void (*allreduce)(struct dev *d, struct comm *c, int rank, float *buf, int64_t n);
+    /* ---- graphs (optional: all four or none; NULL: ops always run as they are issued) ----
+     * graph_begin: the ops issued from now on are recorded, not run, until graph_end, which
+     * returns them as a graph, or NULL when one of them could not be recorded (it needed the
+     * host, e.g. a sync or an allocation: the caller must then issue the ops again without
+     * recording). Uploads, downloads and syncs are not issued while recording. graph_launch
+     * runs a graph's ops again, ordered on the stream, with the addresses and sizes they were
+     * recorded with: inputs change through the contents of device buffers only. */
+    void (*graph_begin)(struct dev *d);
+    struct dev_graph *(*graph_end)(struct dev *d);
+    void (*graph_launch)(struct dev *d, struct dev_graph *g);
+    void (*graph_destroy)(struct dev *d, struct dev_graph *g);
 };
 
 struct dev {
@@ -491,9 +507,10 @@ static inline void dev_scatter_rows(struct dev *d, float *dst, const float *src,
     d->ops->scatter_rows(d, dst, src, idx, n, w);
 }
 
-static inline void dev_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out)
+static inline void dev_argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
+                              float *mass)
 {
-    d->ops->argmax(d, x, rows, n, out);
+    d->ops->argmax(d, x, rows, n, out, mass);
 }
 
 static inline void dev_allreduce(struct dev *d, struct comm *c, int rank, float *buf, int64_t n)
@@ -504,6 +521,32 @@ static inline void dev_allreduce(struct dev *d, struct comm *c, int rank, float 
     }
     dev_sync(d);
     comm_allreduce(c, rank, buf, n);
+}
+
+static inline bool dev_has_graphs(const struct dev *d)
+{
+    return d->ops->graph_begin != NULL;
+}
+
+static inline void dev_graph_begin(struct dev *d)
+{
+    d->ops->graph_begin(d);
+}
+
+static inline struct dev_graph *dev_graph_end(struct dev *d)
+{
+    return d->ops->graph_end(d);
+}
+
+static inline void dev_graph_launch(struct dev *d, struct dev_graph *g)
+{
+    d->ops->graph_launch(d, g);
+}
+
+static inline void dev_graph_destroy(struct dev *d, struct dev_graph *g)
+{
+    if (g)
+        d->ops->graph_destroy(d, g);
 }
 
 static inline void dev_bind_host(struct dev *d)

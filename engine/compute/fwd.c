@@ -125,18 +125,25 @@ static bool wants_logits(const struct fwd_batch *b, int64_t t)
     return b->logits ? b->logits[t] != 0 : last;
 }
 
-/* Final norm (every row, kept as the MTP input) and the LM head for the rows asked for. */
-static void output_head(struct fwd_dev *f, const struct model_w *norm)
+/* The rows that produce logits (b->logits, or the last of each run) to the device: f->d_rows,
+ * f->n_logits. Outside output_head, so that a recorded step (a graph) holds no upload. */
+static void select_rows(struct fwd_dev *f)
 {
     const struct fwd_batch *b = f->b;
-    const int64_t E = f->m->hp.n_embd;
-    add_norm(f, norm, f->hidden);
     f->n_logits = 0;
     for (int64_t t = 0; t < b->n_tokens; t++)
         if (wants_logits(b, t))
             f->rows_h[f->n_logits++] = (int32_t)t;
     dev_upload(f->dev, f->d_rows, f->rows_h, (size_t)f->n_logits * sizeof *f->d_rows);
-    dev_gather_rows(f->dev, f->hsel, f->hidden, f->d_rows, f->n_logits, E);
+}
+
+/* Final norm into hid (every row: the trunk's are the MTP input) and the LM head for the rows
+ * select_rows chose. */
+static void output_head(struct fwd_dev *f, const struct model_w *norm, float *hid)
+{
+    const int64_t E = f->m->hp.n_embd;
+    add_norm(f, norm, hid);
+    dev_gather_rows(f->dev, f->hsel, hid, f->d_rows, f->n_logits, E);
     if (f->n_logits)
         fwd__matmul(f, &f->m->output, f->hsel, f->n_logits, f->logits);
 }
@@ -163,23 +170,89 @@ static void block(struct fwd_dev *f, int64_t il)
     f->mix_pending = true;
 }
 
+/* The trunk step's ops once its batch is on the device (upload_batch, select_rows): what a
+ * graph records. */
+static void trunk_ops(struct fwd_dev *f)
+{
+    f->mix_pending = false;
+    embed_rows(f, f->x);
+    rope_tables(f);
+    for (int64_t il = 0; il < f->m->hp.n_layer; il++)
+        block(f, il);
+    output_head(f, &f->m->output_norm, f->hidden);
+}
+
+/*
+ * The graph of this step's shape (rows, runs, logits rows: every other input is in device
+ * buffers), least recently used one replaced; NULL when the step runs its ops directly: graphs
+ * off, a device without graphs, or a run longer than FWD_GRAPH_RUN (a prefill chunk).
+ */
+static struct fwd_graph *graph_of(struct fwd_dev *f)
+{
+    if (!f->p.graphs || !dev_has_graphs(f->dev))
+        return NULL;
+    for (int64_t r = 0; r < f->n_runs; r++)
+        if (f->runs[r].t1 - f->runs[r].t0 > FWD_GRAPH_RUN)
+            return NULL;
+    const int64_t T = f->db.T, R = f->n_runs, L = f->n_logits;
+    struct fwd_graph *lru = &f->graphs[0];
+    for (int i = 0; i < FWD_GRAPHS; i++) {
+        struct fwd_graph *g = &f->graphs[i];
+        if (g->state != FWD_G_FREE && g->T == T && g->n_runs == R && g->n_logits == L) {
+            g->used = ++f->graph_clock;
+            return g;
+        }
+        lru = g->used < lru->used ? g : lru;
+    }
+    dev_graph_destroy(f->dev, lru->g);
+    *lru = (struct fwd_graph){
+        .T = T, .n_runs = R, .n_logits = L, .used = ++f->graph_clock, .state = FWD_G_NEW};
+    return lru;
+}
+
+/* A shape's first step runs directly (it may grow scratch, which a recording cannot), its second
+ * is recorded and launched, later ones are launched; a recording the device spoiled (an op
+ * needed the host) leaves the shape to direct steps. */
+static void trunk_step(struct fwd_dev *f)
+{
+    struct fwd_graph *g = graph_of(f);
+    if (g && g->state == FWD_G_SEEN) {
+        dev_graph_begin(f->dev);
+        trunk_ops(f);
+        g->g = dev_graph_end(f->dev);
+        g->state = g->g ? FWD_G_READY : FWD_G_DIRECT;
+        f->n_captures += g->g != NULL;
+    }
+    if (g && g->state == FWD_G_READY) {
+        dev_graph_launch(f->dev, g->g);
+        f->n_replays++;
+        return;
+    }
+    trunk_ops(f);
+    if (g && g->state == FWD_G_NEW)
+        g->state = FWD_G_SEEN;
+}
+
 void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                      int64_t n_runs)
 {
     f->runs = runs;
     f->n_runs = n_runs;
-    f->mix_pending = false;
     upload_batch(f, b);
-    embed_rows(f, f->x);
-    rope_tables(f);
-    for (int64_t il = 0; il < f->m->hp.n_layer; il++)
-        block(f, il);
-    output_head(f, &f->m->output_norm);
+    select_rows(f);
+    trunk_step(f);
     for (int64_t r = 0; r < f->n_runs; r++)
         cache_seq_advanced(&f->cache, f->runs[r].seq, f->runs[r].t1 - f->runs[r].t0);
+    f->hid_last = f->hidden;
     f->n_hidden = b->n_tokens;
     f->hidden_fresh = false;
     f->b = NULL;
+}
+
+void fwd__dev_graph_stats(const struct fwd_dev *f, int64_t *captures, int64_t *replays)
+{
+    *captures = f->n_captures;
+    *replays = f->n_replays;
 }
 
 /*
@@ -220,7 +293,7 @@ static bool kv_only_rows(struct fwd_dev *f)
 }
 
 void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
-                  int64_t n_runs, const float *h_prev)
+                  int64_t n_runs, const float *h_prev, const int32_t *h_rows)
 {
     const struct model_hparams *hp = &f->m->hp;
     f->runs = runs;
@@ -228,8 +301,14 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
     f->mix_pending = false;
     const int64_t T = b->n_tokens, E = hp->n_embd, il = hp->n_layer;
     const struct model_layer *l = &f->m->layers[il];
+    float *mhid = f->hidden + f->p.max_tokens * E; /* the MTP rows of the pool */
     upload_batch(f, b);
-    dev_upload(f->dev, f->h_prev, h_prev, (size_t)(T * E) * sizeof(float));
+    if (h_rows) { /* rows of the pool, gathered on the device */
+        dev_upload(f->dev, f->d_hidx, h_rows, (size_t)T * sizeof *f->d_hidx);
+        dev_gather_rows(f->dev, f->h_prev, f->hidden, f->d_hidx, T, E);
+    } else {
+        dev_upload(f->dev, f->h_prev, h_prev, (size_t)(T * E) * sizeof(float));
+    }
     /* c = [enorm(embed(x_p)) | hnorm(h_{p-1})] -> eh_proj -> one decoder block */
     embed_rows(f, f->mix);
     rope_tables(f);
@@ -240,16 +319,19 @@ void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd
         l->shared_head_norm.data ? &l->shared_head_norm : &f->m->output_norm;
     if (!kv_only_rows(f)) {
         block(f, il);
-        output_head(f, norm);
+        select_rows(f);
+        output_head(f, norm, mhid);
     } else if (f->sub.n_tokens == 0) {
         f->n_logits = 0;
     } else { /* the wanted rows' block; their hidden rows go back to their batch rows */
         upload_batch(f, &f->sub);
         rope_tables(f);
         block(f, il);
-        output_head(f, norm);
-        dev_scatter_rows(f->dev, f->hidden, f->hidden, f->d_sub_row, f->sub.n_tokens, E);
+        select_rows(f);
+        output_head(f, norm, mhid);
+        dev_scatter_rows(f->dev, mhid, mhid, f->d_sub_row, f->sub.n_tokens, E);
     }
+    f->hid_last = mhid;
     f->n_hidden = T;
     f->hidden_fresh = false;
     f->b = NULL;
@@ -322,7 +404,7 @@ static struct widths widths_of(const struct model *m, int64_t T)
 }
 
 /* Every activation part: name, elements, element size. Parts are 64-byte aligned. */
-#define ACT_PARTS(X, T, E, V, w, Nx, R)                                                            \
+#define ACT_PARTS(X, T, E, V, w, Nx, R, H)                                                         \
     X(x, T *E, float)                                                                              \
     X(xn, T * 2 * E, float)                                                                        \
     X(mix, T *E, float)                                                                            \
@@ -344,14 +426,17 @@ static struct widths widths_of(const struct model *m, int64_t T)
     X(eu, w.tk *w.ffx, float)                                                                      \
     X(eout, w.tk *E, float)                                                                        \
     X(sh_gate, T, float)                                                                           \
-    X(hidden, T *E, float)                                                                         \
+    X(hidden, (2 * T + H) * E, float)                                                              \
     X(h_prev, T *E, float)                                                                         \
     X(hsel, T *E, float)                                                                           \
     X(logits, T *V, float)                                                                         \
+    X(d_amax, T, int32_t)                                                                          \
+    X(d_mass, T, float)                                                                            \
     X(d_tok, T, int32_t)                                                                           \
     X(d_seq, T, int32_t)                                                                           \
     X(d_rows, T, int32_t)                                                                          \
     X(d_sub_row, T, int32_t)                                                                       \
+    X(d_hidx, T, int32_t)                                                                          \
     X(d_pos, T, int64_t)                                                                           \
     X(d_runs, T, struct dev_run)
 
@@ -362,7 +447,7 @@ void fwd_plan(const struct model *m, const struct fwd_params *p, struct dev_plan
     const struct widths w = widths_of(m, T);
     cache_plan(m, p->n_seq, p->n_ctx, p->draft_max, plan);
 #define PLAN_ADD(nm, n, type) dev_plan_add(plan, #nm, (size_t)(n) * sizeof(type), 64);
-    ACT_PARTS(PLAN_ADD, T, E, V, w, hp->n_expert, hp->n_rot)
+    ACT_PARTS(PLAN_ADD, T, E, V, w, hp->n_expert, hp->n_rot, p->n_hrows)
 #undef PLAN_ADD
 }
 
@@ -375,7 +460,7 @@ static void carve(struct fwd_dev *f, char *base)
 #define CARVE(nm, n, type)                                                                         \
     ASSERT(strcmp(f->plan.part[i].name, #nm) == 0);                                                \
     f->nm = (type *)(void *)(base + f->plan.part[i++].offset);
-    ACT_PARTS(CARVE, 0, 0, 0, (struct widths){0}, 0, 0)
+    ACT_PARTS(CARVE, 0, 0, 0, (struct widths){0}, 0, 0, 0)
 #undef CARVE
 }
 
@@ -384,12 +469,12 @@ int fwd__dev_create(const struct model *m, struct dev *d, const struct fwd_param
 {
     const struct model_hparams *hp = &m->hp;
     if (p->max_tokens < 1 || p->n_seq < 1 || p->n_ctx < 1 || p->draft_max < 0 ||
-        p->draft_max > 64) {
+        p->draft_max > 64 || p->n_hrows < 0 || p->n_hrows > (1 << 24)) {
         dd_errf(err, errlen,
                 "invalid forward parameters (max_tokens %lld, n_seq %lld, n_ctx "
-                "%lld, draft_max %lld)",
+                "%lld, draft_max %lld, n_hrows %lld)",
                 (long long)p->max_tokens, (long long)p->n_seq, (long long)p->n_ctx,
-                (long long)p->draft_max);
+                (long long)p->draft_max, (long long)p->n_hrows);
         return DD_EINVAL;
     }
     struct fwd_dev *f = xcalloc(1, sizeof *f);
@@ -445,6 +530,8 @@ void fwd__dev_destroy(struct fwd_dev *f)
 {
     if (!f)
         return;
+    for (int i = 0; i < FWD_GRAPHS; i++)
+        dev_graph_destroy(f->dev, f->graphs[i].g);
     cache_deinit(&f->cache);
     dev_buf_free(f->dev, f->buf);
     void *bufs[] = {f->runs_h,  f->rows_h,  f->sub_tok,  f->sub_seq,
@@ -465,15 +552,32 @@ const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows)
     return f->logits;
 }
 
+const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows, const float **mass)
+{
+    const int64_t w = f->m->vocab_hi - f->m->vocab_lo;
+    ASSERT(w > 0);
+    *n_rows = f->n_logits;
+    dev_argmax(f->dev, f->logits, f->n_logits, w, f->d_amax, mass ? f->d_mass : NULL);
+    if (mass)
+        *mass = f->d_mass;
+    return f->d_amax;
+}
+
 const float *fwd__dev_hidden(struct fwd_dev *f)
 {
     if (!f->hidden_fresh) {
-        dev_download(f->dev, f->hidden_h, f->hidden,
+        dev_download(f->dev, f->hidden_h, f->hid_last ? f->hid_last : f->hidden,
                      (size_t)(f->n_hidden * f->m->hp.n_embd) * sizeof(float));
         dev_sync(f->dev);
         f->hidden_fresh = true;
     }
     return f->hidden_h;
+}
+
+float *fwd__dev_hrow(const struct fwd_dev *f, int32_t row)
+{
+    ASSERT(row >= 0 && row < 2 * f->p.max_tokens + f->p.n_hrows);
+    return f->hidden + (int64_t)row * f->m->hp.n_embd;
 }
 
 struct dev *fwd__dev_device(const struct fwd_dev *f)

@@ -10,6 +10,11 @@
  * in [0, n_ctx); token ids in [0, n_vocab). The caller owns positions: writing a run that starts
  * at position p truncates the sequence's KV to p (attention reads rows 0..p only).
  *
+ * Graphs (fwd_params.graphs, on devices that have them: CUDA): a trunk step whose runs are at
+ * most 17 rows (decode, verification) replays a graph recorded per batch shape (rows, runs,
+ * logits rows); its per-step inputs are uploaded into fixed device buffers first, so a replay
+ * computes what the ops would, bit for bit.
+ *
  * Memory: one allocation plan per device (fwd_plan: the cache's parts and the activations,
  * sized from n_seq, n_ctx, draft_max, max_tokens and the device's shard) is allocated once by
  * fwd_create; fwd_decode allocates nothing. Logits and hidden rows come back to the host on
@@ -31,6 +36,9 @@ struct fwd_params {
     int64_t n_seq;      /* sequences (slots) */
     int64_t n_ctx;      /* positions per sequence */
     int64_t draft_max;  /* GDN snapshot depth: 1 + draft_max groups */
+    int64_t n_hrows;    /* hidden rows kept on the devices for the caller (FWD_H_KEPT) */
+    bool graphs;        /* replay decode / verification steps as graphs (devices that have them:
+                         * CUDA), recorded per batch shape */
 };
 
 struct fwd_batch {
@@ -94,6 +102,8 @@ void fwd_seq_kv_download(const struct fwd_ctx *f, int64_t s, int64_t r0, int64_t
                          float *dst);
 void fwd_seq_kv_upload(struct fwd_ctx *f, int64_t s, int64_t r0, int64_t r1, int64_t n,
                        const float *src);
+/* Trunk steps recorded as graphs and replayed from them (device 0's; 0 without graphs). */
+void fwd_graph_stats(const struct fwd_ctx *f, int64_t *captures, int64_t *replays);
 /* Time spent in allreduces and their count; bytes device d owns and reads replicated. */
 void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
 /* Of those seconds, the time spent waiting for the other devices to arrive (see comm.h). */
@@ -112,9 +122,38 @@ int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t e
 int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
             size_t errlen);
 
+/*
+ * The hidden pool: rows of n_embd floats on every device of the group (hidden rows are
+ * replicated), so MTP inputs never leave the devices. A row is named by set and index:
+ * FWD_H_TRUNK i: the last trunk step's hidden of batch row i (valid until the next
+ * fwd_decode); FWD_H_MTP i: the last MTP step's hidden of batch row i (until the next MTP
+ * step); FWD_H_KEPT i < n_hrows: the caller's, changed only by the calls below. Copies, zeroing
+ * and uploads are ordered with the steps on the devices' streams; a download waits.
+ */
+enum fwd_hset { FWD_H_TRUNK, FWD_H_MTP, FWD_H_KEPT };
+int32_t fwd_hrow(const struct fwd_ctx *f, enum fwd_hset set, int64_t i);
+void fwd_hrow_copy(struct fwd_ctx *f, int32_t dst, int32_t src);
+void fwd_hrow_zero(struct fwd_ctx *f, int32_t row);
+void fwd_hrow_upload(struct fwd_ctx *f, int32_t row, const float *src); /* src [n_embd] */
+void fwd_hrow_download(struct fwd_ctx *f, int32_t row, float *dst);     /* dst [n_embd] */
+/* fwd_mtp with h_prev row t = pool row h_rows[t] (gathered on the devices). */
+int fwd_mtp_rows(struct fwd_ctx *f, const struct fwd_batch *b, const int32_t *h_rows, char *err,
+                 size_t errlen);
+
 /* Host copies of the last step's rows, valid until the next step (downloaded on first use). */
 const float *fwd_logits(struct fwd_ctx *f); /* [n_out][n_vocab] */
 int64_t fwd_n_logits(const struct fwd_ctx *f);
+/* The index of the largest logit of each of the last step's logits rows [n_out] (the lowest
+ * index among ties, as smp_argmax), computed on the devices: only 4 bytes per row come back
+ * (8 per row and device in a tensor-parallel group, whose devices hold vocab slices). Valid
+ * until the next step. */
+const int32_t *fwd_argmax(struct fwd_ctx *f);
+/* fwd_argmax's rows and, per row, the softmax probability of its largest logit (over the
+ * whole vocabulary: each device sums its slice, 4 more bytes per row and device); what MTP
+ * drafting needs of a logits row. Valid until the next step. */
+const float *fwd_top_prob(struct fwd_ctx *f);
+/* Bytes fwd_logits and fwd_argmax have downloaded so far (what sampling cost the link). */
+int64_t fwd_sample_bytes(const struct fwd_ctx *f);
 const float *fwd_hidden(struct fwd_ctx *f); /* [n_tokens][n_embd] */
 
 #endif

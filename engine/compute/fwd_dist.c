@@ -251,7 +251,7 @@ static int worker_exec(struct fwd_ctx *f, const struct dist_cmd *c)
             LOG_E("rank %d: a step rank 0 sent: %s", f->me, err);
             return DD_EINVAL;
         }
-        fwd__local_step(f, &b, h);
+        fwd__local_step(f, &b, c->op == OP_MTP, h, NULL);
         return send_logits(f);
     }
     case OP_CLEAR:

@@ -27,6 +27,8 @@
  * because every cache operation goes to all of them. Thread: the engine thread (on a worker,
  * the main thread).
  */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,22 +87,26 @@ static void host_step(void *ctx, int ith, int nth)
         dev_bind_host(f->dev[ith]->dev);
         f->bound[ith] = true;
     }
-    if (f->h_prev)
-        fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev);
+    if (f->mtp)
+        fwd__dev_mtp(f->dev[ith], f->b, f->runs, f->n_runs, f->h_prev, f->h_rows);
     else
         fwd__dev_decode(f->dev[ith], f->b, f->runs, f->n_runs);
 }
 
 /* This process's devices run the step (the runs of b are in f->runs). */
-void fwd__local_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev)
+void fwd__local_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, const float *h_prev,
+                     const int32_t *h_rows)
 {
     f->b = b;
+    f->mtp = mtp;
     f->h_prev = h_prev;
+    f->h_rows = h_rows;
     if (f->n == 1)
         host_step(f, 0, 1);
     else
         tpool_run(f->hosts, host_step, f);
     f->logits_fresh = false;
+    f->amax_fresh = f->prob_fresh = false;
     f->b = NULL;
 }
 
@@ -122,25 +128,145 @@ static void local_logits(struct fwd_ctx *f)
                 dev_download(dv, f->logits + r * V + sm->vocab_lo, src + r * w,
                              (size_t)w * sizeof(float));
         dev_sync(dv);
+        f->sample_bytes += rows * w * (int64_t)sizeof(float);
     }
     f->logits_fresh = true;
 }
 
-static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
-                    size_t errlen)
+/*
+ * The argmax of every logits row on the devices. One device: its argmax op, then 4 bytes per
+ * row come back. A group: every device takes the argmax of its vocab slice on its own host
+ * thread (an empty slice takes no part), and the value at it comes back too (4 more bytes per
+ * row and device); the largest value wins, the lowest token id on ties (smp_argmax's rule: the
+ * first largest). With f->want_mass every device also sums exp(logit - its slice's largest)
+ * (4 more bytes per row and device), and the softmax probability of the winner is
+ * 1 / sum_d mass_d * exp(v_d - v_best).
+ */
+static void slice_argmax(void *ctx, int d, int nth)
+{
+    struct fwd_ctx *f = ctx;
+    (void)nth;
+    const struct model *sm = fwd__dev_model(f->dev[d]);
+    struct dev *dv = fwd__dev_device(f->dev[d]);
+    const int64_t w = sm->vocab_hi - sm->vocab_lo, T = f->p.max_tokens;
+    if (w <= 0)
+        return;
+    int64_t rows;
+    const float *mass = NULL;
+    const int32_t *ids = fwd__dev_argmax(f->dev[d], &rows, f->want_mass ? &mass : NULL);
+    int32_t *h = f->amax_d + d * T;
+    dev_download(dv, h, ids, (size_t)rows * sizeof *h);
+    if (mass)
+        dev_download(dv, f->amax_m + d * T, mass, (size_t)rows * sizeof(float));
+    dev_sync(dv);
+    if (f->n == 1)
+        return;
+    const float *src = fwd__dev_logits(f->dev[d], &rows);
+    for (int64_t r = 0; r < rows; r++) /* the values at the slice's maxima */
+        dev_download(dv, f->amax_v + d * T + r, src + r * w + h[r], sizeof(float));
+    dev_sync(dv);
+}
+
+/* Across processes the step already gathered every logits row to rank 0 (run_step): the
+ * argmax (the first largest) and its softmax probability come from those host rows. */
+static void host_argmax(struct fwd_ctx *f, bool mass)
+{
+    const int64_t V = f->m->hp.n_vocab;
+    for (int64_t r = 0; r < f->n_logits; r++) {
+        const float *l = f->logits + r * V;
+        int32_t best = 0;
+        for (int64_t v = 1; v < V; v++)
+            if (l[v] > l[best])
+                best = (int32_t)v;
+        f->amax[r] = best;
+        if (mass) {
+            double sum = 0.0;
+            for (int64_t v = 0; v < V; v++)
+                sum += exp((double)l[v] - l[best]);
+            f->prob[r] = (float)(1.0 / sum);
+        }
+    }
+    f->amax_fresh = true;
+    f->prob_fresh = mass;
+}
+
+static void gather_argmax(struct fwd_ctx *f, bool mass)
+{
+    if (f->n_proc > 1) {
+        host_argmax(f, mass);
+        return;
+    }
+    const int64_t T = f->p.max_tokens, rows = fwd_n_logits(f);
+    f->want_mass = mass;
+    if (f->n == 1)
+        slice_argmax(f, 0, 1);
+    else
+        tpool_run(f->hosts, slice_argmax, f);
+    bool first = true;
+    for (int d = 0; d < f->n; d++) {
+        const struct model *sm = fwd__dev_model(f->dev[d]);
+        if (sm->vocab_hi <= sm->vocab_lo)
+            continue;
+        f->sample_bytes += rows * (int64_t)((f->n == 1 ? 4 : 8) + (mass ? 4 : 0));
+        float *best = f->amax_v + f->n * T;
+        for (int64_t r = 0; r < rows; r++) {
+            const int32_t id = f->amax_d[d * T + r] + (int32_t)sm->vocab_lo;
+            const float v = f->amax_v[d * T + r];
+            if (first || v > best[r] || (v == best[r] && id < f->amax[r])) {
+                f->amax[r] = id;
+                best[r] = v;
+            }
+        }
+        first = false;
+    }
+    f->amax_fresh = true;
+    f->prob_fresh = mass;
+    for (int64_t r = 0; mass && r < rows; r++) {
+        double sum = 0.0;
+        const float best = f->n == 1 ? 0.0f : f->amax_v[f->n * T + r];
+        for (int d = 0; d < f->n; d++) {
+            const struct model *sm = fwd__dev_model(f->dev[d]);
+            if (sm->vocab_hi > sm->vocab_lo)
+                sum += f->amax_m[d * T + r] *
+                       (f->n == 1 ? 1.0 : exp((double)f->amax_v[d * T + r] - best));
+        }
+        f->prob[r] = (float)(1.0 / sum);
+    }
+}
+
+static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, const float *h_prev,
+                    const int32_t *h_rows, char *err, size_t errlen)
 {
     int rc = fwd__check_batch(f, b, err, errlen);
     if (rc)
         return rc;
+    if (mtp && f->m->hp.n_nextn < 1) {
+        dd_errf(err, errlen, "the model has no MTP block");
+        return DD_EUNSUPPORTED;
+    }
+    const int64_t n_pool = 2 * f->p.max_tokens + f->p.n_hrows;
+    for (int64_t t = 0; h_rows && t < b->n_tokens; t++)
+        if (h_rows[t] < 0 || h_rows[t] >= n_pool) {
+            dd_errf(err, errlen, "batch row %lld: hidden row %d outside the pool of %lld",
+                    (long long)t, h_rows[t], (long long)n_pool);
+            return DD_EINVAL;
+        }
     if (f->n_proc > 1) { /* the step to the workers, then the same step here */
         if (dist_broken())
             return fwd__broken(err, errlen);
-        struct dist_cmd c = {.op = h_prev ? OP_MTP : OP_DECODE,
+        if (h_rows) { /* the workers get host rows: rank 0's pool rows, downloaded */
+            const int64_t E = f->m->hp.n_embd;
+            for (int64_t t = 0; t < b->n_tokens; t++)
+                fwd_hrow_download(f, h_rows[t], f->h_host + t * E);
+            h_prev = f->h_host;
+            h_rows = NULL;
+        }
+        struct dist_cmd c = {.op = mtp ? OP_MTP : OP_DECODE,
                              .arg = {b->n_tokens, b->logits != NULL}};
         if (fwd__post(c, f->wire, fwd__wire_pack(f, b, h_prev)))
             return fwd__broken(err, errlen);
     }
-    fwd__local_step(f, b, h_prev);
+    fwd__local_step(f, b, mtp, h_prev, h_rows);
     if (f->n_proc > 1) {
         local_logits(f);
         if (fwd__gather_logits(f) || dist_broken())
@@ -151,17 +277,59 @@ static int run_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h
 
 int fwd_decode(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen)
 {
-    return run_step(f, b, NULL, err, errlen);
+    return run_step(f, b, false, NULL, NULL, err, errlen);
 }
 
 int fwd_mtp(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev, char *err,
             size_t errlen)
 {
-    if (f->m->hp.n_nextn < 1) {
-        dd_errf(err, errlen, "the model has no MTP block");
-        return DD_EUNSUPPORTED;
+    return run_step(f, b, true, h_prev, NULL, err, errlen);
+}
+
+int fwd_mtp_rows(struct fwd_ctx *f, const struct fwd_batch *b, const int32_t *h_rows, char *err,
+                 size_t errlen)
+{
+    return run_step(f, b, true, NULL, h_rows, err, errlen);
+}
+
+/* ---- the hidden pool ---- */
+
+int32_t fwd_hrow(const struct fwd_ctx *f, enum fwd_hset set, int64_t i)
+{
+    const int64_t T = f->p.max_tokens;
+    ASSERT(i >= 0 && i < (set == FWD_H_KEPT ? f->p.n_hrows : T));
+    return (int32_t)(set == FWD_H_TRUNK ? i : set == FWD_H_MTP ? T + i : 2 * T + i);
+}
+
+void fwd_hrow_copy(struct fwd_ctx *f, int32_t dst, int32_t src)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n && dst != src; d++)
+        dev_copy(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], dst),
+                 fwd__dev_hrow(f->dev[d], src), bytes);
+}
+
+void fwd_hrow_zero(struct fwd_ctx *f, int32_t row)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n; d++)
+        dev_memset(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], row), 0, bytes);
+}
+
+void fwd_hrow_upload(struct fwd_ctx *f, int32_t row, const float *src)
+{
+    const size_t bytes = (size_t)f->m->hp.n_embd * sizeof(float);
+    for (int d = 0; d < f->n; d++) { /* the host row may change once this returns */
+        dev_upload(fwd__dev_device(f->dev[d]), fwd__dev_hrow(f->dev[d], row), src, bytes);
+        dev_sync(fwd__dev_device(f->dev[d]));
     }
-    return run_step(f, b, h_prev, err, errlen);
+}
+
+void fwd_hrow_download(struct fwd_ctx *f, int32_t row, float *dst)
+{
+    struct dev *dv = fwd__dev_device(f->dev[0]);
+    dev_download(dv, dst, fwd__dev_hrow(f->dev[0], row), (size_t)f->m->hp.n_embd * sizeof(float));
+    dev_sync(dv);
 }
 
 const float *fwd_logits(struct fwd_ctx *f)
@@ -169,6 +337,25 @@ const float *fwd_logits(struct fwd_ctx *f)
     if (!f->logits_fresh)
         local_logits(f);
     return f->logits;
+}
+
+const int32_t *fwd_argmax(struct fwd_ctx *f)
+{
+    if (!f->amax_fresh)
+        gather_argmax(f, false);
+    return f->amax;
+}
+
+const float *fwd_top_prob(struct fwd_ctx *f)
+{
+    if (!f->prob_fresh)
+        gather_argmax(f, true);
+    return f->prob;
+}
+
+int64_t fwd_sample_bytes(const struct fwd_ctx *f)
+{
+    return f->sample_bytes;
 }
 
 int64_t fwd_n_logits(const struct fwd_ctx *f)
@@ -360,6 +547,11 @@ void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *rep
     shard_bytes(f->shard[d], owned, replicated);
 }
 
+void fwd_graph_stats(const struct fwd_ctx *f, int64_t *captures, int64_t *replays)
+{
+    fwd__dev_graph_stats(f->dev[0], captures, replays);
+}
+
 int fwd_n_devices(const struct fwd_ctx *f)
 {
     return f->n_total;
@@ -438,6 +630,13 @@ int fwd__group_create(const struct model *m, struct dev **devs, int n_dev,
     const int base = (int)f->dev0[f->me];
     f->runs = xcalloc((size_t)p->max_tokens, sizeof *f->runs);
     f->logits = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_vocab) * sizeof(float));
+    f->amax = xcalloc((size_t)p->max_tokens, sizeof *f->amax);
+    f->amax_d = xcalloc((size_t)(n_dev * p->max_tokens), sizeof *f->amax_d);
+    f->amax_v = xcalloc((size_t)((n_dev + 1) * p->max_tokens), sizeof *f->amax_v);
+    f->amax_m = xcalloc((size_t)(n_dev * p->max_tokens), sizeof *f->amax_m);
+    f->prob = xcalloc((size_t)p->max_tokens, sizeof *f->prob);
+    if (f->n_proc > 1)
+        f->h_host = xaligned_alloc((size_t)(p->max_tokens * m->hp.n_embd) * sizeof(float));
     if (f->n_total > 1)
         rc = group_comm(f, devs, err, errlen);
     if (!rc && n_dev > 1) {
@@ -462,7 +661,9 @@ int fwd__group_create(const struct model *m, struct dev **devs, int n_dev,
         }
         if (!rc && !dev_host_weights(devs[d])) {
             size_t bytes = 0;
-            rc = shard_upload(m, &f->shard[d], devs[d], &f->wbuf[d], &bytes, err, errlen);
+            char label[64];
+            snprintf(label, sizeof label, "device %d (%s)", d, devs[d]->ops->name);
+            rc = shard_upload(m, &f->shard[d], devs[d], label, &f->wbuf[d], &bytes, err, errlen);
             f->wdev[d] = devs[d];
             if (!rc)
                 LOG_I("device %d (%s): weights uploaded, %.1f MiB", base + d, devs[d]->ops->name,
@@ -519,5 +720,11 @@ void fwd_destroy(struct fwd_ctx *f)
     free(f->logits);
     free(f->wire);
     free(f->stage);
+    free(f->amax);
+    free(f->amax_d);
+    free(f->amax_v);
+    free(f->amax_m);
+    free(f->prob);
+    free(f->h_host);
     free(f);
 }

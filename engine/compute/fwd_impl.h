@@ -28,6 +28,17 @@ struct fwd_run {
     int64_t seq;
 };
 
+/* A trunk step's graph (fwd.c trunk_step): its shape and where it stands. */
+#define FWD_GRAPHS 16    /* shapes kept per device */
+#define FWD_GRAPH_RUN 17 /* longest run recorded: a decode row and a draft of up to 16 */
+enum fwd_graph_state { FWD_G_FREE, FWD_G_NEW, FWD_G_SEEN, FWD_G_READY, FWD_G_DIRECT };
+struct fwd_graph {
+    int64_t T, n_runs, n_logits;
+    uint64_t used; /* graph_clock at the last use */
+    enum fwd_graph_state state;
+    struct dev_graph *g; /* FWD_G_READY */
+};
+
 /* One device's forward state: its model (or shard), cache and activation buffers. Every
  * buffer marked [dev] is a device address (never dereferenced here); all of them are parts of
  * the device's one allocation (fwd_plan). */
@@ -75,8 +86,13 @@ struct fwd_dev {
     float *eg, *eu;   /* [T * k][ff_exp] expert gate / up (then SwiGLU) by slot */
     float *eout;      /* [T * k][E] expert down projections by slot */
     float *sh_gate;   /* [T] sigmoid gate of the shared expert */
-    float *hidden;    /* [dev] [T][E] post-output_norm hidden of every row */
-    float *h_prev;    /* [dev] [T][E] the MTP step's input hidden rows */
+    /* [dev] the hidden pool [2T + n_hrows][E]: rows [0, T) the post-output_norm hidden of
+     * every row of the last trunk step, [T, 2T) the MTP block's of the last MTP step, then the
+     * caller's kept rows (fwd_hrow) */
+    float *hidden;
+    float *hid_last; /* [dev] the region of the last step (what fwd_hidden downloads) */
+    int32_t *d_hidx; /* [dev] [T] an MTP step's input rows of the pool */
+    float *h_prev;   /* [dev] [T][E] the MTP step's input hidden rows */
     /* MTP: the batch of the rows that want logits (the others only fill the KV cache); host */
     struct fwd_batch sub;
     int32_t *sub_tok, *sub_seq; /* [T] */
@@ -85,10 +101,16 @@ struct fwd_dev {
     uint8_t *sub_want;          /* [T] all 1 */
     float *hsel;                /* [dev] [T][E] rows that want logits */
     float *logits;              /* [dev] [T][V] */
+    int32_t *d_amax;            /* [dev] [T] the argmax of each logits row of this slice */
+    float *d_mass;              /* [dev] [T] sum exp(logit - the slice's largest) per row */
     int64_t n_logits;
     int64_t n_hidden;  /* rows of hidden after the last step */
     float *hidden_h;   /* [T][E] host copy of hidden, downloaded on demand */
     bool hidden_fresh; /* hidden_h holds the last step's rows */
+    /* graphs of trunk steps by shape (p.graphs on a device with graphs) */
+    struct fwd_graph graphs[FWD_GRAPHS];
+    uint64_t graph_clock;
+    int64_t n_captures, n_replays;
 };
 
 /* ---- helpers shared by the files of one device's forward pass ---- */
@@ -123,13 +145,20 @@ void fwd__dev_destroy(struct fwd_dev *f);
 /* The batch was validated by the group; runs are its per-sequence runs. */
 void fwd__dev_decode(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
                      int64_t n_runs);
+/* h_prev [T][E] host rows, or (h_prev NULL) h_rows [T] rows of the hidden pool. */
 void fwd__dev_mtp(struct fwd_dev *f, const struct fwd_batch *b, const struct fwd_run *runs,
-                  int64_t n_runs, const float *h_prev);
+                  int64_t n_runs, const float *h_prev, const int32_t *h_rows);
 struct cache *fwd__dev_cache(struct fwd_dev *f);
+void fwd__dev_graph_stats(const struct fwd_dev *f, int64_t *captures, int64_t *replays);
 /* This device's logits rows [*n_rows][vocab_hi - vocab_lo of its model], a device address. */
 const float *fwd__dev_logits(const struct fwd_dev *f, int64_t *n_rows);
+/* The index of the largest logit of each row of this device's slice, into d_amax (device
+ * [n_rows], returned); n_rows as fwd__dev_logits. The device's slice must not be empty. */
+const int32_t *fwd__dev_argmax(struct fwd_dev *f, int64_t *n_rows, const float **mass);
 /* The last step's hidden rows [T][n_embd] (replicated), downloaded to the host on demand. */
 const float *fwd__dev_hidden(struct fwd_dev *f);
+/* The device address of row `row` of the hidden pool (asserted in range). */
+float *fwd__dev_hrow(const struct fwd_dev *f, int32_t row);
 struct dev *fwd__dev_device(const struct fwd_dev *f);
 const struct model *fwd__dev_model(const struct fwd_dev *f);
 
@@ -154,10 +183,22 @@ struct fwd_ctx {
     int64_t n_runs;
     float *logits; /* [max_tokens][n_vocab] host: the devices' rows, gathered on demand */
     int64_t n_logits;
-    bool logits_fresh; /* logits holds the last step's rows */
+    bool logits_fresh;    /* logits holds the last step's rows */
+    int32_t *amax;        /* [max_tokens] host: the argmax of each logits row (fwd_argmax) */
+    int32_t *amax_d;      /* [n][max_tokens] host: each device's slice argmax */
+    float *amax_v;        /* [n + 1][max_tokens] host: the values at them (a group), the best */
+    float *amax_m;        /* [n][max_tokens] host: each slice's mass (fwd_top_prob) */
+    float *prob;          /* [max_tokens] host: the argmax's softmax probability (fwd_top_prob) */
+    bool want_mass;       /* the argmax under way sums the masses too */
+    bool prob_fresh;      /* prob (and amax) hold the last step's rows */
+    bool amax_fresh;      /* amax holds the last step's rows */
+    int64_t sample_bytes; /* bytes fwd_logits and fwd_argmax downloaded */
     /* the step in flight, read by the host threads */
     const struct fwd_batch *b;
-    const float *h_prev; /* NULL: trunk step; else an MTP step */
+    bool mtp;              /* an MTP step, its input rows: */
+    const float *h_prev;   /* host rows, or */
+    const int32_t *h_rows; /* rows of the hidden pool */
+    float *h_host;         /* n_proc > 1: [max_tokens][n_embd] pool rows sent to the workers */
     /* across processes (n_proc > 1; see the top) */
     int n_proc, me;
     int n_total;                       /* devices of every process */
@@ -191,7 +232,8 @@ enum {
 
 /* fwd_group.c: the step and the cache operations on this process's devices. */
 int fwd__check_batch(struct fwd_ctx *f, const struct fwd_batch *b, char *err, size_t errlen);
-void fwd__local_step(struct fwd_ctx *f, const struct fwd_batch *b, const float *h_prev);
+void fwd__local_step(struct fwd_ctx *f, const struct fwd_batch *b, bool mtp, const float *h_prev,
+                     const int32_t *h_rows);
 size_t fwd__local_ckpt_floats(const struct fwd_ctx *f);
 size_t fwd__local_kv_floats(const struct fwd_ctx *f);
 void fwd__local_clear(struct fwd_ctx *f, int64_t s);

@@ -10,6 +10,7 @@
 #include "shard.h" // defines: shard_build, shard_free
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,8 +468,38 @@ static int cmp_view(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int shard_upload(const struct model *m, struct model **shard, struct dev *d, struct dev_buf **buf,
-                 size_t *bytes, char *err, size_t errlen)
+/* Upload the ranges into base. On a terminal (dd_progress_on) a progress line named label
+ * follows the bytes the device has taken: the copies go in pieces of at most 64 MiB, and the
+ * line moves (after a wait for the device) every 64 MiB. */
+static void upload_ranges(struct dev *d, char *base, const struct range *r, size_t nr, size_t total,
+                          const char *label)
+{
+    const bool show = dd_progress_on();
+    const size_t piece = show ? (size_t)64 << 20 : SIZE_MAX;
+    size_t done = 0, next = piece;
+    for (size_t i = 0; i < nr; i++) {
+        const size_t len = (size_t)(r[i].hi - r[i].lo);
+        for (size_t o = 0; o < len; o += piece) {
+            const size_t n = len - o < piece ? len - o : piece;
+            dev_upload(d, base + r[i].off + o, r[i].lo + o, n);
+            done += n;
+            if (!show || done < next)
+                continue;
+            next = done + piece;
+            dev_sync(d);
+            dd_progress(false, "%s: uploading weights %.0f / %.0f MiB (%.0f%%)", label,
+                        done / 1048576.0, total / 1048576.0, 100.0 * done / total);
+        }
+    }
+    if (show) {
+        dev_sync(d);
+        dd_progress(true, "%s: uploading weights %.0f / %.0f MiB (100%%)", label, done / 1048576.0,
+                    total / 1048576.0);
+    }
+}
+
+int shard_upload(const struct model *m, struct model **shard, struct dev *d, const char *label,
+                 struct dev_buf **buf, size_t *bytes, char *err, size_t errlen)
 {
     struct model *s = *shard ? *shard : shallow_copy(m);
     const int64_t L = s->hp.n_layer_all;
@@ -510,8 +541,7 @@ int shard_upload(const struct model *m, struct model **shard, struct dev *d, str
                 "smaller quantisation",
                 d->ops->name, (double)total / 1048576.0, mem);
     } else {
-        for (size_t i = 0; i < nr; i++)
-            dev_upload(d, base + r[i].off, r[i].lo, (size_t)(r[i].hi - r[i].lo));
+        upload_ranges(d, base, r, nr, total, label);
         dev_sync(d); /* the host copies may go now */
         for (size_t i = 0, k = 0; i < n; i++) {
             while (k + 1 < nr && (const char *)v[i]->data >= r[k].hi &&

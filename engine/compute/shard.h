@@ -57,10 +57,12 @@ struct dev_buf;
  * head, share their bytes), uploaded in one pass; every view of *shard then points at device
  * addresses and the shard's host copies are freed. *shard as for shard_relayout (NULL: the
  * whole model, a shallow copy is made). *buf is d's (dev_buf_free it before the shard is
- * freed); *bytes its size. Returns 0 or DD_ENOMEM (message in err).
+ * freed); *bytes its size. On a terminal a progress line named label ("device 0 (cuda)")
+ * follows the upload (dd_progress); the caller logs the result. Returns 0 or DD_ENOMEM
+ * (message in err).
  */
-int shard_upload(const struct model *m, struct model **shard, struct dev *d, struct dev_buf **buf,
-                 size_t *bytes, char *err, size_t errlen);
+int shard_upload(const struct model *m, struct model **shard, struct dev *d, const char *label,
+                 struct dev_buf **buf, size_t *bytes, char *err, size_t errlen);
 
 /* Bytes this shard owns (split tensors) and reads from the shared mapping (replicated). */
 void shard_bytes(const struct model *shard, size_t *owned, size_t *replicated);

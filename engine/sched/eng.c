@@ -250,15 +250,13 @@ static void keep_rows(eng_t *e, struct slot *s, int64_t len)
 {
     for (int64_t i = 0; i < len; i++)
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i];
-    memcpy(s->pending_h, e->h_trunk + (s->row0 + len - 1) * e->m->hp.n_embd,
-           (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_PENDING), fwd_hrow(e->fwd, FWD_H_TRUNK, s->row0 + len - 1));
 }
 
-/* After the forward step: per slot, keep its rows, sample where due, verify drafts. */
+/* After the forward step: per slot, keep its rows, sample where due, verify drafts. A logits
+ * row comes back only when a slot's sampler needs it (eng__sample_out). */
 static void phase_sample_emit(eng_t *e)
 {
-    const float *logits = fwd_logits(e->fwd);
-    const int64_t V = e->m->hp.n_vocab;
     /* logits rows are compacted (one per wanted batch row, in batch order): index them */
     int64_t n_out = 0;
     for (int64_t r = 0; r < e->b_n; r++)
@@ -268,9 +266,8 @@ static void phase_sample_emit(eng_t *e)
         if (s->run == RUN_NONE)
             continue;
         const int64_t last_row = s->row0 + s->run_len - 1;
-        if (s->run == RUN_VERIFY) {
-            /* every row of a verify run has logits; re-base them so row r reads its own */
-            eng__spec_verify(e, s, logits + (e->b_outrow[s->row0] - s->row0) * V);
+        if (s->run == RUN_VERIFY) { /* every row of a verify run has logits */
+            eng__spec_verify(e, s, e->b_outrow[s->row0]);
             continue;
         }
         keep_rows(e, s, s->run_len);
@@ -282,27 +279,65 @@ static void phase_sample_emit(eng_t *e)
             eng__slot_set_state(s, SLOT_DECODE);
         }
         s->n_replay = 0;
-        eng__accept(e, s, eng__sample_row(e, s, logits + e->b_outrow[last_row] * V));
+        eng__accept(e, s, eng__sample_out(e, s, e->b_outrow[last_row]));
     }
     for (int64_t i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].state == SLOT_PREFILL)
             eng__cache_after_prefill(e, &e->slots[i]);
 }
 
-/* MTP inputs of this batch: row k pairs its token with the trunk hidden of the previous
- * position: row k-1 of the same run, or the slot's pending_h for a run's first row. */
+/* MTP inputs of this batch, as rows of the devices' hidden pool: row k pairs its token with the
+ * trunk hidden of the previous position: trunk row k-1 of the same run, or for a run's first
+ * row the slot's pending row as it is now (copied to its PREV row: phase 5 moves pending on). */
 static void prepare_mtp_inputs(eng_t *e, int64_t n)
 {
-    const int64_t E = e->m->hp.n_embd;
-    memcpy(e->h_trunk, fwd_hidden(e->fwd), (size_t)(n * E) * sizeof(float));
     if (!e->mtp)
         return;
     for (int64_t k = 0; k < n; k++) {
-        const float *src = k > 0 && e->b_seq[k] == e->b_seq[k - 1]
-                               ? e->h_trunk + (k - 1) * E
-                               : e->slots[e->b_seq[k]].pending_h;
-        memcpy(e->h_prev + k * E, src, (size_t)E * sizeof(float));
+        if (k > 0 && e->b_seq[k] == e->b_seq[k - 1]) {
+            e->h_idx[k] = fwd_hrow(e->fwd, FWD_H_TRUNK, k - 1);
+            continue;
+        }
+        const struct slot *s = &e->slots[e->b_seq[k]];
+        e->h_idx[k] = eng__hrow(e, s, ENG_H_PREV);
+        eng__hcopy(e, e->h_idx[k], eng__hrow(e, s, ENG_H_PENDING));
     }
+}
+
+/* ---- the kept hidden rows (eng_impl.h) ---- */
+
+int64_t eng__hrows(const struct model *m, const struct eng_params *p)
+{
+    return (p->spec_types & ENG_SPEC_MTP) && m->hp.n_nextn > 0 ? p->n_slots * ENG_H_SLOT : 0;
+}
+
+int32_t eng__hrow(const eng_t *e, const struct slot *s, int which)
+{
+    return e->mtp ? fwd_hrow(e->fwd, FWD_H_KEPT, s->id * ENG_H_SLOT + which) : -1;
+}
+
+void eng__hcopy(eng_t *e, int32_t dst, int32_t src)
+{
+    if (e->mtp)
+        fwd_hrow_copy(e->fwd, dst, src);
+}
+
+void eng__hsave(eng_t *e, const struct slot *s, float *dst)
+{
+    if (e->mtp)
+        fwd_hrow_download(e->fwd, eng__hrow(e, s, ENG_H_PENDING), dst);
+    else
+        memset(dst, 0, (size_t)e->m->hp.n_embd * sizeof(float));
+}
+
+void eng__hload(eng_t *e, const struct slot *s, const float *src)
+{
+    if (!e->mtp)
+        return;
+    if (src)
+        fwd_hrow_upload(e->fwd, eng__hrow(e, s, ENG_H_PENDING), src);
+    else
+        fwd_hrow_zero(e->fwd, eng__hrow(e, s, ENG_H_PENDING));
 }
 
 /* ============================================================================================
@@ -356,6 +391,7 @@ static bool eng_step(eng_t *e)
     phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
     eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
     eng__gram_check_drafts(e);
+    atomic_store_explicit(&e->st_sample_bytes, fwd_sample_bytes(e->fwd), memory_order_relaxed);
     atomic_fetch_add(&e->st_busy_us, (long long)((dd_now() - t0) * 1e6));
     atomic_fetch_add(&e->st_steps, 1);
     return true;
@@ -451,12 +487,9 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     }
     s->draft = xcalloc((size_t)e->draft_cap + 1, sizeof *s->draft);
     s->replay = xcalloc((size_t)e->draft_cap + 1, sizeof *s->replay);
-    s->pending_h = xcalloc(E, sizeof(float));
-    s->draft_h = xcalloc(E, sizeof(float));
     s->spec_ckpt.pos = -1;
     s->spec_ckpt.state =
         e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
-    s->spec_ckpt.h = xcalloc(E, sizeof(float));
 }
 
 static void slot_deinit(eng_t *e, struct slot *s)
@@ -472,10 +505,7 @@ static void slot_deinit(eng_t *e, struct slot *s)
     free(s->ckpts);
     free(s->draft);
     free(s->replay);
-    free(s->pending_h);
-    free(s->draft_h);
     free(s->spec_ckpt.state);
-    free(s->spec_ckpt.h);
     eng__gram_deinit(e, s);
 }
 
@@ -542,7 +572,9 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     struct fwd_params fp = {.max_tokens = p->max_batch_tokens,
                             .n_seq = p->n_slots,
                             .n_ctx = p->n_ctx,
-                            .draft_max = eng__snap_depth(p)};
+                            .draft_max = eng__snap_depth(p),
+                            .n_hrows = eng__hrows(m, p),
+                            .graphs = !p->no_graphs};
     rc = fwd_create_group(m, devs, n_dev, &fp, &e->fwd, err, errlen);
     if (rc) {
         free(e);
@@ -564,8 +596,7 @@ int eng_create_group(const struct model *m, struct dev **devs, int n_dev,
     e->b_want = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_want);
     e->b_none = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_none);
     e->b_outrow = xcalloc((size_t)p->max_batch_tokens, sizeof *e->b_outrow);
-    e->h_trunk = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
-    e->h_prev = xaligned_alloc((size_t)(p->max_batch_tokens * m->hp.n_embd) * sizeof(float));
+    e->h_idx = xcalloc((size_t)p->max_batch_tokens, sizeof *e->h_idx);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     rc = eng__cache_init(e, err, errlen);
@@ -617,8 +648,7 @@ void eng_destroy(eng_t *e)
     free(e->b_want);
     free(e->b_none);
     free(e->b_outrow);
-    free(e->h_trunk);
-    free(e->h_prev);
+    free(e->h_idx);
     fwd_destroy(e->fwd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
@@ -655,6 +685,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->draft_seconds = atomic_load_explicit(&e->st_draft_ns, memory_order_relaxed) * 1e-9;
     s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
     s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
+    s->sample_bytes_total = atomic_load_explicit(&e->st_sample_bytes, memory_order_relaxed);
     s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
     s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
     s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);

@@ -48,6 +48,8 @@ struct eng_params {
     int64_t cache_disk_max;   /* bytes of cache_dir's files (0 = no limit; LRU by mtime) */
     int64_t cache_save_piece; /* KV bytes a background save copies between two steps (0 = the
                                * default, 1 MiB; tests make it tiny) */
+    bool no_graphs;           /* launch every op each step; by default devices with graphs
+                               * (CUDA) replay decode and verification steps (fwd_params) */
     /* Optional external draft source, tried before the built-in ones for slots whose mask has
      * ENG_SPEC_EXTERNAL: propose up to max tokens continuing hist[0 .. n) (cached tokens + the
      * pending one). Called on the engine thread; must not block. Used by tests to inject
@@ -204,6 +206,8 @@ struct eng_stats {
     double sync_seconds;     /* time spent feeding accepted rows to the MTP layer's KV */
     int64_t mtp_rows_total;  /* rows run through the MTP layer (drafting + sync) */
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
+    /* bytes of logits downloaded for sampling and drafting (a greedy row: 4, the argmax) */
+    int64_t sample_bytes_total;
     /* the prompt cache (issue 36): requests that looked for a prefix, prompt tokens served
      * from a slot (in place or copied from another slot), from RAM and from disk, slot-to-slot
      * copies, checkpoints saved to the RAM / disk tiers when a slot dropped them, and the

@@ -319,7 +319,7 @@ void eng__cache_after_prefill(eng_t *e, struct slot *s)
         }
     struct ckpt *c = victim(e, s);
     fwd_seq_save(e->fwd, s->id, c->state);
-    memcpy(c->h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hsave(e, s, c->h);
     c->pos = pos;
     c->age = ++e->ckpt_clock;
     c->keep = p->n_bounds > 0 && pos == p->bounds[0];
@@ -437,16 +437,15 @@ static void fill_ckpt(eng_t *e, struct ckpt *c, int64_t pos, const float *state,
  * did not check out). */
 static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
 {
-    const int64_t E = e->m->hp.n_embd;
     const bool gdn = fwd_cache(e->fwd)->n_gdn_layers > 0;
     if (b->kind == SRC_HERE) {
         drop_beyond(e, t, b->pos, r->p.n_prompt - b->pos);
         if (b->k) {
             fwd_seq_restore(e->fwd, t->id, b->k->state);
-            memcpy(t->pending_h, b->k->h, (size_t)E * sizeof(float));
+            eng__hload(e, t, b->k->h);
             b->k->age = ++e->ckpt_clock;
         } else if (!gdn && b->pos != t->n_cached) {
-            memset(t->pending_h, 0, (size_t)E * sizeof(float)); /* unknown: zeros */
+            eng__hload(e, t, NULL); /* unknown: zeros */
         }
         return b->pos;
     }
@@ -458,12 +457,12 @@ static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
         fwd_seq_kv_copy(e->fwd, t->id, b->s->id, here, b->pos);
         atomic_fetch_add_explicit(&e->st_pc_copies, 1, memory_order_relaxed);
         if (!b->k) {
-            memset(t->pending_h, 0, (size_t)E * sizeof(float));
+            eng__hload(e, t, NULL);
             return b->pos;
         }
         fill_ckpt(e, victim(e, t), b->pos, b->k->state, b->k->h, b->k->keep, b->k->saved);
         fwd_seq_restore(e->fwd, t->id, b->k->state);
-        memcpy(t->pending_h, b->k->h, (size_t)E * sizeof(float));
+        eng__hload(e, t, b->k->h);
         return b->pos;
     }
     /* the checkpoint's place first: freeing it starts a save, which may allocate */
@@ -476,7 +475,7 @@ static int64_t take(eng_t *e, struct slot *t, const eng_req_t *r, struct src *b)
         fwd_seq_restore(e->fwd, t->id, pe->state);
     if (c)
         fill_ckpt(e, c, pe->pos, pe->state, pe->h, false, true);
-    memcpy(t->pending_h, pe->h, (size_t)E * sizeof(float));
+    eng__hload(e, t, pe->h);
     return pe->pos;
 }
 
@@ -517,7 +516,7 @@ struct slot *eng__cache_admit(eng_t *e, const eng_req_t *r, int64_t *reuse)
     if (n == 0) {
         drop_beyond(e, t, 0, r->p.n_prompt);
         fwd_seq_clear(e->fwd, t->id);
-        memset(t->pending_h, 0, (size_t)e->m->hp.n_embd * sizeof(float));
+        eng__hload(e, t, NULL);
     } else {
         int tier = b.kind == SRC_RAM ? 1 : b.kind == SRC_DISK ? 2 : 0;
         atomic_fetch_add_explicit(&e->st_pc_hit[tier], n, memory_order_relaxed);

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "eng_impl.h"         // defines: struct slot, eng__finish
+#include "eng_impl.h"         // defines: struct slot, eng__finish, fwd_argmax (fwd.h)
 #include "engine/model/tok.h" // defines: tok_stream_push, tok_is_eog
 #include "engine/util.h"      // defines: dd_buf_put, ASSERT
 #include "smp.h"              // defines: smp_sample, smp_argmax, struct smp
@@ -139,6 +139,20 @@ int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits)
 {
     const float *row = eng__gram_row(e, s, logits);
     return row ? smp_sample(&s->smp, row, s->gen, s->n_gen) : -1;
+}
+
+/* Greedy without logprobs, bias, penalties or grammar: the argmax of the raw row, which the
+ * devices compute (fwd_argmax: 4 bytes per row come back instead of the row). */
+static bool argmax_on_device(const struct slot *s)
+{
+    return smp_is_argmax(&s->smp) && !s->gm && !s->req->p.logprobs;
+}
+
+int32_t eng__sample_out(eng_t *e, struct slot *s, int64_t o)
+{
+    if (argmax_on_device(s))
+        return fwd_argmax(e->fwd)[o];
+    return eng__sample_row(e, s, fwd_logits(e->fwd) + o * e->m->hp.n_vocab);
 }
 
 bool eng__accept(eng_t *e, struct slot *s, int32_t id)

@@ -90,9 +90,8 @@ struct slot {
     int32_t *draft; /* [draft_cap] proposed continuation of `last` */
     int64_t n_draft;
     int64_t draft_goal;    /* MTP draft length wanted this round */
-    float *pending_h;      /* [n_embd] trunk hidden of position n_cached - 1 (zeros if unknown) */
-    float *draft_h;        /* [n_embd] MTP hidden carried between chained draft steps */
-    struct ckpt spec_ckpt; /* state before a verification longer than the snapshot depth */
+    struct ckpt spec_ckpt; /* state before a verification longer than the snapshot depth (its
+                            * hidden row: the slot's ENG_H_SPEC row on the devices) */
     int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
@@ -100,9 +99,8 @@ struct slot {
     int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
     /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
-    int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
+    int32_t *lag_tok; /* [ENG_MAX_DRAFT] (their MTP inputs: the slot's ENG_H_LAG rows) */
     int64_t *lag_pos; /* [ENG_MAX_DRAFT] */
-    float *lag_h;     /* [ENG_MAX_DRAFT][n_embd] MTP inputs of those rows */
     int64_t n_lag;
     int64_t n_reused; /* prompt tokens of the current request served by the cache */
     /* constrained decoding (eng_gram.c): the request's matcher, advanced by every emitted token
@@ -139,8 +137,7 @@ struct eng {
     uint8_t *b_want;
     int64_t *b_outrow;    /* [max_batch_tokens] logits row of a batch row, -1 = none */
     int64_t b_n;          /* rows in the current batch */
-    float *h_trunk;       /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
-    float *h_prev;        /* [max_batch_tokens][n_embd] MTP inputs */
+    int32_t *h_idx;       /* [max_batch_tokens] MTP inputs: rows of the hidden pool */
     uint8_t *b_none;      /* [max_batch_tokens] zeros: no logits rows */
     bool mtp;             /* the MTP drafter is active (enabled and the model has the block) */
     gram_vocab_t *gvocab; /* the tokenizer's trie, built with the first grammar request */
@@ -148,7 +145,7 @@ struct eng {
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;
     uint8_t *y_want; /* rows whose logits are wanted: the first step of MTP drafts */
-    float *y_h;      /* [max_batch_tokens][n_embd] */
+    int32_t *y_idx;  /* [max_batch_tokens] their MTP inputs: rows of the hidden pool */
     /* inbox */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -162,12 +159,33 @@ struct eng {
     atomic_llong st_drafted, st_accepted, st_verify_steps, st_loops;
     atomic_llong st_rollbacks, st_restores, st_replayed, st_ckpt_ns;
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
+    atomic_llong st_sample_bytes;                      /* fwd_sample_bytes after each step */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
     atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
 
+/* ---- MTP hidden rows, kept on the devices (fwd's hidden pool, fwd.h; eng.c) ----
+ * With the MTP drafter (e->mtp) each slot keeps ENG_H_SLOT rows of the pool: ENG_H_PENDING the
+ * trunk hidden of position n_cached - 1 (zeros if unknown); ENG_H_PREV pending as it was before
+ * this step's sampling moved it (the MTP input of the slot's first batch row); ENG_H_DRAFT the
+ * MTP hidden carried between chained draft steps; ENG_H_SPEC pending at the speculation
+ * checkpoint; ENG_H_LAG + j the MTP inputs of the slot's lagging rows. Without MTP nothing
+ * reads them: there are none, copies are no-ops and checkpoints keep zeros. */
+enum {
+    ENG_H_PENDING,
+    ENG_H_PREV,
+    ENG_H_DRAFT,
+    ENG_H_SPEC,
+    ENG_H_LAG,
+    ENG_H_SLOT = ENG_H_LAG + ENG_MAX_DRAFT
+};
+int64_t eng__hrows(const struct model *m, const struct eng_params *p); /* pool rows kept */
+int32_t eng__hrow(const eng_t *e, const struct slot *s, int which);    /* -1 without MTP */
+void eng__hcopy(eng_t *e, int32_t dst, int32_t src);
+void eng__hsave(eng_t *e, const struct slot *s, float *dst);       /* pending -> host [E] */
+void eng__hload(eng_t *e, const struct slot *s, const float *src); /* NULL: zeros */
 /* ---- sizing (eng_mem.c) ---- */
 int64_t eng__snap_depth(const struct eng_params *p); /* GDN snapshot groups beyond the first */
 int64_t eng__draft_cap(const struct eng_params *p);  /* longest draft of any drafter */
@@ -182,7 +200,7 @@ void eng__spec_draft(eng_t *e, int64_t n_batch);
  * verification when rolling back by recomputation). */
 void eng__spec_ckpt_save(eng_t *e, struct slot *s);
 /* Verify slot s's run: sample row by row, accept the matching drafts, roll the rest back. */
-void eng__spec_verify(eng_t *e, struct slot *s, const float *logits);
+void eng__spec_verify(eng_t *e, struct slot *s, int64_t o0); /* its rows: logits rows o0 .. */
 /* ---- constrained decoding (eng_gram.c) ---- */
 void eng__gram_start(eng_t *e, struct slot *s);  /* a new request on s: its matcher, if any */
 void eng__gram_stop(struct slot *s);             /* the request left s */
@@ -218,6 +236,9 @@ void eng__finish(eng_t *e, struct slot *s, enum eng_finish why, const char *erro
 /* Sample one target row [n_vocab] with the slot's sampler, the request's generated tokens as
  * the penalties' history (plain decoding and verification alike), and accept a token. */
 int32_t eng__sample_row(eng_t *e, struct slot *s, const float *logits); /* -1: none allowed */
+/* eng__sample_row on logits row o of the step (fwd_logits), downloaded only when needed: a
+ * slot that samples greedily from the raw row takes the devices' argmax (fwd_argmax). */
+int32_t eng__sample_out(eng_t *e, struct slot *s, int64_t o);
 bool eng__accept(eng_t *e, struct slot *s, int32_t id); /* false when the request finished */
 
 /* Engine-thread side of the outbox. */

@@ -39,7 +39,8 @@ void eng_mem_estimate(const struct model *m, const struct eng_params *p, struct 
     const struct fwd_params fp = {.max_tokens = p->max_batch_tokens > 0 ? p->max_batch_tokens : 1,
                                   .n_seq = p->n_slots,
                                   .n_ctx = p->n_ctx,
-                                  .draft_max = eng__snap_depth(p)};
+                                  .draft_max = eng__snap_depth(p),
+                                  .n_hrows = eng__hrows(m, p)};
     fwd_plan(m, &fp, &plan);
     const size_t gdn = dev_plan_bytes(&plan, "gdn");
     const size_t per_slot = p->n_slots > 0 ? gdn / (size_t)p->n_slots : 0;

@@ -23,13 +23,11 @@
  *
  * Thread: the engine thread only.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eng_impl.h"    // defines: struct eng, struct slot, eng__*
 #include "engine/util.h" // defines: ASSERT, dd_now, xcalloc
-#include "smp.h"         // defines: smp_argmax
 #include "spec.h"        // defines: spec_ngram_draft
 
 static void add_ns(atomic_llong *acc, double t0)
@@ -56,16 +54,6 @@ static void ngram_round(eng_t *e, struct slot *s)
         spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
 }
 
-/* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
-static float top_prob(const float *l, int64_t V, int32_t *id)
-{
-    *id = smp_argmax(l, V);
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; v++)
-        sum += exp((double)l[v] - l[*id]);
-    return (float)(1.0 / sum);
-}
-
 /* A round that gave nothing: a verification that accepted no draft, or an MTP head too unsure
  * to propose one. Back-off: after k such rounds in a row, skip the next 2^k - 1 rounds (at most
  * 63), so a stream where drafts never hit costs little over plain decoding. */
@@ -75,12 +63,14 @@ static void note_miss(struct slot *s)
     s->skip_rounds = (1 << (s->miss_streak < 6 ? s->miss_streak : 6)) - 1;
 }
 
-/* The result of an MTP row for slot s: its argmax joins the draft when the head is sure
- * enough; otherwise the chain ends here (a chain that ends with no draft is a miss). */
-static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const float *hid)
+/* The result of an MTP row for slot s (logits row o of batch row r): its argmax joins the
+ * draft when the head is sure enough (the softmax probability of the argmax: both computed on
+ * the devices, fwd_top_prob); otherwise the chain ends here (a chain that ends with no draft is
+ * a miss). */
+static void take_mtp_row(eng_t *e, struct slot *s, int64_t o, int64_t r)
 {
-    int32_t id;
-    float p = top_prob(logits, e->m->hp.n_vocab, &id);
+    const float p = fwd_top_prob(e->fwd)[o];
+    const int32_t id = fwd_argmax(e->fwd)[o];
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
@@ -88,7 +78,7 @@ static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const fl
         return;
     }
     s->draft[s->n_draft++] = id;
-    memcpy(s->draft_h, hid, (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_DRAFT), fwd_hrow(e->fwd, FWD_H_MTP, r));
 }
 
 /* MTP draft length each slot wants this round (0 = none). After two misses in a row a slot
@@ -109,7 +99,6 @@ static void plan_mtp(eng_t *e)
  * slot per call, all slots in one batch, each fed its own previous MTP hidden row. */
 static void mtp_chain(eng_t *e)
 {
-    const int64_t E = e->m->hp.n_embd;
     int64_t goal = 0;
     for (int64_t i = 0; i < e->p.n_slots; i++)
         goal = e->slots[i].draft_goal > goal ? e->slots[i].draft_goal : goal;
@@ -124,7 +113,7 @@ static void mtp_chain(eng_t *e)
             e->b_pos[n] = s->n_cached + step;
             e->b_seq[n] = (int32_t)s->id;
             e->b_want[n] = 1;
-            memcpy(e->h_prev + n * E, s->draft_h, (size_t)E * sizeof(float));
+            e->h_idx[n] = eng__hrow(e, s, ENG_H_DRAFT);
             n++;
         }
         if (n == 0)
@@ -134,14 +123,13 @@ static void mtp_chain(eng_t *e)
                               .pos = e->b_pos,
                               .seq = e->b_seq,
                               .logits = e->b_want};
-        int rc = fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err);
+        int rc = fwd_mtp_rows(e->fwd, &b, e->h_idx, err, sizeof err);
         if (rc == DD_EIO)
             return; /* the group lost a process: the next trunk step fails the requests */
         ASSERT(rc == 0);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
-        const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
         for (int64_t r = 0; r < n; r++)
-            take_mtp_row(e, &e->slots[e->b_seq[r]], logits + r * e->m->hp.n_vocab, hid + r * E);
+            take_mtp_row(e, &e->slots[e->b_seq[r]], r, r);
     }
 }
 
@@ -169,18 +157,17 @@ void eng__spec_init(eng_t *e)
 {
     if (!e->mtp)
         return;
-    const size_t E = (size_t)e->m->hp.n_embd, B = (size_t)e->p.max_batch_tokens;
+    const size_t B = (size_t)e->p.max_batch_tokens;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->lag_tok = xcalloc(ENG_MAX_DRAFT, sizeof *s->lag_tok);
         s->lag_pos = xcalloc(ENG_MAX_DRAFT, sizeof *s->lag_pos);
-        s->lag_h = xaligned_alloc(ENG_MAX_DRAFT * E * sizeof(float));
     }
     e->y_tok = xcalloc(B, sizeof *e->y_tok);
     e->y_seq = xcalloc(B, sizeof *e->y_seq);
     e->y_pos = xcalloc(B, sizeof *e->y_pos);
     e->y_want = xcalloc(B, sizeof *e->y_want);
-    e->y_h = xaligned_alloc(B * E * sizeof(float));
+    e->y_idx = xcalloc(B, sizeof *e->y_idx);
 }
 
 void eng__spec_deinit(eng_t *e)
@@ -188,13 +175,12 @@ void eng__spec_deinit(eng_t *e)
     for (int64_t i = 0; i < e->p.n_slots && e->mtp; i++) {
         free(e->slots[i].lag_tok);
         free(e->slots[i].lag_pos);
-        free(e->slots[i].lag_h);
     }
     free(e->y_tok);
     free(e->y_seq);
     free(e->y_pos);
     free(e->y_want);
-    free(e->y_h);
+    free(e->y_idx);
 }
 
 /* ---- the MTP KV sync -------------------------------------------------------------------- */
@@ -204,35 +190,33 @@ static void sync_flush(eng_t *e, int64_t *n)
 {
     if (*n == 0)
         return;
-    const int64_t E = e->m->hp.n_embd, V = e->m->hp.n_vocab;
     struct fwd_batch b = {
         .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
-    int rc = fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err);
+    int rc = fwd_mtp_rows(e->fwd, &b, e->y_idx, err, sizeof err);
     if (rc == DD_EIO) { /* the group lost a process: the next trunk step fails the requests */
         *n = 0;
         return;
     }
     ASSERT(rc == 0);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
-    const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
     for (int64_t r = 0, o = 0; r < *n; r++)
         if (e->y_want[r])
-            take_mtp_row(e, &e->slots[e->y_seq[r]], logits + o++ * V, hid + r * E);
+            take_mtp_row(e, &e->slots[e->y_seq[r]], o++, r);
     *n = 0;
 }
 
-static void sync_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t seq, const float *h,
+/* Row h of the hidden pool is read when the batch runs: it must hold until then. */
+static void sync_add(eng_t *e, int64_t *n, int32_t tok, int64_t pos, int64_t seq, int32_t h,
                      bool want)
 {
-    const int64_t E = e->m->hp.n_embd;
     if (*n == e->p.max_batch_tokens)
         sync_flush(e, n); /* rows of one sequence stay in position order across batches */
     e->y_tok[*n] = tok;
     e->y_pos[*n] = pos;
     e->y_seq[*n] = (int32_t)seq;
     e->y_want[*n] = want;
-    memcpy(e->y_h + *n * E, h, (size_t)E * sizeof(float));
+    e->y_idx[*n] = h;
     (*n)++;
 }
 
@@ -248,20 +232,21 @@ static bool may_lag(const struct slot *s)
 static void lag_flush(eng_t *e, int64_t *n, struct slot *s)
 {
     for (int64_t k = 0; k < s->n_lag; k++)
-        sync_add(e, n, s->lag_tok[k], s->lag_pos[k], s->id, s->lag_h + k * e->m->hp.n_embd, false);
+        sync_add(e, n, s->lag_tok[k], s->lag_pos[k], s->id, eng__hrow(e, s, ENG_H_LAG + (int)k),
+                 false);
     s->n_lag = 0;
 }
 
 /* The MTP layer's KV follows the target: this step's kept rows (rejected draft rows are left
  * out: later rows overwrite their positions) go through it, each paired with the trunk hidden
- * row of the position before (e->h_prev, filled by eng.c before pending_h moved on). A slot
- * that drafts with MTP this round appends its first draft step to the same batch (the pending
- * token at position n_cached with pending_h): one MTP pass instead of two. A sequence's rows
- * stay one run in position order: its lagging rows, this step's, then the draft row. */
+ * row of the position before (e->h_idx, filled by eng.c before the pending row moved on). A
+ * slot that drafts with MTP this round appends its first draft step to the same batch (the
+ * pending token at position n_cached with the pending row): one MTP pass instead of two. A
+ * sequence's rows stay one run in position order: its lagging rows, this step's, then the draft
+ * row. */
 static void mtp_sync(eng_t *e, int64_t n_batch)
 {
     double t0 = dd_now();
-    const int64_t E = e->m->hp.n_embd;
     int64_t n = 0;
     for (int64_t k = 0; k < n_batch; k++) {
         struct slot *s = &e->slots[e->b_seq[k]];
@@ -270,16 +255,16 @@ static void mtp_sync(eng_t *e, int64_t n_batch)
         if (may_lag(s)) {
             s->lag_tok[s->n_lag] = e->b_tok[k];
             s->lag_pos[s->n_lag] = e->b_pos[k];
-            memcpy(s->lag_h + s->n_lag * E, e->h_prev + k * E, (size_t)E * sizeof(float));
+            eng__hcopy(e, eng__hrow(e, s, ENG_H_LAG + (int)s->n_lag), e->h_idx[k]);
             s->n_lag++;
             continue;
         }
         if (first)
             lag_flush(e, &n, s);
         if (e->b_pos[k] < s->n_cached)
-            sync_add(e, &n, e->b_tok[k], e->b_pos[k], s->id, e->h_prev + k * E, false);
+            sync_add(e, &n, e->b_tok[k], e->b_pos[k], s->id, e->h_idx[k], false);
         if (last && s->draft_goal > 0)
-            sync_add(e, &n, s->last, s->n_cached, s->id, s->pending_h, true);
+            sync_add(e, &n, s->last, s->n_cached, s->id, eng__hrow(e, s, ENG_H_PENDING), true);
     }
     for (int64_t i = 0; i < e->p.n_slots; i++) { /* slots without rows in this step */
         struct slot *s = &e->slots[i];
@@ -287,7 +272,7 @@ static void mtp_sync(eng_t *e, int64_t n_batch)
             continue;
         lag_flush(e, &n, s);
         if (s->draft_goal > 0)
-            sync_add(e, &n, s->last, s->n_cached, s->id, s->pending_h, true);
+            sync_add(e, &n, s->last, s->n_cached, s->id, eng__hrow(e, s, ENG_H_PENDING), true);
     }
     sync_flush(e, &n);
     add_ns(&e->st_sync_ns, t0);
@@ -329,7 +314,7 @@ void eng__spec_ckpt_save(eng_t *e, struct slot *s)
 {
     double t0 = dd_now();
     fwd_seq_save(e->fwd, s->id, s->spec_ckpt.state);
-    memcpy(s->spec_ckpt.h, s->pending_h, (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_SPEC), eng__hrow(e, s, ENG_H_PENDING));
     s->spec_ckpt.pos = s->n_cached;
     add_ns(&e->st_ckpt_ns, t0);
 }
@@ -342,21 +327,21 @@ static void restore_and_replay(eng_t *e, struct slot *s, int64_t p0, int64_t kep
     add_ns(&e->st_ckpt_ns, t0);
     atomic_fetch_add(&e->st_restores, 1);
     atomic_fetch_add(&e->st_replayed, kept);
-    memcpy(s->pending_h, s->spec_ckpt.h, (size_t)e->m->hp.n_embd * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_PENDING), eng__hrow(e, s, ENG_H_SPEC));
     memcpy(s->replay, s->tokens + p0, (size_t)kept * sizeof *s->replay);
     s->n_replay = kept;
     s->n_cached = p0;
 }
 
-void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
+void eng__spec_verify(eng_t *e, struct slot *s, int64_t o0)
 {
-    const int64_t V = e->m->hp.n_vocab, E = e->m->hp.n_embd, n = s->run_len - 1;
+    const int64_t n = s->run_len - 1;
     const int64_t p0 = s->n_cached;
     int64_t kept = 0, matched = 0;
     bool alive = true;
     s->drafted += n; /* counted before accepting: a request may finish inside the loop */
     for (int64_t i = 0; i <= n && alive; i++) {
-        int32_t t = eng__sample_row(e, s, logits + (s->row0 + i) * V);
+        int32_t t = eng__sample_out(e, s, o0 + i);
         s->tokens[s->n_cached++] = e->b_tok[s->row0 + i]; /* the fed token of this row stays */
         kept++;
         alive = eng__accept(e, s, t);
@@ -375,7 +360,8 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     atomic_fetch_add(&e->st_drafted, n);
     atomic_fetch_add(&e->st_accepted, matched);
     atomic_fetch_add(&e->st_verify_steps, 1);
-    memcpy(s->pending_h, e->h_trunk + (s->row0 + kept - 1) * E, (size_t)E * sizeof(float));
+    eng__hcopy(e, eng__hrow(e, s, ENG_H_PENDING),
+               fwd_hrow(e->fwd, FWD_H_TRUNK, s->row0 + kept - 1));
     int64_t reject = s->run_len - kept;
     if (reject > 0)
         atomic_fetch_add(&e->st_rollbacks, 1);

@@ -77,6 +77,18 @@ static float penalise(const struct smp_params *p, float l, int32_t c)
     return l - (p->presence_penalty + p->frequency_penalty * (float)c);
 }
 
+/* Is adjust() the identity for parameters p? */
+static bool adjust_is_identity(const struct smp_params *p)
+{
+    bool rep = p->repetition_penalty != 1 && p->repetition_penalty != 0;
+    return p->n_logit_bias == 0 && p->presence_penalty == 0 && p->frequency_penalty == 0 && !rep;
+}
+
+bool smp_is_argmax(const struct smp *s)
+{
+    return s->p.temperature <= 0.0f && adjust_is_identity(&s->p);
+}
+
 /* logits + bias, then penalties over hist, into s->logits. Counting first and applying once
  * per distinct token costs O(n_hist), not O(n_vocab); each token's result depends only on its
  * own count, so the order of the tokens does not matter. */

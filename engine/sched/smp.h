@@ -29,6 +29,7 @@
 #ifndef DELTAD_SAMPLER_H
 #define DELTAD_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct smp_logit_bias {
@@ -74,6 +75,10 @@ void smp_init(struct smp *s, int64_t n_vocab, const struct smp_params *p);
 void smp_set(struct smp *s, const struct smp_params *p);
 /* Index of the largest logit (the lowest index among ties). */
 int32_t smp_argmax(const float *logits, int64_t n);
+/* Is smp_sample the plain argmax of the row it is given (temperature 0, no logit bias, no
+ * penalty: step 3 on an unchanged row)? Then a caller may take the argmax elsewhere (on the
+ * device) and skip the row; s->logits is then not written. */
+bool smp_is_argmax(const struct smp *s);
 /* Sample one token from logits [n_vocab] (not modified), penalising the tokens of
  * hist[0 .. n_hist) (borrowed for the call; each id in 0 .. n_vocab - 1; NULL when n_hist is 0).
  * Uses one RNG draw unless the temperature is 0. Leaves the adjusted row in s->logits. */

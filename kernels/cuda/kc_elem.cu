@@ -265,8 +265,9 @@ extern "C" void kc_embed(kc_stream *s, const struct kc_mat *w, const int32_t *id
     kc_dequantize(s, w, ids, T, out, KQ_F32);
 }
 
-/* Block per row: each thread its best (value, index), then a shared-memory tree. */
-__global__ void k_argmax(const float *x, int64_t n, int32_t *out)
+/* Block per row: each thread its best (value, index), then a shared-memory tree; with mass,
+ * a second pass sums exp(x - best) per thread, then a tree of the partial sums. */
+__global__ void k_argmax(const float *x, int64_t n, int32_t *out, float *mass)
 {
     __shared__ float bv[256];
     __shared__ int64_t bi[256];
@@ -291,14 +292,32 @@ __global__ void k_argmax(const float *x, int64_t n, int32_t *out)
         }
         __syncthreads();
     }
+    const int64_t top = bi[0] < 0 ? 0 : bi[0];
+    const float mx = xr[top];
+    __syncthreads(); /* every thread has read bi[0] before bv is reused */
     if (threadIdx.x == 0)
-        out[blockIdx.x] = (int32_t)(bi[0] < 0 ? 0 : bi[0]);
+        out[blockIdx.x] = (int32_t)top;
+    if (!mass)
+        return;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        sum += expf(xr[i] - mx);
+    bv[threadIdx.x] = sum;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w)
+            bv[threadIdx.x] += bv[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        mass[blockIdx.x] = bv[0];
 }
 
-extern "C" void kc_argmax(kc_stream *s, const float *x, int64_t T, int64_t n, int32_t *out)
+extern "C" void kc_argmax(kc_stream *s, const float *x, int64_t T, int64_t n, int32_t *out,
+                          float *mass)
 {
     if (T <= 0)
         return;
-    k_argmax<<<(unsigned)T, 256, 0, s->st>>>(x, n, out);
+    k_argmax<<<(unsigned)T, 256, 0, s->st>>>(x, n, out, mass);
     KC_LAUNCHED();
 }

@@ -95,6 +95,13 @@ extern "C" int kc_stream_create(int device, size_t scratch_bytes, kc_stream **ou
     /* default math: CUBLAS_COMPUTE_32F then means full f32 (no TF32) for the F32 GEMMs, and
      * tensor cores for the 16-bit ones */
     KC_BLAS(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH));
+    if (cudaMalloc(&s->blas_ws, KC_BLAS_WORKSPACE) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(err, errlen, "CUDA device %d: cannot allocate the cuBLAS workspace", device);
+        kc_stream_destroy(s);
+        return -1;
+    }
+    KC_BLAS(cublasSetWorkspace(s->blas, s->blas_ws, KC_BLAS_WORKSPACE));
     if (scratch_bytes && kc_stream_reserve(s, scratch_bytes)) {
         snprintf(err, errlen, "CUDA device %d: cannot allocate %.1f MiB of scratch", device,
                  scratch_bytes / 1048576.0);
@@ -120,6 +127,7 @@ extern "C" void kc_stream_destroy(kc_stream *s)
     cudaStreamSynchronize(s->st);
     cudaFree(s->scratch);
     cublasDestroy(s->blas);
+    cudaFree(s->blas_ws);
     cudaStreamDestroy(s->st);
     free(s);
 }

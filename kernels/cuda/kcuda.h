@@ -178,8 +178,10 @@ void kc_bf16_to_f32_on(void *stream, const uint16_t *src, float *dst, int64_t n)
 /* out [T][E] = dequantised rows ids [T] (device int32) of the embedding table w (E = n_in). */
 void kc_embed(kc_stream *s, const struct kc_mat *w, const int32_t *ids, int64_t T, float *out);
 /* out [T] (device int32) = index of the largest of each row of x [T][n] (ties: lowest index;
- * NaN never wins). */
-void kc_argmax(kc_stream *s, const float *x, int64_t T, int64_t n, int32_t *out);
+ * NaN never wins); mass [T] (device, may be NULL) = sum_i exp(x_i - the largest) in f32 (the
+ * softmax probability of the largest is 1 / mass). Reference: dev_cpu__argmax (which sums in
+ * double). */
+void kc_argmax(kc_stream *s, const float *x, int64_t T, int64_t n, int32_t *out, float *mass);
 
 /* ---- attention (reference: kop_attn_head) ------------------------------------------------ */
 

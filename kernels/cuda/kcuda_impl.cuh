@@ -51,7 +51,11 @@ struct kc_stream {
     cublasHandle_t blas;
     void *scratch; /* scratch_bytes of device memory for the GEMM */
     size_t scratch_bytes;
+    void *blas_ws; /* cuBLAS's workspace, set once: it never allocates inside a graph capture */
 };
+
+/* Bytes of cuBLAS workspace per stream (NVIDIA's recommendation for Hopper). */
+#define KC_BLAS_WORKSPACE ((size_t)32 << 20)
 
 static inline unsigned kc__blocks(int64_t n, int per)
 {

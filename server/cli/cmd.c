@@ -60,6 +60,7 @@ static const struct cmd_opt opts[] = {
     KEY(NULL, NULL, G | L | B | I, "devices", devices),
     KEY("-t", NULL, G | L | B | I, "threads", threads),
     {NULL, "--no-bind", G | L | B | I, "bind_threads", {.off = OFF(bind)}, NULL, "false"},
+    KEY(NULL, NULL, G | L | B, "cuda_graphs", cuda_graphs),
     KEY("-b", "--batch", G | L | B, "max_batch_tokens", batch),
     KEY("-c", NULL, G | L | I, "ctx", ctx),
     KEY(NULL, NULL, G, "spec_type", spec_type),
@@ -365,6 +366,7 @@ int cmd_engine_open(struct cmd_engine *e, const struct cmd_opts *o)
         goto fail;
     }
     e->dev = e->devs[0];
+    e->graphs = o->cuda_graphs;
     return 0;
 fail:
     cmd_engine_close(e);
@@ -374,7 +376,8 @@ fail:
 int cmd_engine_ready(struct cmd_engine *e, int64_t n_seq, int64_t n_ctx, int64_t max_tokens)
 {
     char err[512];
-    struct fwd_params fp = {.max_tokens = max_tokens, .n_seq = n_seq, .n_ctx = n_ctx};
+    struct fwd_params fp = {
+        .max_tokens = max_tokens, .n_seq = n_seq, .n_ctx = n_ctx, .graphs = e->graphs};
     if (fwd_create_group(e->model, e->devs, e->n_dev, &fp, &e->fwd, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
         return 1;

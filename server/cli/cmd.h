@@ -36,6 +36,7 @@ struct cmd_opts {
     struct dev_spec dev_spec; /* devices, parsed by cmd_parse */
     int64_t threads;          /* threads per CPU device, 0 = one per allowed core */
     bool bind;                /* bind_threads; --no-bind clears it */
+    bool cuda_graphs;         /* cuda_graphs: GPU decode steps replayed as CUDA graphs */
     int64_t batch;            /* max_batch_tokens: max tokens per forward call */
     int64_t ctx;       /* ctx: context positions at most (the command allocates what it needs) */
     int spec_type;     /* spec_type: enum cfg_spec_type (generate) */
@@ -86,6 +87,7 @@ struct cmd_engine {
     struct dev *dev; /* devs[0] */
     struct model *model;
     struct fwd_ctx *fwd;
+    bool graphs; /* cuda_graphs (cmd_engine_open) */
 };
 
 /* Load the model, discover the topology, create the CPU device. Then cmd_engine_ready builds

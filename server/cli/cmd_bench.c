@@ -616,6 +616,12 @@ int cmd_bench(const struct cmd_opts *o)
         if (!rc)
             bench_print(&e, o, &b, peak);
     }
+    if (!rc && dev_has_graphs(e.dev)) { /* a GPU: what cuda_graphs did */
+        int64_t cap, rep;
+        fwd_graph_stats(e.fwd, &cap, &rep);
+        printf("graphs       %s: %lld batch shapes recorded, %lld steps replayed\n",
+               e.graphs ? "on" : "off", (long long)cap, (long long)rep);
+    }
     triad_free(&tr);
     if (td != e.dev)
         dev_destroy(td);

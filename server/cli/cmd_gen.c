@@ -104,6 +104,7 @@ static int run_engine(struct cmd_engine *e, const struct cmd_opts *o, int32_t *t
     c.spec_type = o->spec_type;
     c.spec_draft_max = o->draft_max;
     c.spec_p_min = o->p_min;
+    c.cuda_graphs = o->cuda_graphs;
     struct eng_params p;
     serve_eng_params(&c, &p);
     cfg_free(&c);

@@ -409,6 +409,7 @@ void serve_eng_params(const struct cfg *c, struct eng_params *p)
         .mtp_p_min = (float)c->spec_p_min,
         .spec_rollback = c->spec_rollback == CFG_ROLLBACK_RECOMPUTE ? ENG_ROLLBACK_RECOMPUTE
                                                                     : ENG_ROLLBACK_SNAPSHOT,
+        .no_graphs = !c->cuda_graphs,
     };
 }
 

@@ -72,6 +72,9 @@ const struct cfg_row cfg__rows[] = {
     {"mpi_timeout", CFG_FLOAT, "30", 1, 3600, R, OFF(mpi_timeout), NULL,
      "under mpirun: seconds a rank waits for another within a step before the job counts "
      "as broken (rank 0 then fails its requests with 503 and exits 1)"},
+    {"cuda_graphs", CFG_BOOL, "on", 0, 0, R, OFF(cuda_graphs), NULL,
+     "replay decode and verification steps on GPUs as CUDA graphs, one per batch shape (off: "
+     "launch every kernel each step, to measure the difference)"},
     {"slots", CFG_INT, "4", 1, 1024, R, OFF(slots), NULL,
      "requests decoded concurrently (each slot holds ctx positions)"},
     {"ctx", CFG_INT, "4096", 16, 1 << 24, R, OFF(ctx), NULL,

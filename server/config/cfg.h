@@ -61,6 +61,7 @@ struct cfg {
     int64_t threads;  /* per CPU device, 0 = one per allowed core */
     bool bind_threads;
     double mpi_timeout; /* seconds, under mpirun */
+    bool cuda_graphs;   /* decode / verification steps replayed as CUDA graphs */
     int64_t slots;
     int64_t ctx; /* positions per slot */
     int64_t max_batch_tokens;

@@ -323,6 +323,10 @@ static void render_engine(struct dd_buf *b, const struct eng_stats *es)
          (double)es->accepted_total},
         {"deltad_spec_verify_steps_total", "counter", "Slot steps that verified a draft.",
          (double)es->verify_steps_total},
+        {"deltad_sample_download_bytes_total", "counter",
+         "Logits bytes downloaded from the devices for sampling and drafting (4 per greedy row "
+         "whose argmax the devices take).",
+         (double)es->sample_bytes_total},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         head(b, rows[i].name, rows[i].type, rows[i].help);

@@ -3,7 +3,8 @@
 # when nccl.h exists), record the GPU, run the kernel and device parity tests, the whole
 # forward pass through the CUDA device on the real GPU (golden logits, TP when there are 2+
 # GPUs, lossless speculation, the engine tests, the demo model), then `deltad bench` on
-# synthetic ~1 GB qwen35 Q8_0 / Q4_K and qwen35moe models (batch 1 and 8 decode, prefill 512).
+# synthetic ~1 GB qwen35 Q8_0 / Q4_K and qwen35moe models (batch 1 and 8 decode, prefill 512;
+# the Q8_0 decode with CUDA graphs on and off, --cuda-graphs).
 # Everything goes to $OUT/report.txt (plus the full logs beside it), in about 8 minutes.
 #
 # Usage (repository root, no network needed): OUT=/some/dir tests/cuda/run-device.sh
@@ -100,11 +101,12 @@ bench() { # arch type preset, then the bench flags
   timeout $(( left - 10 )) "$B/deltad" bench -m "$M" --devices cuda:0 "$@" \
     >"$OUT/bench-$arch-$type$(echo "$@" | tr -d ' -').log" 2>&1
   say "bench $arch $type $*: exit $?"
-  grep -E "^(devices|prefill|bandwidth|decode|roofline|limits| +[0-9]+ )" \
+  grep -E "^(devices|prefill|bandwidth|decode|roofline|limits|graphs| +[0-9]+ )" \
     "$OUT/bench-$arch-$type$(echo "$@" | tr -d ' -').log" | tee -a "$R"
 }
 bench qwen35 q8_0 1g -p 512 -n 128 --reps 3
-bench qwen35 q8_0 1g --parallel 1,8 -n 64 --reps 3
+bench qwen35 q8_0 1g --parallel 1,8 -n 64 --reps 3 --cuda-graphs on
+bench qwen35 q8_0 1g --parallel 1,8 -n 64 --reps 3 --cuda-graphs off
 bench qwen35 q4_k 1g -p 512 -n 128 --reps 3
 bench qwen35moe q8_0 moe-1g -p 512 -n 128 --reps 3
 rm -f /tmp/deltad-bench-*.gguf

@@ -434,13 +434,26 @@ static void test_argmax(void)
             b = x[t * n + i] > x[t * n + b] ? i : b;
         ref[t] = (int32_t)b;
     }
+    float mref[4];
+    for (int64_t t = 0; t < T; t++) { /* the mass: sum exp(x - max), dev_cpu__argmax's */
+        double s = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            s += exp((double)x[t * n + i] - x[t * n + ref[t]]);
+        mref[t] = (float)s;
+    }
     float *dx = dev_dup(x, (size_t)(T * n) * 4);
     int32_t *dout = dev_zero(sizeof ref);
-    kc_argmax(S, dx, T, n, dout);
+    float *dmass = dev_zero(sizeof mref);
+    kc_argmax(S, dx, T, n, dout, NULL);
     int32_t *got = host_get(dout, sizeof ref);
     check_i32("argmax 4 x 1000 (tie, first, last)", got, ref, T);
-    kc_free(dx), kc_free(dout);
-    free(x), free(got);
+    kc_argmax(S, dx, T, n, dout, dmass);
+    int32_t *got2 = host_get(dout, sizeof ref);
+    check_i32("argmax with its mass: the same indices", got2, ref, T);
+    float *gm = host_get(dmass, sizeof mref);
+    check("argmax mass sum exp(x - max)", rel_err(gm, mref, T), 1e-5);
+    kc_free(dx), kc_free(dout), kc_free(dmass);
+    free(x), free(got), free(got2), free(gm);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */

@@ -8,6 +8,9 @@
  * 3e-2 of the largest output; F32 / F16 / BF16 weights take f32 activations on both (1e-4, or
  * the 16-bit GEMM's 2e-3 / 1e-2 for T > 8).
  *
+ * Graphs: a recorded op replays on new buffer contents as a direct launch computes them, and a
+ * recording that needs the host is spoiled.
+ *
  * Every other forward op (embed, rmsnorm, SwiGLU, argmax, GDN gates, conv1d and the gated
  * delta rule with a snapshot group, MoE route + combine; RoPE tables, attention store +
  * gated GQA attention, the shared-expert gate, MoE gather, products by expert id, row
@@ -208,7 +211,7 @@ static void test_ops(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
         out[i][2] = malloc(T * E * 4);
         get(&a, out[i][2], g, T * E * 4);
         int32_t *ai = room(&a, T * 4);
-        dev_argmax(d, g, T, E, ai);
+        dev_argmax(d, g, T, E, ai, NULL);
         get(&a, am[i], ai, T * 4);
         struct dev_gdn gd = {.b = &b,
                              .u = put(&a, qkv, T * C * 4),
@@ -364,6 +367,55 @@ static void test_ops2(struct dev *gpu, struct dev *cpu, int *passes, int *fails)
         free(h[i]);
 }
 
+/* Graphs: a recorded op runs only when the graph is launched, then on the contents its input
+ * buffers have at the launch (the bits of a direct launch); a recording that uploads (a host
+ * round trip) is spoiled: graph_end gives NULL. */
+static void test_graph(struct dev *gpu, int *passes, int *fails)
+{
+    const int64_t n = 1000;
+    struct dev_buf *b = NULL;
+    float *g = NULL;
+    if (dev_buf_alloc(gpu, (size_t)(4 * n) * 4, 256, &b, (void **)&g)) {
+        printf("FAIL graph: no buffer\n");
+        (*fails)++;
+        return;
+    }
+    float *u = g + n, *g2 = g + 2 * n, *u2 = g + 3 * n;
+    float *h0 = malloc(n * 4), *h1 = malloc(n * 4), *hu = malloc(n * 4), *r0 = malloc(n * 4),
+          *r1 = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++)
+        h0[i] = frand(), h1[i] = frand(), hu[i] = frand();
+    dev_upload(gpu, g, h0, n * 4);
+    dev_upload(gpu, u, hu, n * 4);
+    dev_graph_begin(gpu);
+    dev_swiglu(gpu, g, u, 1, n);
+    struct dev_graph *gr = dev_graph_end(gpu);
+    dev_download(gpu, r0, g, n * 4);
+    dev_sync(gpu);
+    bool ok = gr && memcmp(r0, h0, n * 4) == 0; /* recorded, not run */
+    dev_upload(gpu, g, h1, n * 4);
+    dev_upload(gpu, g2, h1, n * 4);
+    dev_upload(gpu, u2, hu, n * 4);
+    if (gr)
+        dev_graph_launch(gpu, gr);
+    dev_swiglu(gpu, g2, u2, 1, n);
+    dev_download(gpu, r0, g, n * 4);
+    dev_download(gpu, r1, g2, n * 4);
+    dev_sync(gpu);
+    ok = ok && memcmp(r0, r1, n * 4) == 0 && memcmp(r0, h1, n * 4) != 0;
+    dev_graph_begin(gpu);
+    dev_upload(gpu, g, h0, n * 4);
+    struct dev_graph *spoiled = dev_graph_end(gpu);
+    ok = ok && spoiled == NULL;
+    printf("%s graph: replayed on new inputs = direct launch; an upload spoils a recording\n",
+           ok ? "ok  " : "FAIL");
+    ok ? (*passes)++ : (*fails)++;
+    dev_graph_destroy(gpu, gr);
+    dev_graph_destroy(gpu, spoiled);
+    dev_buf_free(gpu, b);
+    free(h0), free(h1), free(hu), free(r0), free(r1);
+}
+
 int main(void)
 {
     char err[256] = "";
@@ -439,6 +491,7 @@ int main(void)
     }
     test_ops(gpu, cpu, &passes, &fails);
     test_ops2(gpu, cpu, &passes, &fails);
+    test_graph(gpu, &passes, &fails);
     dev_destroy(gpu);
     dev_destroy(cpu);
     printf("%d passed, %d failed\n", passes, fails);

@@ -39,7 +39,8 @@ else
   echo "FAIL kcpu_selftest ok"; sed 's/^/      | /' "$log"; fail=1
 fi
 for c in exit-before-shfl mask-missing-lane divergent-sync exit-at-barrier host-pointer \
-    sync-in-capture bad-memcpy other-gpu-memory other-gpu-stream; do
+    sync-in-capture copy-in-capture malloc-in-capture bad-memcpy other-gpu-memory \
+    other-gpu-stream; do
   caught=1
   for order in forward reverse shuffle; do
     # a subshell, so the shell's "Aborted" notice lands in the log

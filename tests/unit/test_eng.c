@@ -1,6 +1,7 @@
 /*
  * test_eng — the engine thread end to end on the tiny models (no HTTP):
  *   - a greedy request gives the same tokens as a plain token-by-token forward loop;
+ *   - without logprobs it takes the devices' argmax: the same text, 4 bytes per sampled row;
  *   - 8 concurrent requests (continuous batching, chunked prefill) give exactly what each gives
  *     alone, for seeded sampling too;
  *   - the prompt cache: a second request sharing a long prefix reuses cached tokens (a GDN
@@ -21,6 +22,7 @@
 #include "testutil.h"              // defines: testutil_*
 
 static char models[512];
+static bool g_no_logprobs; /* make_req asks for no logprobs (then no token ids come back) */
 
 struct result {
     char text[4096];
@@ -62,7 +64,7 @@ static eng_req_t *make_req(const int32_t *prompt, int64_t n, int64_t max_tokens,
     memcpy(p.prompt, prompt, (size_t)n * sizeof *p.prompt);
     p.s = (struct smp_params){
         .temperature = temp, .top_p = 1.0f, .repetition_penalty = 1.0f, .seed = seed};
-    p.logprobs = true;
+    p.logprobs = !g_no_logprobs;
     if (stop) {
         p.stop[0] = strdup(stop);
         p.n_stop = 1;
@@ -174,6 +176,43 @@ TEST(greedy_matches_forward_loop)
         CHECK(res.n_ids >= 1 && res.n_ids <= nref);
         for (int64_t i = 0; i < res.n_ids; i++)
             CHECK_EQ(res.ids[i], ref[i]);
+        setup_close(&s);
+    }
+}
+
+/* A greedy request without logprobs, penalties, bias or grammar takes the devices' argmax: the
+ * same text as with logprobs (the host sampler over downloaded rows), and exactly 4 bytes come
+ * back per sampled row instead of the row's n_vocab floats. */
+TEST(greedy_argmax_on_device)
+{
+    const char *files[] = {"tiny-qwen35.gguf", "tiny-qwen35moe.gguf"};
+    for (size_t f = 0; f < 2; f++) {
+        struct setup s;
+        if (setup_open(&s, files[f], 2, 32, 8, true) != 0) {
+            CHECK(0);
+            continue;
+        }
+        const int64_t V = s.m->hp.n_vocab;
+        int32_t prompt[50];
+        make_prompt(prompt, 50, 4);
+        struct eng_stats st0, st1, st2;
+        struct result rows, amax;
+        eng_get_stats(s.e, &st0);
+        run_one(s.e, prompt, 50, 12, 0.0f, 0, NULL, &rows);
+        eng_get_stats(s.e, &st1);
+        g_no_logprobs = true;
+        run_one(s.e, prompt, 50, 12, 0.0f, 0, NULL, &amax);
+        g_no_logprobs = false;
+        eng_get_stats(s.e, &st2);
+        printf("  %s: %lld tokens; bytes per sampled row %lld with logprobs, %lld without\n",
+               files[f], (long long)amax.completion,
+               (long long)((st1.sample_bytes_total - st0.sample_bytes_total) / rows.completion),
+               (long long)((st2.sample_bytes_total - st1.sample_bytes_total) / amax.completion));
+        CHECK(rows.completion >= 1 && amax.completion == rows.completion);
+        CHECK(amax.len == rows.len && memcmp(amax.text, rows.text, rows.len) == 0);
+        CHECK_EQ(amax.n_ids, 0); /* no logprobs: no token records */
+        CHECK_EQ(st1.sample_bytes_total - st0.sample_bytes_total, rows.completion * V * 4);
+        CHECK_EQ(st2.sample_bytes_total - st1.sample_bytes_total, amax.completion * 4);
         setup_close(&s);
     }
 }
@@ -494,6 +533,7 @@ int main(int argc, char **argv)
     if (!testutil_models_dir(argc, argv, models, sizeof models))
         return TESTUTIL_SKIP_RC;
     RUN(greedy_matches_forward_loop);
+    RUN(greedy_argmax_on_device);
     RUN(concurrent_equals_alone);
     RUN(prompt_cache_reuses_prefix);
     RUN(prompt_cache_across_slots_and_ram);

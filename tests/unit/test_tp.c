@@ -5,8 +5,13 @@
  * granularity of 128; 2 KV heads on 3 devices) and a quantised model uneven ones; the MTP head
  * under TP; speculative decoding with rollback on 2 devices stays lossless; per-device memory is
  * about the split weights / N plus the replicated ones; the host allreduce gives every rank the
- * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls.
+ * rank-order sum, bit for bit, over a mix of small (one-barrier) and large calls; the group's
+ * argmax (each device's slice, then the best over the devices) is the argmax of its logits; MTP
+ * inputs as rows of the devices' hidden pool give the logits of the same rows from the host;
+ * steps replayed from CUDA graphs give the bits of direct launches (decode and verification
+ * shapes, a rollback between them).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +63,8 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
 {
     char err[512];
     struct fwd_ctx *f;
-    struct fwd_params p = {.max_tokens = 64, .n_seq = 1, .n_ctx = 128, .draft_max = 2};
+    struct fwd_params p = {
+        .max_tokens = 64, .n_seq = 1, .n_ctx = 128, .draft_max = 2, .n_hrows = 1};
     if (fwd_create_group(g->m, g->devs, g->n, &p, &f, err, sizeof err)) {
         printf("  %s\n", err);
         return -1;
@@ -76,12 +82,33 @@ static int logits_of(struct group *g, int64_t n, float *out, float *mtp)
     int rc = fwd_decode(f, &b, err, sizeof err);
     if (!rc)
         memcpy(out, fwd_logits(f), (size_t)(n * V) * sizeof(float));
+    for (int64_t i = 0; !rc && i < n; i++) { /* the devices' argmax over their vocab slices */
+        const float *l = out + i * V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < V; v++)
+            best = l[v] > l[best] ? v : best;
+        CHECK_EQ(fwd_argmax(f)[i], best);
+        double sum = 0.0; /* and its softmax probability (the MTP head's confidence) */
+        for (int32_t v = 0; v < V; v++)
+            sum += exp((double)l[v] - l[best]);
+        CHECK(fabs(fwd_top_prob(f)[i] - 1.0 / sum) <= 1e-5 / sum);
+        CHECK_EQ(fwd_argmax(f)[i], best);
+    }
     if (!rc && mtp && g->m->hp.n_nextn) {
         float *h = calloc((size_t)(n * E), sizeof(float));
         memcpy(h + E, fwd_hidden(f), (size_t)((n - 1) * E) * sizeof(float));
         rc = fwd_mtp(f, &b, h, err, sizeof err);
         if (!rc)
             memcpy(mtp, fwd_logits(f), (size_t)(n * V) * sizeof(float));
+        /* the same inputs as rows of the devices' hidden pool: the trunk's rows, a zero row */
+        int32_t rows[64];
+        rows[0] = fwd_hrow(f, FWD_H_KEPT, 0);
+        fwd_hrow_zero(f, rows[0]);
+        for (int64_t i = 1; i < n; i++)
+            rows[i] = fwd_hrow(f, FWD_H_TRUNK, i - 1);
+        rc = rc ? rc : fwd_mtp_rows(f, &b, rows, err, sizeof err);
+        if (!rc)
+            CHECK(memcmp(mtp, fwd_logits(f), (size_t)(n * V) * sizeof(float)) == 0);
         free(h);
     }
     if (rc)
@@ -502,6 +529,86 @@ TEST(speculation_on_two_devices)
     }
 }
 
+/* The logits of every row of a fixed sequence of steps over two sequences, graphs on or off:
+ * prefill chunks, decode steps (1 + 1 rows) and verification-shaped steps (3 + 3 rows) with a
+ * one-row rollback of sequence 1 after each (its next step starts from a snapshot group: the
+ * run table's src, a device input). Tokens do not depend on the results. Returns the rows. */
+static int64_t graph_steps(struct group *g, bool graphs, float *out, int64_t *replays)
+{
+    char err[512];
+    struct fwd_ctx *f;
+    struct fwd_params p = {
+        .max_tokens = 16, .n_seq = 2, .n_ctx = 64, .draft_max = 2, .graphs = graphs};
+    if (fwd_create_group(g->m, g->devs, g->n, &p, &f, err, sizeof err)) {
+        printf("  %s\n", err);
+        return -1;
+    }
+    const int64_t V = g->m->hp.n_vocab;
+    int64_t next[2] = {0, 0}, rows = 0;
+    for (int step = 0; step < 14; step++) {
+        int32_t tok[16], seq[16];
+        int64_t pos[16];
+        uint8_t want[16];
+        const int per = step < 2 ? 7 + step : step < 8 ? 1 : 3; /* prefill, decode, verify */
+        int64_t n = 0;
+        for (int s = 0; s < 2; s++)
+            for (int i = 0; i < per; i++, n++) {
+                tok[n] = (int32_t)((step * 31 + s * 17 + i * 7 + 3) % 256);
+                seq[n] = s;
+                pos[n] = next[s]++;
+                want[n] = step >= 2 || i == per - 1;
+            }
+        struct fwd_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq = seq, .logits = want};
+        if (fwd_decode(f, &b, err, sizeof err)) {
+            printf("  %s\n", err);
+            break;
+        }
+        memcpy(out + rows * V, fwd_logits(f), (size_t)(fwd_n_logits(f) * V) * sizeof(float));
+        rows += fwd_n_logits(f);
+        if (per == 3 && fwd_seq_rollback(f, 1, 1))
+            next[1]--;
+    }
+    int64_t captures;
+    fwd_graph_stats(f, &captures, replays);
+    fwd_destroy(f);
+    return rows;
+}
+
+/* CUDA graphs: replayed steps give the bits of the same steps launched op by op (on a device
+ * without graphs both runs are direct). */
+TEST(graphs_match_eager)
+{
+    const char *files[] = {"tiny-qwen35.gguf", "tiny-qwen35moe.gguf", "tiny-qwen3.gguf"};
+    for (size_t k = 0; k < 3; k++)
+        for (int n = 1; n <= (k == 0 ? 2 : 1); n++) { /* TP: the hybrid model */
+            struct group g;
+            if (group_open(&g, files[k], n)) {
+                CHECK(0);
+                continue;
+            }
+            const int64_t V = g.m->hp.n_vocab;
+            float *on = calloc((size_t)(256 * V), sizeof(float));
+            float *off = calloc((size_t)(256 * V), sizeof(float));
+            int64_t rep_on = 0, rep_off = 0;
+            int64_t r_on = graph_steps(&g, true, on, &rep_on);
+            int64_t r_off = graph_steps(&g, false, off, &rep_off);
+            const bool graphs = dev_has_graphs(g.devs[0]);
+            printf("  %-20s %d device(s): %lld rows, %lld steps replayed from graphs, %s\n",
+                   files[k], n, (long long)r_on, (long long)rep_on,
+                   r_on == r_off && memcmp(on, off, (size_t)(r_on * V) * sizeof(float)) == 0
+                       ? "identical bits"
+                       : "DIFFERENT");
+            CHECK(r_on > 0 && r_on == r_off);
+            CHECK(memcmp(on, off, (size_t)(r_on * V) * sizeof(float)) == 0);
+            CHECK_EQ(rep_off, 0);
+            if (graphs) /* decode: 6 steps, the first direct, the second recorded; verify: 6 */
+                CHECK(rep_on >= 8);
+            free(on);
+            free(off);
+            group_close(&g);
+        }
+}
+
 TEST(comm_registry)
 {
     char err[256] = "";
@@ -588,6 +695,7 @@ int main(int argc, char **argv)
     RUN(mtp_kv_only_rows);
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
+    RUN(graphs_match_eager);
     RUN(comm_registry);
     RUN(host_allreduce_bits);
     TEST_MAIN_END("test_tp");

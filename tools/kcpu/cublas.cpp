@@ -43,6 +43,16 @@ extern "C" cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+extern "C" cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes)
+{
+    (void)h;
+    if (bytes && !kcpu::is_device(workspace, bytes)) {
+        kcpu::warn("cublasSetWorkspace: %p (%zu bytes) is not device memory", workspace, bytes);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 extern "C" const char *cublasGetStatusString(cublasStatus_t s)
 {
     switch (s) {

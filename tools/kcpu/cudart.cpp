@@ -14,8 +14,11 @@
  *
  * Streams: work runs synchronously on the calling thread, so every stream is trivially ordered.
  * While a stream captures (cudaStreamBeginCapture .. EndCapture), launches, copies, memsets and
- * GEMMs on it are recorded instead of run; cudaGraphLaunch replays them in order. A
- * synchronisation of a capturing stream is an error, as on a GPU.
+ * GEMMs on it are recorded instead of run (a kernel's arguments by value, a copy's pointers:
+ * what the bytes are at launch, as on a GPU); cudaGraphLaunch replays them in order. What a GPU
+ * refuses during a capture is an error here too: a synchronisation of the capturing stream, a
+ * copy between it and pageable host memory (only cudaMallocHost memory may take part), and
+ * cudaMalloc / cudaFree on a thread that captures (cudaStreamCaptureModeThreadLocal).
  *
  * Thread safety: the allocation table has a mutex; the current device and last error are per
  * OS thread (as in CUDA); a stream is used by one thread at a time.
@@ -52,6 +55,7 @@ static std::map<uintptr_t, alloc> dev_mem;   /* base -> size, every live cudaMal
 static std::map<uintptr_t, size_t> host_mem; /* every live cudaMallocHost */
 static __thread int cur_device;
 static __thread cudaError_t last_error;
+static __thread int captures_here; /* streams this thread is capturing */
 
 cudaError_t set_error(cudaError_t err)
 {
@@ -273,6 +277,11 @@ extern "C" cudaError_t cudaDeviceSynchronize(void)
 extern "C" cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     void *m = NULL;
+    if (captures_here) {
+        warn("cudaMalloc while this thread captures a graph");
+        *p = NULL;
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
     if (posix_memalign(&m, 256, bytes + 1)) {
         *p = NULL;
         return set_error(cudaErrorMemoryAllocation);
@@ -288,6 +297,10 @@ extern "C" cudaError_t cudaFree(void *p)
 {
     if (!p)
         return cudaSuccess;
+    if (captures_here) {
+        warn("cudaFree while this thread captures a graph");
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
     {
         std::lock_guard<std::mutex> lk(mem_mu);
         auto it = dev_mem.find((uintptr_t)p);
@@ -326,6 +339,17 @@ extern "C" cudaError_t cudaFreeHost(void *p)
     return cudaSuccess;
 }
 
+/* Does [p, p + bytes) lie inside one cudaMallocHost allocation? */
+static bool is_pinned(const void *p, size_t bytes)
+{
+    std::lock_guard<std::mutex> lk(mem_mu);
+    auto it = host_mem.upper_bound((uintptr_t)p);
+    if (it == host_mem.begin())
+        return false;
+    --it;
+    return (uintptr_t)p + bytes <= it->first + it->second;
+}
+
 /* A copy's pointer checks: the device side inside one allocation, the host side outside. */
 static cudaError_t check_side(const char *what, const void *p, size_t bytes, bool dev)
 {
@@ -352,6 +376,12 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
         e = check_side("cudaMemcpy destination", dst, bytes, dst_dev);
     if (e != cudaSuccess)
         return e;
+    const void *host = !src_dev ? src : !dst_dev ? dst : NULL;
+    if (st && st->capturing && host && !is_pinned(host, bytes)) {
+        warn("cudaMemcpyAsync of pageable host memory %p (%zu bytes) into a graph capture", host,
+             bytes);
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
     enqueue(st, [=]() { memmove(dst, src, bytes); });
     return cudaSuccess;
 }
@@ -414,6 +444,7 @@ extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t st, enum cudaStreamCa
     }
     st->capturing = true;
     st->rec.clear();
+    captures_here++;
     return cudaSuccess;
 }
 
@@ -424,6 +455,7 @@ extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *g)
         return set_error(cudaErrorInvalidValue);
     }
     st->capturing = false;
+    captures_here--;
     *g = new kcpu_graph{std::move(st->rec)};
     st->rec.clear();
     return cudaSuccess;

@@ -9,7 +9,9 @@
  * the ranks' inputs in rank order (f32 sums for F32; BF16 inputs widened, summed in f32, rounded
  * back to BF16 once) into a temporary and writes the same bits to every rank's output. So one
  * thread may post all ranks inside one group, or one thread per rank may post its own.
- * An allreduce outside a group runs as a group of one call.
+ * An allreduce outside a group runs as a group of one call. A group whose (first) call's stream
+ * captures a graph is recorded into the capture instead, and posts when the graph is launched
+ * (as NCCL kernels in a captured CUDA graph run at its launch).
  */
 #include "nccl.h" // defines: ncclAllReduce
 
@@ -49,6 +51,7 @@ struct queued {
     size_t count;
     ncclDataType_t type;
     ncclComm_t comm;
+    cudaStream_t st;
 };
 
 static __thread int group_depth;
@@ -99,6 +102,21 @@ static uint64_t post(const queued &q)
         cl->cv.notify_all();
     }
     return s;
+}
+
+static void run_group(std::vector<queued> &calls);
+
+/* Run the group's calls now, or record them into the capture of their stream. */
+static void issue_group(std::vector<queued> &calls)
+{
+    if (calls.empty())
+        return;
+    const std::vector<queued> q = calls;
+    calls.clear();
+    kcpu::enqueue(q[0].st, [q]() {
+        std::vector<queued> c = q; /* a graph may replay it again */
+        run_group(c);
+    });
 }
 
 static void run_group(std::vector<queued> &calls)
@@ -165,7 +183,7 @@ extern "C" ncclResult_t ncclGroupEnd(void)
     if (group_depth <= 0)
         return ncclInvalidUsage;
     if (--group_depth == 0)
-        run_group(*group_calls);
+        issue_group(*group_calls);
     return ncclSuccess;
 }
 
@@ -185,13 +203,13 @@ extern "C" ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count
                    comm->device, kcpu::device_of(send), kcpu::device_of(recv));
         return ncclInvalidArgument;
     }
-    const queued q{send, recv, count, type, comm};
+    const queued q{send, recv, count, type, comm, st};
     if (group_depth > 0) {
         group_calls->push_back(q);
         return ncclSuccess;
     }
     std::vector<queued> one{q};
-    run_group(one);
+    issue_group(one);
     return ncclSuccess;
 }
 

@@ -9,6 +9,8 @@
 //   exit-at-barrier    half the block returns while the other half waits at __syncthreads
 //   host-pointer       a kernel gets a host pointer where device memory is expected
 //   sync-in-capture    cudaStreamSynchronize while the stream captures a graph
+//   copy-in-capture    a copy from pageable host memory into a graph capture
+//   malloc-in-capture  cudaMalloc while the thread captures a graph
 //   bad-memcpy         cudaMemcpyHostToDevice with the pointers swapped
 //   other-gpu-memory   a kernel on GPU 1 gets memory of GPU 0 (kcpu has no peer access)
 //   other-gpu-stream   a launch into a stream of GPU 0 while GPU 1 is current
@@ -194,6 +196,17 @@ int main(int argc, char **argv)
         CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         k_store<<<1, 32, 0, st>>>(d);
         CHECK(cudaStreamSynchronize(st));
+        CHECK(cudaStreamEndCapture(st, &g));
+    } else if (!strcmp(c, "copy-in-capture") || !strcmp(c, "malloc-in-capture")) {
+        cudaStream_t st;
+        cudaGraph_t g;
+        CHECK(cudaStreamCreate(&st));
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        float *d2;
+        if (!strcmp(c, "copy-in-capture"))
+            CHECK(cudaMemcpyAsync(d, host, sizeof host, cudaMemcpyHostToDevice, st));
+        else
+            CHECK(cudaMalloc((void **)&d2, sizeof host));
         CHECK(cudaStreamEndCapture(st, &g));
     } else if (!strcmp(c, "bad-memcpy")) {
         CHECK(cudaMemcpy(host, d, sizeof host, cudaMemcpyHostToDevice));

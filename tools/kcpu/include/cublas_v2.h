@@ -36,6 +36,8 @@ cublasStatus_t cublasCreate(cublasHandle_t *h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t st);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
+/* The handle's workspace (device memory; kcpu's GEMM needs none and only checks it). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes);
 const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                             int n, int k, const void *alpha, const void *A, cudaDataType_t at,
