@@ -12,6 +12,16 @@
  * - Barrier: each arriving thread increments `bar_arrived`; the last one resets it to 0 and
  *   increments `bar_gen`, which the others wait on.
  * - Shutdown: `stop` is set before the final increment of `gen`.
+ * - Entry: every dispatch also opens `entry` (before its `gen` increment): the generation's low
+ *   16 bits as a tag, an OPEN bit and the count of workers inside. A worker that sees `gen` = g
+ *   joins by a CAS that adds 1 while the tag is g's and OPEN is set, and leaves by subtracting
+ *   1. So a worker runs each generation at most once, and only while its dispatch is open. An
+ *   all-thread dispatch (tpool_run) stays open until `pending` reaches 0, so every worker joins
+ *   it; a chunked one (tpool_run_chunks) is closed by the caller once every chunk is claimed,
+ *   and the caller then waits only for the count to drop to 0: a worker still asleep, or
+ *   descheduled before it joined, finds the dispatch closed (or a newer tag) and goes back to
+ *   waiting. Chunks are claimed with a relaxed fetch_add on `next`; the second phase of a
+ *   two-phase dispatch waits for `done_first` to reach n_first.
  *
  * Memory ordering:
  * - The caller's plain writes (fn, ctx, the caller's data) are published by the increment of
@@ -22,13 +32,19 @@
  *   earlier arrival; its increment of `bar_gen` releases all of it to the waiters' acquire load.
  *   The reset of `bar_arrived` happens-before any arrival at the next barrier, because every
  *   thread passes the current barrier (acquiring `bar_gen`) first.
+ * - Entry: the caller writes the dispatch's fields (plain) before its release store of `entry`;
+ *   a joining CAS (acquire) that sees the tag and OPEN sees them. A worker's writes are
+ *   released by its leaving RMW and acquired by the caller's load that sees the count at 0.
+ *   Phase-one chunks release their writes with the increment of `done_first`, acquired by the
+ *   wait of a phase-two chunk.
  * - Sleeping never carries data; it only has to avoid lost wake-ups. A sleeper increments a
  *   `*_sleepers` counter and then re-reads the word (both seq_cst); a waker changes the word and
  *   then reads the sleeper counter (both seq_cst). In the single total order at least one of them
  *   sees the other, and FUTEX_WAIT itself refuses to sleep if the word already changed.
  *
- * Invariants: between dispatches pending == 0 and bar_arrived == 0; a worker processes every
- * generation exactly once (gen cannot advance twice without every worker finishing in between).
+ * Invariants: between dispatches pending == 0, bar_arrived == 0 and entry's count == 0 with OPEN
+ * clear; a worker processes every all-thread generation exactly once (such a generation cannot
+ * end without every worker) and a chunked one at most once.
  *
  * Threads: see tpool.h. Workers only touch the pool fields listed above and fn's data.
  */
@@ -39,6 +55,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +67,13 @@
 
 #define CACHE_LINE 64
 #define SPIN_PURE_NS 10000 /* spin without yielding this long, see spin_change */
+
+/* The entry word: tag (generation's low 16 bits) | OPEN | count of workers inside. */
+#define ENTRY_OPEN 0x8000u
+#define ENTRY_COUNT 0x7fffu
+#define ENTRY_TAG(g) (((g)&0xffffu) << 16)
+
+enum { MODE_ALL, MODE_CHUNKS };
 
 /* A word that threads wait on, with the count of threads sleeping (or about to) on it. */
 typedef struct waitword {
@@ -78,6 +102,15 @@ struct tpool {
     _Alignas(CACHE_LINE) waitword gen; /* dispatch generation */
     tpool_fn fn;
     void *ctx;
+    int mode;           /* MODE_ALL (fn) or MODE_CHUNKS (cfn) */
+    tpool_chunk_fn cfn; /* MODE_CHUNKS: */
+    int64_t n_chunks;   /*   chunks [0, n_chunks) */
+    int64_t n_first;    /*   of which the first phase */
+
+    /* Owner and workers: who is inside the current dispatch (see the protocol above). */
+    _Alignas(CACHE_LINE) waitword entry;
+    _Alignas(CACHE_LINE) _Atomic int64_t next;       /* the next unclaimed chunk */
+    _Alignas(CACHE_LINE) _Atomic int64_t done_first; /* first-phase chunks done */
 
     /* Owner and workers: the completion count. `busy` lives here because the owner holds this
      * line anyway when it writes the flag (right after reading / writing `pending`). */
@@ -181,6 +214,82 @@ static void finish_one(tpool_t *p)
 }
 
 /* ================================================================================================
+ * Entry and chunks
+ * ============================================================================================== */
+
+/* Join dispatch g: true when it is still open (the dispatch's fields are then visible). */
+static bool join(tpool_t *p, uint32_t g)
+{
+    uint32_t e = atomic_load_explicit(&p->entry.word, memory_order_acquire);
+    for (;;) {
+        if ((e & ~(ENTRY_OPEN | ENTRY_COUNT)) != ENTRY_TAG(g) || !(e & ENTRY_OPEN))
+            return false;
+        if (atomic_compare_exchange_weak_explicit(&p->entry.word, &e, e + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return true;
+    }
+}
+
+/* Leave the dispatch; the last worker out of a closed one wakes the owner. */
+static void leave(tpool_t *p)
+{
+    const uint32_t e = atomic_fetch_sub(&p->entry.word, 1) - 1;
+    if (!(e & ENTRY_OPEN) && (e & ENTRY_COUNT) == 0)
+        wake_sleepers(&p->entry);
+}
+
+/* Owner side: close the entry, then wait until every worker inside has left. */
+static void close_entry(tpool_t *p)
+{
+    uint32_t e = atomic_fetch_and(&p->entry.word, ~ENTRY_OPEN) & ~ENTRY_OPEN;
+    while (e & ENTRY_COUNT)
+        e = wait_change(p, &p->entry, e);
+}
+
+/* Wait until the first phase of the current dispatch is done (its chunks are held by running
+ * threads: a short wait, spun). */
+static void wait_first(tpool_t *p)
+{
+    int64_t start = 0;
+    for (unsigned i = 1; atomic_load_explicit(&p->done_first, memory_order_acquire) < p->n_first;
+         i++) {
+        if ((i & 63) == 0) { /* a holder descheduled on a shared core: let others run */
+            const int64_t t = now_ns();
+            if (!start)
+                start = t;
+            else if (t - start >= SPIN_PURE_NS)
+                sched_yield();
+        }
+        cpu_relax();
+    }
+}
+
+/* Claim and run chunks of the current dispatch until none is left. */
+static void run_chunks(tpool_t *p, int ith)
+{
+    const int64_t n = p->n_chunks, n_first = p->n_first;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (c >= n)
+            return;
+        if (c >= n_first && n_first > 0)
+            wait_first(p);
+        p->cfn(p->ctx, c, ith);
+        if (c < n_first)
+            atomic_fetch_add_explicit(&p->done_first, 1, memory_order_release);
+    }
+}
+
+/* Owner side: publish a dispatch whose fields are written: open the entry, then bump `gen`. */
+static void publish(tpool_t *p)
+{
+    const uint32_t g = atomic_load_explicit(&p->gen.word, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->entry.word, ENTRY_TAG(g) | ENTRY_OPEN, memory_order_release);
+    atomic_fetch_add(&p->gen.word, 1); /* publishes the fields and the caller's data */
+    wake_sleepers(&p->gen);
+}
+
+/* ================================================================================================
  * Workers
  * ============================================================================================== */
 
@@ -205,8 +314,16 @@ static void *worker_main(void *arg)
         seen = wait_change(p, &p->gen, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             break;
-        p->fn(p->ctx, w->ith, p->n);
-        finish_one(p);
+        if (!join(p, seen))
+            continue; /* a chunked dispatch that ended without us */
+        if (p->mode == MODE_ALL) {
+            p->fn(p->ctx, w->ith, p->n);
+            leave(p);
+            finish_one(p);
+        } else {
+            run_chunks(p, w->ith);
+            leave(p);
+        }
     }
     return NULL;
 }
@@ -309,14 +426,41 @@ void tpool_run(tpool_t *p, tpool_fn fn, void *ctx)
     ASSERT(!was_busy);
     p->fn = fn;
     p->ctx = ctx;
+    p->mode = MODE_ALL;
     if (p->n > 1) {
         atomic_store_explicit(&p->pending.word, (uint32_t)(p->n - 1), memory_order_relaxed);
-        atomic_fetch_add(&p->gen.word, 1); /* publishes fn, ctx, pending and the caller's data */
-        wake_sleepers(&p->gen);
+        publish(p); /* publishes fn, ctx, pending and the caller's data */
     }
     fn(ctx, 0, p->n);
-    if (p->n > 1)
+    if (p->n > 1) {
         wait_pending(p);
+        close_entry(p);
+    }
+    atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
+}
+
+void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64_t n_first)
+{
+    ASSERT(n_first >= 0 && n_first <= (n > 0 ? n : 0));
+    if (n <= 0)
+        return;
+    if (p->n == 1) { /* in order: the first phase is done before the second starts */
+        for (int64_t c = 0; c < n; c++)
+            fn(ctx, c, 0);
+        return;
+    }
+    int was_busy = atomic_exchange_explicit(&p->busy, 1, memory_order_relaxed);
+    ASSERT(!was_busy);
+    p->mode = MODE_CHUNKS;
+    p->cfn = fn;
+    p->ctx = ctx;
+    p->n_chunks = n;
+    p->n_first = n_first;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done_first, 0, memory_order_relaxed);
+    publish(p);
+    run_chunks(p, 0);
+    close_entry(p); /* every chunk is claimed: wait for the ones workers hold */
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
@@ -324,6 +468,7 @@ void tpool_barrier(tpool_t *p)
 {
     if (p->n == 1)
         return;
+    ASSERT(p->mode == MODE_ALL); /* a chunked dispatch has no fixed set of threads */
     /* Read before arriving: the generation cannot advance until this thread has arrived. */
     uint32_t g = atomic_load_explicit(&p->bar_gen.word, memory_order_relaxed);
     uint32_t arrived = atomic_fetch_add_explicit(&p->bar_arrived, 1, memory_order_acq_rel);
