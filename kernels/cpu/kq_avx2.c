@@ -807,10 +807,10 @@ static void pk_rows(enum pk_mode mode, int R, int64_t G, const struct pk_grp *W,
             pk_kernel(PK_UNSIGNED, 1, G, W + r * G, A, y + r);
 }
 
-/* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
-static void pk_prefetch_row(const uint8_t *row, size_t ws)
+/* Ask for bytes [lo, hi) of a row ahead of its packing, group by group (see kq_avx512.c). */
+static void pk_prefetch_row(const uint8_t *row, size_t lo, size_t hi)
 {
-    for (size_t o = 0; o < ws; o += 64)
+    for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
         _mm_prefetch((const char *)row + o, _MM_HINT_T1);
 }
 
@@ -846,9 +846,10 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             const int rr = (int)(r1 - r < R ? r1 - r : R);
             bool wide = false;
             for (int i = 0; i < rr; i++) {
-                if (r + R + i < r1) /* the next block's row i */
-                    pk_prefetch_row(W + (r + R + i) * ws, ws);
                 for (int64_t g = 0; g < G; g++) {
+                    if (r + R + i < r1) /* the next block's row i, group by group */
+                        pk_prefetch_row(W + (r + R + i) * ws, (size_t)g * ws / G,
+                                        (size_t)(g + 1) * ws / G);
                     struct pk_grp *o = &pk_w_tls[i * G + g];
                     if (kq)
                         pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, x, o);
