@@ -62,6 +62,9 @@ static struct cpu_dev *cpu_of(struct dev *d)
  * decode and the packed kernels pack every token once per call). */
 #define MM_CHUNKS 8
 #define MM_MIN_CHUNK_ROWS 64
+/* Fewer activation elements than this are quantised by the calling thread before the dispatch
+ * (a few microseconds: a worker descheduled while holding that phase would stall the step). */
+#define MM_MIN_Q_ELEMS (1 << 16)
 
 /* Row granularity of the output split: keeps every thread's rows on whole cache lines of y,
  * and every thread's first row a multiple of 4, so the kernels' row tiles (and so the
@@ -159,14 +162,19 @@ void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
     ASSERT(off <= cd->act_cap); /* reserve() / reserve_multi() sized it for the worst case */
     if (n == 0)
         return;
-    int64_t rows = 0, out_rows = 0;
+    int64_t rows = 0, out_rows = 0, in_elems = 0;
     for (int s = 0; s < p.n_src; s++)
-        rows += p.src[s].T;
+        rows += p.src[s].T, in_elems += p.src[s].T * p.src[s].n_in;
     for (int j = 0; j < n; j++)
         out_rows += mm[j].w.n_out;
     const int64_t nth = cd->n_threads;
     p.q_rows = rows > 0 ? (rows + MM_CHUNKS * nth - 1) / (MM_CHUNKS * nth) : 1;
     p.n_q = (rows + p.q_rows - 1) / p.q_rows;
+    if (in_elems < MM_MIN_Q_ELEMS) { /* decode-sized: quantised here, before the dispatch */
+        for (int64_t c = 0; c < p.n_q; c++)
+            mm_chunk(&p, c, 0);
+        p.n_q = 0;
+    }
     p.n_out = out_rows / MM_MIN_CHUNK_ROWS;
     p.n_out = nth == 1 || p.n_out < nth   ? nth
               : p.n_out > MM_CHUNKS * nth ? MM_CHUNKS * nth

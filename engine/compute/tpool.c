@@ -75,6 +75,14 @@
 
 enum { MODE_ALL, MODE_CHUNKS };
 
+/* A stall (see note_wait): the caller waited for workers more than STALL_MIN_NS and more than
+ * STALL_CHUNKS of its own chunks; it then runs alone for SOLO_MIN_NS .. SOLO_MAX_NS. */
+#define STALL_MIN_NS 200000
+#define STALL_CHUNKS 4
+#define SOLO_WAITS 16
+#define SOLO_MIN_NS 2000000
+#define SOLO_MAX_NS 1000000000
+
 /* A word that threads wait on, with the count of threads sleeping (or about to) on it. */
 typedef struct waitword {
     _Atomic uint32_t word;
@@ -95,6 +103,7 @@ struct tpool {
     _Atomic int stop;    /* set before the final gen increment */
     worker *workers;     /* [n]; entry 0 unused (the caller); owned */
     int caller_pu;       /* OS index of unit 0 of the creation core set, or -1 (unbound) */
+    bool yield;          /* threads may share a CPU: spinning waits yield (spin_change) */
     char name[16];
 
     /* Written by the owner once per dispatch, on the line of the word that publishes it, so a
@@ -103,6 +112,9 @@ struct tpool {
     tpool_fn fn;
     void *ctx;
     int mode;           /* MODE_ALL (fn) or MODE_CHUNKS (cfn) */
+    int64_t solo_until; /* owner only: chunked dispatches run on the caller alone until */
+    int64_t solo_ns;    /* owner only: the current backoff, see note_wait */
+    int64_t n_stalls;   /* owner only: stalls seen (tpool_stalls) */
     tpool_chunk_fn cfn; /* MODE_CHUNKS: */
     int64_t n_chunks;   /*   chunks [0, n_chunks) */
     int64_t n_first;    /*   of which the first phase */
@@ -154,12 +166,13 @@ static void futex_wake_all(_Atomic uint32_t *w)
 }
 
 /* Spin until w->word != old, for at most spin_ns; returns the new value or old on timeout.
- * After SPIN_PURE_NS the loop also calls sched_yield at each clock check. A healthy dispatch
- * is seen within ~1 us, long before that; the yield matters when the thread we wait for shares
- * our CPU (unbound pool, binding refused, other load): measured on a 2-core VM with both pool
- * threads on one CPU, pure spinning took ~210 us per dispatch (two spin windows), the yielding
- * phase ~27 us. On an idle core sched_yield returns at once. */
-static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
+ * With `yield`, after SPIN_PURE_NS the loop also calls sched_yield at each clock check. A
+ * healthy dispatch is seen within ~1 us, long before that; the yield matters when the thread we
+ * wait for may share our CPU (an unbound pool): measured on a 2-core VM with both pool threads
+ * on one CPU, pure spinning took ~210 us per dispatch (two spin windows), the yielding phase
+ * ~27 us. A pool whose threads have a core each does not yield: there the thread waited for is
+ * elsewhere, and a yield only hands this core to other processes for a time slice. */
+static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns, bool yield)
 {
     int64_t start = now_ns();
     for (unsigned i = 1;; i++) {
@@ -170,7 +183,7 @@ static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
             int64_t elapsed = now_ns() - start;
             if (elapsed >= spin_ns)
                 return old;
-            if (elapsed >= SPIN_PURE_NS)
+            if (yield && elapsed >= SPIN_PURE_NS)
                 sched_yield();
         }
         cpu_relax();
@@ -181,7 +194,7 @@ static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
 static uint32_t wait_change(tpool_t *p, waitword *w, uint32_t old)
 {
     int spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
-    uint32_t v = spin > 0 ? spin_change(w, old, spin) : old;
+    uint32_t v = spin > 0 ? spin_change(w, old, spin, p->yield) : old;
     if (v != old)
         return v;
     atomic_fetch_add(&w->sleepers, 1);
@@ -247,13 +260,13 @@ static void close_entry(tpool_t *p)
 }
 
 /* Wait until the first phase of the current dispatch is done (its chunks are held by running
- * threads: a short wait, spun). */
+ * threads: a short wait, spun; a descheduled holder shows in the caller's stall accounting). */
 static void wait_first(tpool_t *p)
 {
     int64_t start = 0;
     for (unsigned i = 1; atomic_load_explicit(&p->done_first, memory_order_acquire) < p->n_first;
          i++) {
-        if ((i & 63) == 0) { /* a holder descheduled on a shared core: let others run */
+        if ((i & 63) == 0 && p->yield) { /* the holder may share this CPU: let it run */
             const int64_t t = now_ns();
             if (!start)
                 start = t;
@@ -264,19 +277,48 @@ static void wait_first(tpool_t *p)
     }
 }
 
-/* Claim and run chunks of the current dispatch until none is left. */
-static void run_chunks(tpool_t *p, int ith)
+/* Claim and run chunks of the current dispatch until none is left; returns how many ran here.
+ * waited (may be NULL): ns spent waiting for the first phase. */
+static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
 {
     const int64_t n = p->n_chunks, n_first = p->n_first;
-    for (;;) {
+    bool first_done = n_first == 0;
+    for (int64_t ran = 0;; ran++) {
         const int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (c >= n)
-            return;
-        if (c >= n_first && n_first > 0)
+            return ran;
+        if (c >= n_first && !first_done) {
+            const int64_t t = waited ? now_ns() : 0;
             wait_first(p);
+            if (waited)
+                *waited += now_ns() - t;
+            first_done = true;
+        }
         p->cfn(p->ctx, c, ith);
         if (c < n_first)
             atomic_fetch_add_explicit(&p->done_first, 1, memory_order_release);
+    }
+}
+
+/*
+ * Owner side, after a chunked dispatch: the caller waited `wait` ns for workers' chunks (after
+ * running its own, `chunk` ns each on average, or for their first-phase chunks). A wait of several
+ * chunks means a worker was descheduled holding one (a busy neighbour on its core, or more runnable
+ * threads than cores): then the caller runs the dispatches alone for a backoff time (SOLO_MIN_NS,
+ * doubling with each stall in a row up to SOLO_MAX_NS, halving with each dispatch without one) and
+ * tries the workers again after it. On a quiet machine a worker's chunk ends within about one chunk
+ * of the caller's last one, so this never triggers.
+ */
+static void note_wait(tpool_t *p, int64_t chunk, int64_t wait)
+{
+    if (wait > STALL_MIN_NS && wait > STALL_CHUNKS * chunk) {
+        const int64_t b = 2 * p->solo_ns > SOLO_WAITS * wait ? 2 * p->solo_ns : SOLO_WAITS * wait;
+        p->solo_ns = b < SOLO_MIN_NS ? SOLO_MIN_NS : b > SOLO_MAX_NS ? SOLO_MAX_NS : b;
+        p->solo_until = now_ns() + p->solo_ns;
+        p->n_stalls++;
+    } else {
+        p->solo_ns /= 2;
+        p->solo_until = 0;
     }
 }
 
@@ -321,7 +363,7 @@ static void *worker_main(void *arg)
             leave(p);
             finish_one(p);
         } else {
-            run_chunks(p, w->ith);
+            run_chunks(p, w->ith, NULL);
             leave(p);
         }
     }
@@ -381,6 +423,7 @@ tpool_t *tpool_create(int n_threads, const topo_coreset *cores, const char *name
     memset(p, 0, sizeof *p);                /* all-zero is a valid state for every atomic here */
     p->n = n_threads;
     p->caller_pu = cores && cores->n > 0 ? cores->pu[0] : -1;
+    p->yield = !cores || cores->n < n_threads;
     atomic_init(&p->spin_ns, default_spin_ns(n_threads, cores));
     p->workers = xcalloc((size_t)n_threads, sizeof *p->workers);
     snprintf(p->name, sizeof p->name, "%s", name ? name : "tpool");
@@ -402,6 +445,11 @@ fail:
 int tpool_size(const tpool_t *p)
 {
     return p->n;
+}
+
+int64_t tpool_stalls(const tpool_t *p)
+{
+    return p->n_stalls;
 }
 
 int tpool_bind_caller(const tpool_t *p)
@@ -444,8 +492,8 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
     ASSERT(n_first >= 0 && n_first <= (n > 0 ? n : 0));
     if (n <= 0)
         return;
-    if (p->n == 1) { /* in order: the first phase is done before the second starts */
-        for (int64_t c = 0; c < n; c++)
+    if (p->n == 1 || (p->solo_until && now_ns() < p->solo_until)) {
+        for (int64_t c = 0; c < n; c++) /* in order: phase one before phase two */
             fn(ctx, c, 0);
         return;
     }
@@ -459,8 +507,10 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->done_first, 0, memory_order_relaxed);
     publish(p);
-    run_chunks(p, 0);
+    int64_t waited = 0;
+    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &waited), t1 = now_ns();
     close_entry(p); /* every chunk is claimed: wait for the ones workers hold */
+    note_wait(p, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
@@ -486,6 +536,8 @@ void tpool_destroy(tpool_t *p)
     if (!p)
         return;
     ASSERT(atomic_load_explicit(&p->busy, memory_order_relaxed) == 0);
+    if (p->n_stalls)
+        LOG_D("pool %s: %lld stalls (runs on the caller alone)", p->name, (long long)p->n_stalls);
     stop_workers(p, p->n);
     free(p->workers);
     free(p);
