@@ -1,15 +1,16 @@
 /*
  * test_tpool — engine/compute/tpool.c: range sums and index coverage across many dispatches,
  * ordered barrier phases, chunked dispatches (every chunk once, the second phase after the first,
- * interleaved with all-thread dispatches, slow and absent workers), 10^5 back-to-back dispatches,
- * the futex (no spin) path, bound pools, destroy while idle; then a micro-benchmark of dispatch and
- * barrier latency (printed, never asserted).
+ * interleaved with all-thread dispatches, slow and absent workers, a stalled worker), 10^5
+ * back-to-back dispatches, the futex (no spin) path, bound pools, destroy while idle; then a
+ * micro-benchmark of dispatch and barrier latency (printed, never asserted).
  *
  * The data races this test would expose are plain (non-atomic) accesses on purpose, so that
  * `make tsan` checks the pool's happens-before edges.
  */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -273,6 +274,55 @@ TEST(chunked_dispatches)
     check_chunks(MAX_THREADS, 200 / SLOW, TPOOL_SPIN_US); /* oversubscribed */
 }
 
+/* A worker descheduled while it holds a chunk (here: asleep in it) is a stall: tpool_stalls
+ * counts it and the next dispatches run on the caller alone; every chunk still runs once. */
+typedef struct stall_ctx {
+    _Atomic int worker_in; /* a worker is inside its chunk */
+    int ran[2];            /* plain: chunk c bumps ran[c] */
+} stall_ctx;
+
+static void stall_fn(void *arg, int64_t c, int ith)
+{
+    stall_ctx *x = arg;
+    x->ran[c]++;
+    if (ith > 0) {
+        atomic_store(&x->worker_in, 1);
+        struct timespec ms = {0, 20000000};
+        nanosleep(&ms, NULL);
+    } else {
+        /* wait (at most ~1 s) for a worker to hold the other chunk */
+        for (int i = 0; i < 100000 && !atomic_load(&x->worker_in); i++) {
+            struct timespec us = {0, 10000};
+            nanosleep(&us, NULL);
+        }
+    }
+}
+
+TEST(stall_runs_alone)
+{
+    tpool_t *p = tpool_create(2, NULL, "stall");
+    static stall_ctx x;
+    for (int attempt = 0; attempt < 5 && tpool_stalls(p) == 0; attempt++) {
+        memset(&x, 0, sizeof x);
+        tpool_run_chunks(p, stall_fn, &x, 2, 0);
+        CHECK_EQ(x.ran[0], 1);
+        CHECK_EQ(x.ran[1], 1);
+    }
+    CHECK(tpool_stalls(p) >= 1);
+    static chunk_ctx y; /* the pool still runs chunked and all-thread dispatches correctly */
+    memset(&y, 0, sizeof y);
+    y.n = 300, y.n_first = 100, y.round = 1;
+    tpool_run_chunks(p, chunk_fn, &y, y.n, y.n_first);
+    for (int64_t c = 0; c < y.n; c++)
+        CHECK_EQ(y.ran[c], 1);
+    CHECK_EQ(y.errors[0] + y.errors[1], 0);
+    static count_ctx2 all;
+    memset(&all, 0, sizeof all);
+    tpool_run(p, count2_fn, &all);
+    CHECK_EQ(all.count[0][0] + all.count[1][0], 2);
+    tpool_destroy(p);
+}
+
 /* ---- back-to-back dispatches ----------------------------------------------------------------- */
 
 typedef struct count_ctx {
@@ -483,6 +533,7 @@ int main(void)
     RUN(sums_and_visits);
     RUN(barrier_phases);
     RUN(chunked_dispatches);
+    RUN(stall_runs_alone);
     RUN(many_dispatches);
     RUN(sleeping_pool_wakes);
     RUN(destroy_idle);
