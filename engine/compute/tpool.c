@@ -79,6 +79,7 @@ enum { MODE_ALL, MODE_CHUNKS };
  * STALL_CHUNKS of its own chunks; it then runs alone for SOLO_MIN_NS .. SOLO_MAX_NS. */
 #define STALL_MIN_NS 200000
 #define STALL_CHUNKS 4
+#define HELP_DECAY 0.995
 #define SOLO_WAITS 16
 #define SOLO_MIN_NS 2000000
 #define SOLO_MAX_NS 1000000000
@@ -115,6 +116,9 @@ struct tpool {
     int64_t solo_until; /* owner only: chunked dispatches run on the caller alone until */
     int64_t solo_ns;    /* owner only: the current backoff, see note_wait */
     int64_t n_stalls;   /* owner only: stalls seen (tpool_stalls) */
+    int64_t n_solo;     /* owner only: of which started a run alone */
+    double help_ns;     /* owner only: decayed sums of the workers' help and of the */
+    double lost_ns;     /*   caller's waits for them, see note_wait */
     tpool_chunk_fn cfn; /* MODE_CHUNKS: */
     int64_t n_chunks;   /*   chunks [0, n_chunks) */
     int64_t n_first;    /*   of which the first phase */
@@ -301,25 +305,34 @@ static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
 }
 
 /*
- * Owner side, after a chunked dispatch: the caller waited `wait` ns for workers' chunks (after
- * running its own, `chunk` ns each on average, or for their first-phase chunks). A wait of several
- * chunks means a worker was descheduled holding one (a busy neighbour on its core, or more runnable
- * threads than cores): then the caller runs the dispatches alone for a backoff time (SOLO_MIN_NS,
- * doubling with each stall in a row up to SOLO_MAX_NS, halving with each dispatch without one) and
- * tries the workers again after it. On a quiet machine a worker's chunk ends within about one chunk
- * of the caller's last one, so this never triggers.
+ * Owner side, after a chunked dispatch: the caller ran `ran` of its n chunks (`chunk` ns each on
+ * average) and then waited `wait` ns for the workers' chunks (or for their first-phase chunks).
+ * The workers saved the caller about (n - ran) x chunk; a wait of several chunks means a worker
+ * was descheduled holding one (a busy neighbour on its core, more runnable threads than cores)
+ * and cost that wait. Both are summed with a decay (about the last few hundred dispatches).
+ * When a stall happens while the waits outweigh the help, the caller runs the dispatches alone
+ * for a backoff time (SOLO_WAITS x the wait at least, doubling with each such stall in a row, up
+ * to SOLO_MAX_NS; halving with each dispatch without one) and then tries the workers again. On a
+ * quiet machine a worker's chunk ends within about one chunk of the caller's last one, so this
+ * never triggers.
  */
-static void note_wait(tpool_t *p, int64_t chunk, int64_t wait)
+static void note_wait(tpool_t *p, int64_t n, int64_t ran, int64_t chunk, int64_t wait)
 {
+    p->help_ns = p->help_ns * HELP_DECAY + (double)((n - ran) * chunk);
+    p->lost_ns = p->lost_ns * HELP_DECAY + (double)wait;
     if (wait > STALL_MIN_NS && wait > STALL_CHUNKS * chunk) {
-        const int64_t b = 2 * p->solo_ns > SOLO_WAITS * wait ? 2 * p->solo_ns : SOLO_WAITS * wait;
-        p->solo_ns = b < SOLO_MIN_NS ? SOLO_MIN_NS : b > SOLO_MAX_NS ? SOLO_MAX_NS : b;
-        p->solo_until = now_ns() + p->solo_ns;
         p->n_stalls++;
-    } else {
-        p->solo_ns /= 2;
-        p->solo_until = 0;
+        if (p->lost_ns > p->help_ns) {
+            const int64_t b =
+                2 * p->solo_ns > SOLO_WAITS * wait ? 2 * p->solo_ns : SOLO_WAITS * wait;
+            p->solo_ns = b < SOLO_MIN_NS ? SOLO_MIN_NS : b > SOLO_MAX_NS ? SOLO_MAX_NS : b;
+            p->solo_until = now_ns() + p->solo_ns;
+            p->n_solo++;
+            return;
+        }
     }
+    p->solo_ns /= 2;
+    p->solo_until = 0;
 }
 
 /* Owner side: publish a dispatch whose fields are written: open the entry, then bump `gen`. */
@@ -510,7 +523,7 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
     int64_t waited = 0;
     const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &waited), t1 = now_ns();
     close_entry(p); /* every chunk is claimed: wait for the ones workers hold */
-    note_wait(p, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
+    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
@@ -537,7 +550,8 @@ void tpool_destroy(tpool_t *p)
         return;
     ASSERT(atomic_load_explicit(&p->busy, memory_order_relaxed) == 0);
     if (p->n_stalls)
-        LOG_D("pool %s: %lld stalls (runs on the caller alone)", p->name, (long long)p->n_stalls);
+        LOG_D("pool %s: %lld stalls, %lld runs on the caller alone", p->name,
+              (long long)p->n_stalls, (long long)p->n_solo);
     stop_workers(p, p->n);
     free(p->workers);
     free(p);

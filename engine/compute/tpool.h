@@ -67,13 +67,13 @@ typedef void (*tpool_chunk_fn)(void *ctx, int64_t c, int ith);
  * result: fn(ctx, c, ith) may use ith only to pick scratch. Visibility as in tpool_run. fn must
  * not call tpool_barrier. Same threading rules as tpool_run; n <= 0 returns at once.
  * When the caller had to wait for a worker's chunk far longer than its own chunks take (the
- * worker was descheduled: a busy neighbour on its core), the following dispatches run on the
- * caller alone for a few milliseconds (a backoff that grows while it keeps happening), then the
- * workers are tried again.
+ * worker was descheduled: a busy neighbour on its core) and such waits have lately cost more
+ * than the workers' chunks saved, the following dispatches run on the caller alone for a while
+ * (a backoff that grows while it keeps happening), then the workers are tried again.
  */
 void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64_t n_first);
 
-/* Stalls tpool_run_chunks has seen (each started a run on the caller alone). Owner thread. */
+/* Stalls tpool_run_chunks has seen (a caller's wait of several chunks). Owner thread. */
 int64_t tpool_stalls(const tpool_t *p);
 
 /* Inside fn: wait until every thread of the dispatch has reached this barrier. Writes made by
