@@ -318,6 +318,8 @@ static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
  */
 static void note_wait(tpool_t *p, int64_t n, int64_t ran, int64_t chunk, int64_t wait)
 {
+    if (ran == 0) /* no chunk of the caller's to compare the wait with */
+        return;
     p->help_ns = p->help_ns * HELP_DECAY + (double)((n - ran) * chunk);
     p->lost_ns = p->lost_ns * HELP_DECAY + (double)wait;
     if (wait > STALL_MIN_NS && wait > STALL_CHUNKS * chunk) {
