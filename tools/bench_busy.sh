@@ -16,6 +16,10 @@ model=$M/qwen35-1g-q8_0.gguf
 [ -f "$model" ] || "$B/tools/mkmodel" --arch qwen35 --preset 1g --type q8_0 -o "$model" >&2
 prompt=${BENCH_PROMPT:-128} ngen=${BENCH_GEN:-16} reps=${BENCH_REPS:-5}
 cpu=${BUSY_CPU:-1} depth=${BUSY_DEPTH:-128}
+if ! taskset -c "$cpu" true 2>/dev/null || [ "$(nproc)" -lt 2 ]; then
+  echo "bench_busy.sh: needs 2 CPUs and CPU $cpu allowed (BUSY_CPU); skipped"
+  exit 0
+fi
 busy=""
 stop_busy() {
   if [ -n "$busy" ]; then
