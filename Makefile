@@ -342,6 +342,7 @@ test: deps-test
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@tools/bench.sh $(B)
+	@tools/bench_busy.sh $(B)
 	@tools/bench_spec.sh $(B)
 	@tools/bench_memory.sh $(B)
 	@tools/bench_gram.sh $(B)

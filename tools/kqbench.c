@@ -12,6 +12,9 @@
  *    small matrix measures in-cache kernel speed instead. Reports GB/s of weight bytes read and
  *    the fraction of the triad figure for the same thread count.
  * 3. Prefill: 64 tokens against one matrix, GFLOP/s (2 * R * N * 64 per matmul).
+ * 4. With --batch LIST (e.g. 1,2,3,4,8,16): batched decode, B tokens against weights from DRAM
+ *    as in 2, for each B: time per matmul, B tokens / time, and the efficiency against B times
+ *    the B = 1 rate (1.00 = a batch costs no more than one token).
  *
  * Triad and decode runs alternate K times (--reps, default 7) and the best of each is kept, so a
  * busy machine slows both alike instead of skewing the fraction. --cpu-time times each thread by
@@ -33,6 +36,7 @@
 static size_t workset_bytes = 256u << 20; /* --ws MiB: weight bytes cycled through in decode */
 static int reps = 7;                      /* --reps: alternations of triad and decode */
 static int use_cpu_time;                  /* --cpu-time: per-thread CPU clock, see above */
+static char batch_list[256];              /* --batch: token counts of the batched decode */
 
 static double now(void)
 {
@@ -162,7 +166,9 @@ static double mm_once(const struct mm_job *base, int nthr)
     return dt;
 }
 
-/* Weights (ncopies identical matrices) and 64 activation rows for type t. */
+#define MAX_NT 64 /* activation rows made: the prefill's 64, the most --batch takes */
+
+/* Weights (ncopies identical matrices) and MAX_NT activation rows for type t. */
 static void make_problem(struct mm_job *j, enum kq_type t, int64_t rows, int64_t n)
 {
     const size_t rb = kq_row_bytes(t, n), wbytes = rb * (size_t)rows;
@@ -179,14 +185,14 @@ static void make_problem(struct mm_job *j, enum kq_type t, int64_t rows, int64_t
         for (int64_t r = 1; r < rows; r++)
             memcpy(j->mats[c] + r * rb, j->mats[c], rb);
     }
-    uint8_t *act = xalloc(kq_act_row_bytes(t, n) * 64);
-    for (int tok = 0; tok < 64; tok++) {
+    uint8_t *act = xalloc(kq_act_row_bytes(t, n) * MAX_NT);
+    for (int tok = 0; tok < MAX_NT; tok++) {
         for (int64_t i = 0; i < n; i++)
             x[i] = frand();
         kq_quantize_act(t, x, act + tok * kq_act_row_bytes(t, n), n);
     }
     j->act = act;
-    j->y = xalloc(sizeof(float) * (size_t)rows * 64);
+    j->y = xalloc(sizeof(float) * (size_t)rows * MAX_NT);
     free(x);
 }
 
@@ -195,6 +201,30 @@ static void free_problem(struct mm_job *j)
     for (int c = 0; c < j->ncopies; c++)
         free(j->mats[c]);
     free(j->mats), free((void *)j->act), free(j->y);
+}
+
+/* --batch: each listed token count against the DRAM-cycled weights, 1 and MAXTHR threads. */
+static void bench_batch(struct mm_job *job, double wbytes)
+{
+    char list[sizeof batch_list], *save = NULL;
+    double t1[MAXTHR + 1] = {0};
+    snprintf(list, sizeof list, "%s", batch_list);
+    for (char *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        const long long b = atoll(s);
+        job->nt = b < 1 ? 1 : b > MAX_NT ? MAX_NT : b;
+        for (int thr = 1; thr <= MAXTHR; thr++) {
+            double dt = 1e30;
+            for (int rep = 0; rep < reps; rep++) {
+                const double d = mm_once(job, thr);
+                dt = d < dt ? d : dt;
+            }
+            if (job->nt == 1)
+                t1[thr] = dt;
+            printf("%-5s batch %2lld %d thr: %7.3f ms  %8.1f tok/s  %6.2f GB/s  eff %.2f\n",
+                   kq_type_name(job->t), (long long)job->nt, thr, dt * 1e3, job->nt / dt,
+                   wbytes / dt / 1e9, t1[thr] > 0 ? t1[thr] / dt : 0.0);
+        }
+    }
 }
 
 static void bench_type(enum kq_type t, int64_t rows, int64_t n, double *a, const double *b,
@@ -214,6 +244,8 @@ static void bench_type(enum kq_type t, int64_t rows, int64_t n, double *a, const
                kq_type_name(t), thr, dt * 1e3, wbytes / dt / 1e9, tri,
                100.0 * wbytes / dt / 1e9 / tri);
     }
+    if (*batch_list)
+        bench_batch(&job, wbytes);
     job.nt = 64, job.ncopies = 1, job.iters = 2;
     for (int thr = 1; thr <= MAXTHR; thr++) {
         double dt = 1e30;
@@ -261,6 +293,8 @@ int main(int argc, char **argv)
             snprintf(types, sizeof types, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--cpu-time") == 0)
             use_cpu_time = atoi(argv[i + 1]) != 0;
+        else if (strcmp(argv[i], "--batch") == 0)
+            snprintf(batch_list, sizeof batch_list, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--isa") == 0)
             kq_isa_force(parse_isa(argv[i + 1]));
         else
@@ -268,7 +302,7 @@ int main(int argc, char **argv)
     }
     if (argc % 2 == 0) {
         fprintf(stderr, "usage: kqbench [--rows R] [--n N] [--types a,b] [--isa I] [--ws MiB] "
-                        "[--reps K] [--cpu-time 0|1]\n");
+                        "[--reps K] [--cpu-time 0|1] [--batch 1,2,4,..]\n");
         return 2;
     }
     const size_t tn = (128u << 20) / sizeof(double);

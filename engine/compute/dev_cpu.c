@@ -1,10 +1,12 @@
 /*
  * dev_cpu — the CPU device: a persistent thread pool (tpool) bound to a core set, running the
- * kernels of kernels/cpu. A matmul, or a matmul_multi of several products, is one dispatch with
- * two phases separated by a barrier: quantise the distinct activation inputs into their weight
- * types' activation format (rows split across threads), then compute output rows (the rows of
- * all products split across threads by cost, every thread over all tokens, so each weight row
- * is streamed from memory once per call).
+ * kernels of kernels/cpu. A matmul, or a matmul_multi of several products, is one chunked
+ * dispatch (tpool_run_chunks) with two phases: quantise the distinct activation inputs into
+ * their weight types' activation format (chunks of rows), then compute output rows (the rows of
+ * all products cut into chunks of equal cost, each over all tokens, so each weight row is
+ * streamed from memory once per call). Threads claim chunks as they go, so a thread that shares
+ * its core with other work does less of the step instead of holding it up; chunk bounds are
+ * multiples of ROW_ALIGN, so every output is computed the same way whoever runs it.
  *
  * The forward ops are in dev_cpu_ops.c. Buffers are host memory the device owns (zeroed,
  * aligned); upload / download / copy / memset are memcpy / memset, and every call completes
@@ -22,7 +24,7 @@
 #include "engine/util.h"    // defines: xcalloc, xaligned_alloc, dd_errf
 #include "kernels/cpu/kq.h" // defines: kq_matmul, kq_quantize_act
 #include "topo.h"           // defines: topo_split, topo_bind_unit
-#include "tpool.h"          // defines: tpool_run, tpool_barrier
+#include "tpool.h"          // defines: tpool_run, tpool_run_chunks, tpool_barrier
 
 /*
  * One matmul_multi in flight, planned by the calling thread before the dispatch: the distinct
@@ -45,12 +47,24 @@ struct mm_plan {
     struct mm_src src[DEV_MM_MAX];
     double cost[DEV_MM_MAX];        /* per output row: weight bytes x tokens */
     double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
+    int64_t q_rows, n_q;            /* phase one: chunks of q_rows source rows, n_q of them */
+    int64_t n_out;                  /* phase two: chunks of equal cost */
 };
 
 static struct cpu_dev *cpu_of(struct dev *d)
 {
     return dev_cpu__of(d);
 }
+
+/* Chunks per thread of each phase (dynamic distribution: a thread slowed by other load on its
+ * core takes fewer; the tail a late chunk leaves is about 1 / MM_CHUNKS of a thread's share),
+ * and the fewest output rows worth a chunk (each chunk re-prepares the activations: Q8_0
+ * decode and the packed kernels pack every token once per call). */
+#define MM_CHUNKS 8
+#define MM_MIN_CHUNK_ROWS 64
+/* Fewer activation elements than this are quantised by the calling thread before the dispatch
+ * (a few microseconds: a worker descheduled while holding that phase would stall the step). */
+#define MM_MIN_Q_ELEMS (1 << 16)
 
 /* Row granularity of the output split: keeps every thread's rows on whole cache lines of y,
  * and every thread's first row a multiple of 4, so the kernels' row tiles (and so the
@@ -74,32 +88,34 @@ static void cost_point(const struct mm_plan *p, double c, int *j, int64_t *r)
     *r = 0;
 }
 
-/* Phase 1: the sources' rows, split across threads; barrier; phase 2: the output rows of all
- * products from this thread's cost share, each weight row streamed once per call. */
-static void mm_worker(void *ctx, int ith, int nth)
+/* Chunk c of a matmul_multi dispatch. Phase one: the sources' rows [c * q_rows, +q_rows)
+ * (counted across the sources in order), quantised. Phase two: output chunk k = c - n_q, the
+ * products' rows between cost points total * k / n_out and total * (k + 1) / n_out, each
+ * weight row streamed once per call. */
+static void mm_chunk(void *ctx, int64_t c, int ith)
 {
-    struct mm_plan *p = ctx;
-    int64_t rows = 0;
-    for (int s = 0; s < p->n_src; s++)
-        rows += p->src[s].T;
-    int64_t lo, hi, base = 0;
-    tpool_split(rows, ith, nth, 1, &lo, &hi);
-    for (int s = 0; s < p->n_src; base += p->src[s].T, s++) {
-        const struct mm_src *q = &p->src[s];
-        const int64_t t0 = lo > base ? lo - base : 0, t1 = hi - base < q->T ? hi - base : q->T;
-        for (int64_t t = t0; t < t1; t++)
-            kq_quantize_act(q->w, q->x + t * q->n_in, q->act + t * q->act_stride, q->n_in);
+    (void)ith;
+    const struct mm_plan *p = ctx;
+    if (c < p->n_q) {
+        const int64_t lo = c * p->q_rows, hi = lo + p->q_rows;
+        int64_t base = 0;
+        for (int s = 0; s < p->n_src; base += p->src[s].T, s++) {
+            const struct mm_src *q = &p->src[s];
+            const int64_t t0 = lo > base ? lo - base : 0, t1 = hi - base < q->T ? hi - base : q->T;
+            for (int64_t t = t0; t < t1; t++)
+                kq_quantize_act(q->w, q->x + t * q->n_in, q->act + t * q->act_stride, q->n_in);
+        }
+        return;
     }
-    if (nth > 1)
-        tpool_barrier(p->cd->pool);
+    const int64_t k = c - p->n_q;
     int j0, j1;
     int64_t r0, r1;
     const double total = p->cost_at[p->n];
-    cost_point(p, total * ith / nth, &j0, &r0);
-    if (ith + 1 == nth)
+    cost_point(p, total * (double)k / (double)p->n_out, &j0, &r0);
+    if (k + 1 == p->n_out)
         j1 = p->n, r1 = 0;
     else
-        cost_point(p, total * (ith + 1) / nth, &j1, &r1);
+        cost_point(p, total * (double)(k + 1) / (double)p->n_out, &j1, &r1);
     for (int j = j0; j <= j1 && j < p->n; j++) {
         const struct dev_mm *m = &p->mm[j];
         const struct mm_src *q = &p->src[p->src_of[j]];
@@ -144,8 +160,26 @@ void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
         p.cost_at[j + 1] = p.cost_at[j] + p.cost[j] * (double)mm[j].w.n_out;
     }
     ASSERT(off <= cd->act_cap); /* reserve() / reserve_multi() sized it for the worst case */
-    if (n > 0)
-        tpool_run(cd->pool, mm_worker, &p);
+    if (n == 0)
+        return;
+    int64_t rows = 0, out_rows = 0, in_elems = 0;
+    for (int s = 0; s < p.n_src; s++)
+        rows += p.src[s].T, in_elems += p.src[s].T * p.src[s].n_in;
+    for (int j = 0; j < n; j++)
+        out_rows += mm[j].w.n_out;
+    const int64_t nth = cd->n_threads;
+    p.q_rows = rows > 0 ? (rows + MM_CHUNKS * nth - 1) / (MM_CHUNKS * nth) : 1;
+    p.n_q = (rows + p.q_rows - 1) / p.q_rows;
+    if (in_elems < MM_MIN_Q_ELEMS) { /* decode-sized: quantised here, before the dispatch */
+        for (int64_t c = 0; c < p.n_q; c++)
+            mm_chunk(&p, c, 0);
+        p.n_q = 0;
+    }
+    p.n_out = out_rows / MM_MIN_CHUNK_ROWS;
+    p.n_out = nth == 1 || p.n_out < nth   ? nth
+              : p.n_out > MM_CHUNKS * nth ? MM_CHUNKS * nth
+                                          : p.n_out;
+    tpool_run_chunks(cd->pool, mm_chunk, &p, p.n_q + p.n_out, p.n_q);
 }
 
 static void cpu_matmul(struct dev *d, const struct dev_mat *w, const float *x, int64_t T, float *y)

@@ -6,10 +6,13 @@
  * gated delta rule always dispatch; the small sequential parts (rope tables, routing, the
  * conv-state snapshots) run on the calling thread.
  *
+ * Every parallel op is a chunked dispatch (tpool_run_chunks): threads claim items as they go.
+ *
  * Invariants: a row's arithmetic in every op is the same whatever else is in the batch and
- * however the work is split (the GDN recurrence is the sequential f32 form, token by token, so
- * a verify-sized batch gives exactly what one token at a time gives). Nothing here allocates.
- * Thread: the thread driving the device; items run on its workers over disjoint slices.
+ * however the work is split or which thread claims it (the GDN recurrence is the sequential f32
+ * form, token by token, so a verify-sized batch gives exactly what one token at a time gives).
+ * Nothing here allocates. Thread: the thread driving the device; items run on its workers over
+ * disjoint slices.
  */
 #include <math.h>
 #include <string.h>
@@ -25,19 +28,21 @@
 /* Below this much work (elements) a dispatch costs more than it saves. */
 #define PAR_MIN_WORK (1 << 15)
 
+/* Chunks per thread of an items loop (claimed dynamically, see tpool_run_chunks). */
+#define ITEM_CHUNKS 8
+
 struct items_task {
     dev_cpu__items_fn fn;
     const void *arg;
-    int64_t n;
+    int64_t n, per; /* items, items per chunk */
 };
 
-static void items_worker(void *ctx, int ith, int nth)
+static void items_chunk(void *ctx, int64_t c, int ith)
 {
+    (void)ith;
     const struct items_task *t = ctx;
-    int64_t lo, hi;
-    tpool_split(t->n, ith, nth, 1, &lo, &hi);
-    if (lo < hi)
-        t->fn(t->arg, lo, hi);
+    const int64_t lo = c * t->per, hi = lo + t->per < t->n ? lo + t->per : t->n;
+    t->fn(t->arg, lo, hi);
 }
 
 void dev_cpu__par_items(struct cpu_dev *cd, int64_t n, int64_t work, dev_cpu__items_fn fn,
@@ -47,8 +52,9 @@ void dev_cpu__par_items(struct cpu_dev *cd, int64_t n, int64_t work, dev_cpu__it
         fn(arg, 0, n);
         return;
     }
-    struct items_task t = {.fn = fn, .arg = arg, .n = n};
-    tpool_run(cd->pool, items_worker, &t);
+    const int64_t chunks = ITEM_CHUNKS * (int64_t)cd->n_threads;
+    struct items_task t = {.fn = fn, .arg = arg, .n = n, .per = (n + chunks - 1) / chunks};
+    tpool_run_chunks(cd->pool, items_chunk, &t, (n + t.per - 1) / t.per, 0);
 }
 
 /* ============================================================================================
@@ -192,33 +198,31 @@ struct attn_task {
 };
 
 /*
- * Items = (row, KV head): the group of query heads sharing that KV head attends over the
+ * Chunks = items (row, KV head): the group of query heads sharing that KV head attends over the
  * sequence's rows 0..pos (each K/V row read once for the group), then the output gate. Items
- * are dealt round-robin: later rows of a prompt see more positions, so contiguous shares would
- * leave the first threads idle.
+ * are claimed one at a time: later rows of a prompt see more positions, so contiguous shares
+ * would leave the first threads idle.
  */
-static void attn_worker(void *ctx, int ith, int nth)
+static void attn_chunk(void *ctx, int64_t i, int ith)
 {
     const struct attn_task *c = ctx;
     const struct dev_attn *a = c->a;
     const int64_t Hkv = a->n_head_kv, D = a->head_dim, grp = a->n_head / Hkv;
     const int64_t qstride = a->gated ? 2 * D : D, kvd = Hkv * D, cap = c->cd->attn_scratch_n;
     float *scratch = c->cd->attn_scratch + (size_t)ith * cap;
-    for (int64_t i = ith; i < a->b->T * Hkv; i += nth) {
-        const int64_t t = i / Hkv, j = i % Hkv, n_kv = a->b->pos[t] + 1;
-        const int64_t at = a->b->seq[t] * a->kv.seq_stride + j * D;
-        /* as many heads at a time as the scratch holds scores for (kop_attn_group gives each
-         * head the same result whatever their number) */
-        const int64_t step = cap / n_kv < grp ? cap / n_kv : grp;
-        for (int64_t g0 = 0; g0 < grp; g0 += step) {
-            const int64_t ng = grp - g0 < step ? grp - g0 : step;
-            const float *q = a->q + t * a->q_ld + (j * grp + g0) * qstride;
-            float *o = a->out + t * a->n_head * D + (j * grp + g0) * D;
-            kop_attn_group(q, qstride, ng, a->kv.k + at, a->kv.v + at, kvd, n_kv, D, a->scale,
-                           scratch, o, D);
-            for (int64_t g = 0; a->gated && g < ng; g++)
-                kop_mul_sigmoid(o + g * D, q + g * qstride + D, D);
-        }
+    const int64_t t = i / Hkv, j = i % Hkv, n_kv = a->b->pos[t] + 1;
+    const int64_t at = a->b->seq[t] * a->kv.seq_stride + j * D;
+    /* as many heads at a time as the scratch holds scores for (kop_attn_group gives each
+     * head the same result whatever their number) */
+    const int64_t step = cap / n_kv < grp ? cap / n_kv : grp;
+    for (int64_t g0 = 0; g0 < grp; g0 += step) {
+        const int64_t ng = grp - g0 < step ? grp - g0 : step;
+        const float *q = a->q + t * a->q_ld + (j * grp + g0) * qstride;
+        float *o = a->out + t * a->n_head * D + (j * grp + g0) * D;
+        kop_attn_group(q, qstride, ng, a->kv.k + at, a->kv.v + at, kvd, n_kv, D, a->scale, scratch,
+                       o, D);
+        for (int64_t g = 0; a->gated && g < ng; g++)
+            kop_mul_sigmoid(o + g * D, q + g * qstride + D, D);
     }
 }
 
@@ -227,7 +231,7 @@ void dev_cpu__attn(struct dev *d, const struct dev_attn *a)
     struct cpu_dev *cd = dev_cpu__of(d);
     ASSERT(cd->attn_scratch_n >= a->kv.seq_stride / (a->kv.kv_dim ? a->kv.kv_dim : 1));
     struct attn_task c = {cd, a};
-    tpool_run(cd->pool, attn_worker, &c);
+    tpool_run_chunks(cd->pool, attn_chunk, &c, a->b->T * a->n_head_kv, 0);
 }
 
 /* ============================================================================================
@@ -304,38 +308,34 @@ void dev_cpu__conv1d(struct dev *d, const struct dev_gdn *g)
     conv_snapshots(g);
 }
 
-/* Items = (run, value head); each runs the recurrence over its run's tokens, then the gated
- * norm of each output row. */
-static void gdn_worker(void *ctx, int ith, int nth)
+/* Chunks = items (run, value head); each runs the recurrence over its run's tokens, then the
+ * gated norm of each output row. */
+static void gdn_chunk(void *ctx, int64_t i, int ith)
 {
+    (void)ith;
     const struct dev_gdn *g = ctx;
     const int64_t Hv = g->Hv, Hk = g->Hk, S = g->S, C = g->C, r = Hv / Hk;
     const float scale = 1.0f / sqrtf((float)S);
-    int64_t lo, hi;
-    tpool_split(g->b->n_runs * Hv, ith, nth, 1, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
-        const struct dev_run *ru = &g->b->runs[i / Hv];
-        const int64_t h = i % Hv, kh = g->kmap_mod ? h % Hk : h / r;
-        float *M = gdn_ssm(&g->st, 0, ru->seq) + h * S * S;
-        const float *M_in = gdn_ssm(&g->st, ru->src, ru->seq) + h * S * S;
-        for (int64_t t = ru->t0; t < ru->t1; t++) {
-            const float *yt = g->y + t * C;
-            float *ot = g->o + t * Hv * S + h * S;
-            kop_gdn_step(M, t == ru->t0 ? M_in : M, yt + kh * S, yt + Hk * S + kh * S,
-                         yt + 2 * Hk * S + h * S, g->decay[t * Hv + h], g->beta[t * Hv + h], scale,
-                         S, ot);
-            kop_rmsnorm_gate(ot, g->norm_w, g->z + t * Hv * S + h * S, S, g->eps);
-            int64_t back = ru->t1 - 1 - t; /* this state is `back` tokens before the end */
-            if (back >= 1 && back < g->st.n_groups)
-                memcpy(gdn_ssm(&g->st, back, ru->seq) + h * S * S, M,
-                       (size_t)(S * S) * sizeof(float));
-        }
+    const struct dev_run *ru = &g->b->runs[i / Hv];
+    const int64_t h = i % Hv, kh = g->kmap_mod ? h % Hk : h / r;
+    float *M = gdn_ssm(&g->st, 0, ru->seq) + h * S * S;
+    const float *M_in = gdn_ssm(&g->st, ru->src, ru->seq) + h * S * S;
+    for (int64_t t = ru->t0; t < ru->t1; t++) {
+        const float *yt = g->y + t * C;
+        float *ot = g->o + t * Hv * S + h * S;
+        kop_gdn_step(M, t == ru->t0 ? M_in : M, yt + kh * S, yt + Hk * S + kh * S,
+                     yt + 2 * Hk * S + h * S, g->decay[t * Hv + h], g->beta[t * Hv + h], scale, S,
+                     ot);
+        kop_rmsnorm_gate(ot, g->norm_w, g->z + t * Hv * S + h * S, S, g->eps);
+        int64_t back = ru->t1 - 1 - t; /* this state is `back` tokens before the end */
+        if (back >= 1 && back < g->st.n_groups)
+            memcpy(gdn_ssm(&g->st, back, ru->seq) + h * S * S, M, (size_t)(S * S) * sizeof(float));
     }
 }
 
 void dev_cpu__gdn(struct dev *d, const struct dev_gdn *g)
 {
-    tpool_run(dev_cpu__of(d)->pool, gdn_worker, (void *)g);
+    tpool_run_chunks(dev_cpu__of(d)->pool, gdn_chunk, (void *)g, g->b->n_runs * g->Hv, 0);
 }
 
 /* ============================================================================================

@@ -12,6 +12,16 @@
  * - Barrier: each arriving thread increments `bar_arrived`; the last one resets it to 0 and
  *   increments `bar_gen`, which the others wait on.
  * - Shutdown: `stop` is set before the final increment of `gen`.
+ * - Entry: every dispatch also opens `entry` (before its `gen` increment): the generation's low
+ *   16 bits as a tag, an OPEN bit and the count of workers inside. A worker that sees `gen` = g
+ *   joins by a CAS that adds 1 while the tag is g's and OPEN is set, and leaves by subtracting
+ *   1. So a worker runs each generation at most once, and only while its dispatch is open. An
+ *   all-thread dispatch (tpool_run) stays open until `pending` reaches 0, so every worker joins
+ *   it; a chunked one (tpool_run_chunks) is closed by the caller once every chunk is claimed,
+ *   and the caller then waits only for the count to drop to 0: a worker still asleep, or
+ *   descheduled before it joined, finds the dispatch closed (or a newer tag) and goes back to
+ *   waiting. Chunks are claimed with a relaxed fetch_add on `next`; the second phase of a
+ *   two-phase dispatch waits for `done_first` to reach n_first.
  *
  * Memory ordering:
  * - The caller's plain writes (fn, ctx, the caller's data) are published by the increment of
@@ -22,13 +32,19 @@
  *   earlier arrival; its increment of `bar_gen` releases all of it to the waiters' acquire load.
  *   The reset of `bar_arrived` happens-before any arrival at the next barrier, because every
  *   thread passes the current barrier (acquiring `bar_gen`) first.
+ * - Entry: the caller writes the dispatch's fields (plain) before its release store of `entry`;
+ *   a joining CAS (acquire) that sees the tag and OPEN sees them. A worker's writes are
+ *   released by its leaving RMW and acquired by the caller's load that sees the count at 0.
+ *   Phase-one chunks release their writes with the increment of `done_first`, acquired by the
+ *   wait of a phase-two chunk.
  * - Sleeping never carries data; it only has to avoid lost wake-ups. A sleeper increments a
  *   `*_sleepers` counter and then re-reads the word (both seq_cst); a waker changes the word and
  *   then reads the sleeper counter (both seq_cst). In the single total order at least one of them
  *   sees the other, and FUTEX_WAIT itself refuses to sleep if the word already changed.
  *
- * Invariants: between dispatches pending == 0 and bar_arrived == 0; a worker processes every
- * generation exactly once (gen cannot advance twice without every worker finishing in between).
+ * Invariants: between dispatches pending == 0, bar_arrived == 0 and entry's count == 0 with OPEN
+ * clear; a worker processes every all-thread generation exactly once (such a generation cannot
+ * end without every worker) and a chunked one at most once.
  *
  * Threads: see tpool.h. Workers only touch the pool fields listed above and fn's data.
  */
@@ -39,6 +55,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +67,22 @@
 
 #define CACHE_LINE 64
 #define SPIN_PURE_NS 10000 /* spin without yielding this long, see spin_change */
+
+/* The entry word: tag (generation's low 16 bits) | OPEN | count of workers inside. */
+#define ENTRY_OPEN 0x8000u
+#define ENTRY_COUNT 0x7fffu
+#define ENTRY_TAG(g) (((g)&0xffffu) << 16)
+
+enum { MODE_ALL, MODE_CHUNKS };
+
+/* A stall (see note_wait): the caller waited for workers more than STALL_MIN_NS and more than
+ * STALL_CHUNKS of its own chunks; it then runs alone for SOLO_MIN_NS .. SOLO_MAX_NS. */
+#define STALL_MIN_NS 200000
+#define STALL_CHUNKS 4
+#define HELP_DECAY 0.995
+#define SOLO_WAITS 16
+#define SOLO_MIN_NS 2000000
+#define SOLO_MAX_NS 1000000000
 
 /* A word that threads wait on, with the count of threads sleeping (or about to) on it. */
 typedef struct waitword {
@@ -71,6 +104,7 @@ struct tpool {
     _Atomic int stop;    /* set before the final gen increment */
     worker *workers;     /* [n]; entry 0 unused (the caller); owned */
     int caller_pu;       /* OS index of unit 0 of the creation core set, or -1 (unbound) */
+    bool yield;          /* threads may share a CPU: spinning waits yield (spin_change) */
     char name[16];
 
     /* Written by the owner once per dispatch, on the line of the word that publishes it, so a
@@ -78,6 +112,21 @@ struct tpool {
     _Alignas(CACHE_LINE) waitword gen; /* dispatch generation */
     tpool_fn fn;
     void *ctx;
+    int mode;           /* MODE_ALL (fn) or MODE_CHUNKS (cfn) */
+    int64_t solo_until; /* owner only: chunked dispatches run on the caller alone until */
+    int64_t solo_ns;    /* owner only: the current backoff, see note_wait */
+    int64_t n_stalls;   /* owner only: stalls seen (tpool_stalls) */
+    int64_t n_solo;     /* owner only: of which started a run alone */
+    double help_ns;     /* owner only: decayed sums of the workers' help and of the */
+    double lost_ns;     /*   caller's waits for them, see note_wait */
+    tpool_chunk_fn cfn; /* MODE_CHUNKS: */
+    int64_t n_chunks;   /*   chunks [0, n_chunks) */
+    int64_t n_first;    /*   of which the first phase */
+
+    /* Owner and workers: who is inside the current dispatch (see the protocol above). */
+    _Alignas(CACHE_LINE) waitword entry;
+    _Alignas(CACHE_LINE) _Atomic int64_t next;       /* the next unclaimed chunk */
+    _Alignas(CACHE_LINE) _Atomic int64_t done_first; /* first-phase chunks done */
 
     /* Owner and workers: the completion count. `busy` lives here because the owner holds this
      * line anyway when it writes the flag (right after reading / writing `pending`). */
@@ -121,12 +170,13 @@ static void futex_wake_all(_Atomic uint32_t *w)
 }
 
 /* Spin until w->word != old, for at most spin_ns; returns the new value or old on timeout.
- * After SPIN_PURE_NS the loop also calls sched_yield at each clock check. A healthy dispatch
- * is seen within ~1 us, long before that; the yield matters when the thread we wait for shares
- * our CPU (unbound pool, binding refused, other load): measured on a 2-core VM with both pool
- * threads on one CPU, pure spinning took ~210 us per dispatch (two spin windows), the yielding
- * phase ~27 us. On an idle core sched_yield returns at once. */
-static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
+ * With `yield`, after SPIN_PURE_NS the loop also calls sched_yield at each clock check. A
+ * healthy dispatch is seen within ~1 us, long before that; the yield matters when the thread we
+ * wait for may share our CPU (an unbound pool): measured on a 2-core VM with both pool threads
+ * on one CPU, pure spinning took ~210 us per dispatch (two spin windows), the yielding phase
+ * ~27 us. A pool whose threads have a core each does not yield: there the thread waited for is
+ * elsewhere, and a yield only hands this core to other processes for a time slice. */
+static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns, bool yield)
 {
     int64_t start = now_ns();
     for (unsigned i = 1;; i++) {
@@ -137,7 +187,7 @@ static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
             int64_t elapsed = now_ns() - start;
             if (elapsed >= spin_ns)
                 return old;
-            if (elapsed >= SPIN_PURE_NS)
+            if (yield && elapsed >= SPIN_PURE_NS)
                 sched_yield();
         }
         cpu_relax();
@@ -148,7 +198,7 @@ static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns)
 static uint32_t wait_change(tpool_t *p, waitword *w, uint32_t old)
 {
     int spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
-    uint32_t v = spin > 0 ? spin_change(w, old, spin) : old;
+    uint32_t v = spin > 0 ? spin_change(w, old, spin, p->yield) : old;
     if (v != old)
         return v;
     atomic_fetch_add(&w->sleepers, 1);
@@ -181,6 +231,122 @@ static void finish_one(tpool_t *p)
 }
 
 /* ================================================================================================
+ * Entry and chunks
+ * ============================================================================================== */
+
+/* Join dispatch g: true when it is still open (the dispatch's fields are then visible). */
+static bool join(tpool_t *p, uint32_t g)
+{
+    uint32_t e = atomic_load_explicit(&p->entry.word, memory_order_acquire);
+    for (;;) {
+        if ((e & ~(ENTRY_OPEN | ENTRY_COUNT)) != ENTRY_TAG(g) || !(e & ENTRY_OPEN))
+            return false;
+        if (atomic_compare_exchange_weak_explicit(&p->entry.word, &e, e + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return true;
+    }
+}
+
+/* Leave the dispatch; the last worker out of a closed one wakes the owner. */
+static void leave(tpool_t *p)
+{
+    const uint32_t e = atomic_fetch_sub(&p->entry.word, 1) - 1;
+    if (!(e & ENTRY_OPEN) && (e & ENTRY_COUNT) == 0)
+        wake_sleepers(&p->entry);
+}
+
+/* Owner side: close the entry, then wait until every worker inside has left. */
+static void close_entry(tpool_t *p)
+{
+    uint32_t e = atomic_fetch_and(&p->entry.word, ~ENTRY_OPEN) & ~ENTRY_OPEN;
+    while (e & ENTRY_COUNT)
+        e = wait_change(p, &p->entry, e);
+}
+
+/* Wait until the first phase of the current dispatch is done (its chunks are held by running
+ * threads: a short wait, spun; a descheduled holder shows in the caller's stall accounting). */
+static void wait_first(tpool_t *p)
+{
+    int64_t start = 0;
+    for (unsigned i = 1; atomic_load_explicit(&p->done_first, memory_order_acquire) < p->n_first;
+         i++) {
+        if ((i & 63) == 0 && p->yield) { /* the holder may share this CPU: let it run */
+            const int64_t t = now_ns();
+            if (!start)
+                start = t;
+            else if (t - start >= SPIN_PURE_NS)
+                sched_yield();
+        }
+        cpu_relax();
+    }
+}
+
+/* Claim and run chunks of the current dispatch until none is left; returns how many ran here.
+ * waited (may be NULL): ns spent waiting for the first phase. */
+static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
+{
+    const int64_t n = p->n_chunks, n_first = p->n_first;
+    bool first_done = n_first == 0;
+    for (int64_t ran = 0;; ran++) {
+        const int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (c >= n)
+            return ran;
+        if (c >= n_first && !first_done) {
+            const int64_t t = waited ? now_ns() : 0;
+            wait_first(p);
+            if (waited)
+                *waited += now_ns() - t;
+            first_done = true;
+        }
+        p->cfn(p->ctx, c, ith);
+        if (c < n_first)
+            atomic_fetch_add_explicit(&p->done_first, 1, memory_order_release);
+    }
+}
+
+/*
+ * Owner side, after a chunked dispatch: the caller ran `ran` of its n chunks (`chunk` ns each on
+ * average) and then waited `wait` ns for the workers' chunks (or for their first-phase chunks).
+ * The workers saved the caller about (n - ran) x chunk; a wait of several chunks means a worker
+ * was descheduled holding one (a busy neighbour on its core, more runnable threads than cores)
+ * and cost that wait. Both are summed with a decay (about the last few hundred dispatches).
+ * When a stall happens while the waits outweigh the help, the caller runs the dispatches alone
+ * for a backoff time (SOLO_WAITS x the wait at least, doubling with each such stall in a row, up
+ * to SOLO_MAX_NS; halving with each dispatch without one) and then tries the workers again. On a
+ * quiet machine a worker's chunk ends within about one chunk of the caller's last one, so this
+ * never triggers.
+ */
+static void note_wait(tpool_t *p, int64_t n, int64_t ran, int64_t chunk, int64_t wait)
+{
+    if (ran == 0) /* no chunk of the caller's to compare the wait with */
+        return;
+    p->help_ns = p->help_ns * HELP_DECAY + (double)((n - ran) * chunk);
+    p->lost_ns = p->lost_ns * HELP_DECAY + (double)wait;
+    if (wait > STALL_MIN_NS && wait > STALL_CHUNKS * chunk) {
+        p->n_stalls++;
+        if (p->lost_ns > p->help_ns) {
+            const int64_t b =
+                2 * p->solo_ns > SOLO_WAITS * wait ? 2 * p->solo_ns : SOLO_WAITS * wait;
+            p->solo_ns = b < SOLO_MIN_NS ? SOLO_MIN_NS : b > SOLO_MAX_NS ? SOLO_MAX_NS : b;
+            p->solo_until = now_ns() + p->solo_ns;
+            p->n_solo++;
+            return;
+        }
+    }
+    p->solo_ns /= 2;
+    p->solo_until = 0;
+}
+
+/* Owner side: publish a dispatch whose fields are written: open the entry, then bump `gen`. */
+static void publish(tpool_t *p)
+{
+    const uint32_t g = atomic_load_explicit(&p->gen.word, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->entry.word, ENTRY_TAG(g) | ENTRY_OPEN, memory_order_release);
+    atomic_fetch_add(&p->gen.word, 1); /* publishes the fields and the caller's data */
+    wake_sleepers(&p->gen);
+}
+
+/* ================================================================================================
  * Workers
  * ============================================================================================== */
 
@@ -205,8 +371,16 @@ static void *worker_main(void *arg)
         seen = wait_change(p, &p->gen, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             break;
-        p->fn(p->ctx, w->ith, p->n);
-        finish_one(p);
+        if (!join(p, seen))
+            continue; /* a chunked dispatch that ended without us */
+        if (p->mode == MODE_ALL) {
+            p->fn(p->ctx, w->ith, p->n);
+            leave(p);
+            finish_one(p);
+        } else {
+            run_chunks(p, w->ith, NULL);
+            leave(p);
+        }
     }
     return NULL;
 }
@@ -264,6 +438,7 @@ tpool_t *tpool_create(int n_threads, const topo_coreset *cores, const char *name
     memset(p, 0, sizeof *p);                /* all-zero is a valid state for every atomic here */
     p->n = n_threads;
     p->caller_pu = cores && cores->n > 0 ? cores->pu[0] : -1;
+    p->yield = !cores || cores->n < n_threads;
     atomic_init(&p->spin_ns, default_spin_ns(n_threads, cores));
     p->workers = xcalloc((size_t)n_threads, sizeof *p->workers);
     snprintf(p->name, sizeof p->name, "%s", name ? name : "tpool");
@@ -285,6 +460,11 @@ fail:
 int tpool_size(const tpool_t *p)
 {
     return p->n;
+}
+
+int64_t tpool_stalls(const tpool_t *p)
+{
+    return p->n_stalls;
 }
 
 int tpool_bind_caller(const tpool_t *p)
@@ -309,14 +489,43 @@ void tpool_run(tpool_t *p, tpool_fn fn, void *ctx)
     ASSERT(!was_busy);
     p->fn = fn;
     p->ctx = ctx;
+    p->mode = MODE_ALL;
     if (p->n > 1) {
         atomic_store_explicit(&p->pending.word, (uint32_t)(p->n - 1), memory_order_relaxed);
-        atomic_fetch_add(&p->gen.word, 1); /* publishes fn, ctx, pending and the caller's data */
-        wake_sleepers(&p->gen);
+        publish(p); /* publishes fn, ctx, pending and the caller's data */
     }
     fn(ctx, 0, p->n);
-    if (p->n > 1)
+    if (p->n > 1) {
         wait_pending(p);
+        close_entry(p);
+    }
+    atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
+}
+
+void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64_t n_first)
+{
+    ASSERT(n_first >= 0 && n_first <= (n > 0 ? n : 0));
+    if (n <= 0)
+        return;
+    if (p->n == 1 || (p->solo_until && now_ns() < p->solo_until)) {
+        for (int64_t c = 0; c < n; c++) /* in order: phase one before phase two */
+            fn(ctx, c, 0);
+        return;
+    }
+    int was_busy = atomic_exchange_explicit(&p->busy, 1, memory_order_relaxed);
+    ASSERT(!was_busy);
+    p->mode = MODE_CHUNKS;
+    p->cfn = fn;
+    p->ctx = ctx;
+    p->n_chunks = n;
+    p->n_first = n_first;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done_first, 0, memory_order_relaxed);
+    publish(p);
+    int64_t waited = 0;
+    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &waited), t1 = now_ns();
+    close_entry(p); /* every chunk is claimed: wait for the ones workers hold */
+    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
@@ -324,6 +533,7 @@ void tpool_barrier(tpool_t *p)
 {
     if (p->n == 1)
         return;
+    ASSERT(p->mode == MODE_ALL); /* a chunked dispatch has no fixed set of threads */
     /* Read before arriving: the generation cannot advance until this thread has arrived. */
     uint32_t g = atomic_load_explicit(&p->bar_gen.word, memory_order_relaxed);
     uint32_t arrived = atomic_fetch_add_explicit(&p->bar_arrived, 1, memory_order_acq_rel);
@@ -341,6 +551,9 @@ void tpool_destroy(tpool_t *p)
     if (!p)
         return;
     ASSERT(atomic_load_explicit(&p->busy, memory_order_relaxed) == 0);
+    if (p->n_stalls)
+        LOG_D("pool %s: %lld stalls, %lld runs on the caller alone", p->name,
+              (long long)p->n_stalls, (long long)p->n_solo);
     stop_workers(p, p->n);
     free(p->workers);
     free(p);

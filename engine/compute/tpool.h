@@ -2,10 +2,12 @@
  * tpool — the persistent thread pool of one CPU device.
  *
  * tpool_run(pool, fn, ctx) runs fn(ctx, ith, nth) once on each of the pool's nth threads and
- * returns when all have returned. The calling thread is thread 0; threads 1..nth-1 are workers
- * created once by tpool_create. A dispatch creates no thread and allocates nothing. Idle workers
- * spin for a short while (TPOOL_SPIN_US by default) so back-to-back dispatches start within
- * microseconds, then sleep on a futex so an idle pool costs no CPU.
+ * returns when all have returned; tpool_run_chunks(pool, fn, ctx, n, 0) runs fn on chunks
+ * 0..n-1 that the threads claim one at a time, and does not wait for a thread that is not
+ * there (the forward ops use it: see dev_cpu.c). The calling thread is thread 0; threads 1..nth-1
+ * are workers created once by tpool_create. A dispatch creates no thread and allocates nothing.
+ * Idle workers spin for a short while (TPOOL_SPIN_US by default) so back-to-back dispatches start
+ * within microseconds, then sleep on a futex so an idle pool costs no CPU.
  *
  * Threads: one thread at a time may call tpool_run / tpool_set_spin_us / tpool_destroy for a
  * given pool (its owner, e.g. the device's host thread); tpool_barrier and tpool_split are for
@@ -50,6 +52,29 @@ void tpool_set_spin_us(tpool_t *p, int us);
  * on any thread is visible to the caller afterwards. Must not be called from inside fn.
  * ctx is borrowed for the duration of the call. */
 void tpool_run(tpool_t *p, tpool_fn fn, void *ctx);
+
+/* The work of a chunked dispatch: chunk c, run on thread ith (for per-thread scratch). */
+typedef void (*tpool_chunk_fn)(void *ctx, int64_t c, int ith);
+
+/*
+ * Run fn(ctx, c, ith) exactly once for every chunk c in [0, n), the threads claiming chunks in
+ * increasing order from a shared counter (dynamic distribution: a thread slowed by other load
+ * on its core takes fewer chunks). Chunks [0, n_first) all complete before any chunk >= n_first
+ * starts (two phases without a barrier; n_first = 0: one phase). Returns when every chunk is
+ * done. A worker joins the dispatch only while unclaimed chunks remain; the caller waits for the
+ * workers that joined, never for one that has not woken up yet (a descheduled worker does not
+ * hold up the step unless it holds a chunk). Which thread runs a chunk must not change its
+ * result: fn(ctx, c, ith) may use ith only to pick scratch. Visibility as in tpool_run. fn must
+ * not call tpool_barrier. Same threading rules as tpool_run; n <= 0 returns at once.
+ * When the caller had to wait for a worker's chunk far longer than its own chunks take (the
+ * worker was descheduled: a busy neighbour on its core) and such waits have lately cost more
+ * than the workers' chunks saved, the following dispatches run on the caller alone for a while
+ * (a backoff that grows while it keeps happening), then the workers are tried again.
+ */
+void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64_t n_first);
+
+/* Stalls tpool_run_chunks has seen (a caller's wait of several chunks). Owner thread. */
+int64_t tpool_stalls(const tpool_t *p);
 
 /* Inside fn: wait until every thread of the dispatch has reached this barrier. Writes made by
  * any thread before the barrier are visible to all threads after it. IMPORTANT: every thread

@@ -875,14 +875,19 @@ void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
                                              (const uint8_t *)act + t * act_stride);
 }
 
-/* Tokens [t0, t1) of one row block: full-width tiles, then the narrow kernel for the rest. */
-static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, int tm, int64_t n, const uint8_t *w,
-                         size_t ws, const uint8_t *a, size_t as, int64_t t0, int64_t t1, float *y,
-                         int64_t ys)
+/* Tokens [t0, t1) of one row block: full-width tiles, then the rest in one rest[k] call where
+ * there is one (rest may be NULL), else the narrow kernel token by token. */
+static void drive_tokens(kq__tile_fn wide, kq__tile_fn narrow, const kq__tile_fn *rest, int tm,
+                         int64_t n, const uint8_t *w, size_t ws, const uint8_t *a, size_t as,
+                         int64_t t0, int64_t t1, float *y, int64_t ys)
 {
     int64_t t = t0;
     for (; t + tm <= t1; t += tm)
         wide(n, w, ws, a + t * as, as, y + t * ys, ys);
+    if (rest && t1 - t > 1 && t1 - t < 4 && rest[t1 - t]) { /* the rest in one call */
+        rest[t1 - t](n, w, ws, a + t * as, as, y + t * ys, ys);
+        return;
+    }
     for (; t < t1; t++)
         narrow(n, w, ws, a + t * as, as, y + t * ys, ys);
 }
@@ -909,10 +914,10 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
         for (; nt == 1 && n <= KQ__DEC_SHORT_N && r + ts->dm <= r1; r += ts->dm)
             ts->dec(n, w8 + r * w_stride, w_stride, a8, act_stride, y + r, y_stride);
         for (; nt > 1 && r + ts->rm <= r1; r += ts->rm)
-            drive_tokens(ts->full, ts->rows, ts->tm, n, w8 + r * w_stride, w_stride, a8, act_stride,
-                         t0, t1, y + r, y_stride);
+            drive_tokens(ts->full, ts->rows, ts->rows_k, ts->tm, n, w8 + r * w_stride, w_stride, a8,
+                         act_stride, t0, t1, y + r, y_stride);
         for (; r < r1; r++)
-            drive_tokens(ts->toks, ts->single, ts->tm, n, w8 + r * w_stride, w_stride, a8,
+            drive_tokens(ts->toks, ts->single, NULL, ts->tm, n, w8 + r * w_stride, w_stride, a8,
                          act_stride, t0, t1, y + r, y_stride);
     }
 }

@@ -79,7 +79,7 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  *
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
- * its block of 4: decode (nt == 1) has its own kernels; nt >= 8 of Q8_0 / Q4_0 / Q4_K (and on
+ * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 / Q4_K (and on
  * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token. The
  * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
  */

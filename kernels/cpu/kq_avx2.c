@@ -118,13 +118,13 @@ INLINE void store_tile(int R, int T, __m256 acc[RMAX][TMAX], float *y, int64_t y
     }                                                                                             \
     static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
                                                     NAME##_toks, NAME##_single,  \
-                                                    DM, NAME##_dec}
+                                                    DM, NAME##_dec, {NULL}}
 
 /* The tile shapes with a hand-written decode kernel SINGLE; short rows decode RM x 1. */
 #define TILESET_DECODE(NAME, RM, TM, SINGLE)                                                      \
     TILE_SHAPES(NAME, RM, TM)                                                                     \
     static const struct kq__tileset NAME##_tiles = {RM, TM, NAME##_full, NAME##_rows,            \
-                                                    NAME##_toks, SINGLE, RM, NAME##_rows}
+                                                    NAME##_toks, SINGLE, RM, NAME##_rows, {NULL}}
 
 /* ================================ F32 / F16 / BF16 weights ================================== */
 
@@ -596,7 +596,10 @@ TILESET_DECODE(q4_kx, 4, 2, q4_kx_single);
  * L2 (about 50 tokens) spent 12% of a 512-token prefill packing; the packed rows (R of them)
  * are what must stay in L1.
  */
-#define PK_MIN_T 8         /* fewer tokens: the tile kernels (packing would not pay) */
+/* From 2 tokens: batched decode of 2..7 sequences (6144 x 2048 Q8_0 from DRAM, one thread, time
+ * per matmul against one token's: the 4 x 2 tiles 2.16 / 2.45 / 2.82 at 2 / 3 / 4 tokens, packed
+ * 1.69 / 2.01 / 2.29; both compute-bound, without VNNI). */
+#define PK_MIN_T 2
 #define PK_MAX_GROUPS 256  /* n <= 65536 */
 #define PK_R 8             /* rows per kernel call at most */
 #define PK_ACT_BYTES (8u << 20)
@@ -804,10 +807,10 @@ static void pk_rows(enum pk_mode mode, int R, int64_t G, const struct pk_grp *W,
             pk_kernel(PK_UNSIGNED, 1, G, W + r * G, A, y + r);
 }
 
-/* Ask for row r of W (ws bytes) ahead of its packing; the packing itself stalls on DRAM. */
-static void pk_prefetch_row(const uint8_t *row, size_t ws)
+/* Ask for bytes [lo, hi) of a row ahead of its packing, group by group (see kq_avx512.c). */
+static void pk_prefetch_row(const uint8_t *row, size_t lo, size_t hi)
 {
-    for (size_t o = 0; o < ws; o += 64)
+    for (size_t o = lo & ~(size_t)63; o < hi; o += 64)
         _mm_prefetch((const char *)row + o, _MM_HINT_T1);
 }
 
@@ -843,9 +846,10 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             const int rr = (int)(r1 - r < R ? r1 - r : R);
             bool wide = false;
             for (int i = 0; i < rr; i++) {
-                if (r + R + i < r1) /* the next block's row i */
-                    pk_prefetch_row(W + (r + R + i) * ws, ws);
                 for (int64_t g = 0; g < G; g++) {
+                    if (r + R + i < r1) /* the next block's row i, group by group */
+                        pk_prefetch_row(W + (r + R + i) * ws, (size_t)g * ws / G,
+                                        (size_t)(g + 1) * ws / G);
                     struct pk_grp *o = &pk_w_tls[i * G + g];
                     if (kq)
                         pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, x, o);
@@ -970,9 +974,9 @@ int64_t kq__avx2_peak(bool int8, int64_t n_iter)
 }
 
 /* Tile shapes above were picked by measurement within 16 registers: the float ones on 64-token
- * prefill; Q8_0 / Q4_0 (whose prefill of PK_MIN_T tokens or more is packed) on 2-5 tokens, the
- * verification batches of speculative decoding, where 4 x 2 beat 2 x 4 by a third at 2-3
- * tokens (768 x 256 Q8_0 in cache: 54 against 38 GOP/s) and matched it at 4-5. */
+ * prefill; Q8_0 / Q4_0 on 2-5 tokens, where 4 x 2 beat 2 x 4 by a third at 2-3 tokens (768 x
+ * 256 Q8_0 in cache: 54 against 38 GOP/s) and matched it at 4-5. Those batches now run packed
+ * (PK_MIN_T); the Q8_0 / Q4_0 tiles remain for rows the packing buffers cannot take. */
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)

@@ -111,6 +111,10 @@ struct kq__tileset {
     kq__tile_fn single; /* 1 x 1 */
     int dm;             /* rows of `dec` */
     kq__tile_fn dec;    /* dm x 1: decode of rows of at most KQ__DEC_SHORT_N elements */
+    /* rm x k for k < tm (entry k; NULL: k calls of `rows`): the tokens after the last full
+     * tile, each row block's levels unpacked once for all of them. Every output's arithmetic
+     * is the same as in `rows` and `full` (a tile's outputs are independent chains). */
+    kq__tile_fn rows_k[4];
 };
 #define KQ__DEC_SHORT_N 1024
 /* Same contract as kq_matmul, driving the tiles of ts. */

@@ -8,7 +8,8 @@
  * 3. Reference quantisers: round-trip relative RMS error per type.
  * 4. Scalar dot = double dot of the dequantised weight and activation rows.
  * 5. Every SIMD ISA this CPU has = scalar: activation quantisers byte for byte, kq_dot and
- *    kq_matmul over token counts, row ranges, strides and row lengths.
+ *    kq_matmul over token counts, row ranges, strides and row lengths; the packed types give
+ *    bit-identical outputs for a token whatever the batch around it (from 2 tokens on).
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -524,7 +525,8 @@ static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
 
 /*
  * Every ISA against scalar over n (one block, several, odd block counts, long rows; 17 for the
- * float tails), nt = 1 (decode), 3, 8, 13 (tile edges), 40, padded strides and row sub-ranges.
+ * float tails), nt = 1 (decode), 2..7 (batched decode), 8, 13 (tile edges), 40, padded strides
+ * and row sub-ranges.
  */
 TEST(simd_matmul_vs_scalar)
 {
@@ -534,7 +536,9 @@ TEST(simd_matmul_vs_scalar)
         return;
     }
     static const int ns[] = {32, 256, 4352, 8448, 96, 17};
-    static const int nts[] = {1, 3, 8, 13, 40}; /* 40: several token chunks of the packed prefill */
+    /* 2..7: batched decode (packed Q8_0/Q4_0/Q4_K; the other types' 4 x 2 and 4 x 3 tails after
+     * a full tile at 6 and 7); 40: several token chunks of the packed prefill */
+    static const int nts[] = {1, 2, 3, 6, 7, 8, 13, 40};
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         for (size_t k = 0; k < N_WTYPES; k++) {
             double worst = 0.0;
@@ -544,7 +548,7 @@ TEST(simd_matmul_vs_scalar)
                     continue;
                 for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
                     struct prob p;
-                    prob_init(&p, wtypes[k], ns[j], 11, nts[m], m == 2 ? 64 : 0);
+                    prob_init(&p, wtypes[k], ns[j], 11, nts[m], nts[m] == 8 ? 64 : 0);
                     worst = fmax(worst, check_matmul(&p, (enum kq_isa)isa, &bad));
                     prob_free(&p);
                 }
@@ -553,6 +557,36 @@ TEST(simd_matmul_vs_scalar)
                    kq_isa_name((enum kq_isa)isa), kq_type_name(wtypes[k]), worst);
             CHECK(worst < 2e-6);
             CHECK_EQ(bad, 0);
+        }
+    }
+    kq_isa_force(best);
+}
+
+/* Batch invariance of the packed types: from 2 tokens on, every output of Q8_0 / Q4_0 / Q4_K
+ * (and Q4_KX) depends on its own row and token only, so the first tokens of a 40-token matmul
+ * equal, bit for bit, a matmul of just them (2 and 7 tokens), over any row range. */
+TEST(packed_batch_invariance)
+{
+    const enum kq_isa best = kq_isa_best();
+    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX};
+    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+        kq_isa_force((enum kq_isa)isa);
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            struct prob p;
+            prob_init(&p, types[k], 4352, 37, 40, 0);
+            float *all = malloc(sizeof(float) * 37 * 40), *few = malloc(sizeof(float) * 37 * 7);
+            kq_matmul(p.t, p.n, p.w, p.ws, 0, 37, p.a, p.as, 40, all, 37);
+            int bad = 0;
+            for (int nt = 2; nt <= 7; nt += 5)
+                for (int r0 = 0; r0 <= 16; r0 += 16) {
+                    kq_matmul(p.t, p.n, p.w, p.ws, r0, 37, p.a, p.as, nt, few, 37);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = r0; r < 37; r++)
+                            bad += memcmp(&few[t * 37 + r], &all[t * 37 + r], sizeof(float)) != 0;
+                }
+            CHECK_EQ(bad, 0);
+            free(all), free(few);
+            prob_free(&p);
         }
     }
     kq_isa_force(best);
@@ -678,6 +712,7 @@ int main(void)
     RUN(simd_act_quantisers);
     RUN(simd_dot_vs_scalar);
     RUN(simd_matmul_vs_scalar);
+    RUN(packed_batch_invariance);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
     TEST_MAIN_END("test_kq");

@@ -1,14 +1,16 @@
 /*
  * test_tpool — engine/compute/tpool.c: range sums and index coverage across many dispatches,
- * ordered barrier phases, 10^5 back-to-back dispatches, the futex (no spin) path, bound pools,
- * destroy while idle; then a micro-benchmark of dispatch and barrier latency (printed, never
- * asserted).
+ * ordered barrier phases, chunked dispatches (every chunk once, the second phase after the first,
+ * interleaved with all-thread dispatches, slow and absent workers, a stalled worker), 10^5
+ * back-to-back dispatches, the futex (no spin) path, bound pools, destroy while idle; then a
+ * micro-benchmark of dispatch and barrier latency (printed, never asserted).
  *
  * The data races this test would expose are plain (non-atomic) accesses on purpose, so that
  * `make tsan` checks the pool's happens-before edges.
  */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -181,6 +183,144 @@ TEST(barrier_phases)
     check_phases(4, 50 / SLOW, TPOOL_SPIN_US);
     check_phases(2, 20, 0); /* every wait goes through the futex */
     check_phases(3, 10, 0);
+}
+
+/* ---- chunked dispatches ---------------------------------------------------------------------- */
+
+typedef struct count_ctx2 {
+    int count[MAX_THREADS][16]; /* [thread][padding] */
+} count_ctx2;
+
+static void count2_fn(void *arg, int ith, int nth)
+{
+    (void)nth;
+    ((count_ctx2 *)arg)->count[ith][0]++;
+}
+
+enum { CH_MAX = 600 };
+
+typedef struct chunk_ctx {
+    int64_t n, n_first;
+    int round;
+    int first[CH_MAX];         /* plain: phase-one chunk c writes first[c] */
+    unsigned char ran[CH_MAX]; /* plain: bumped by whoever runs chunk c */
+    int errors[MAX_THREADS];
+    int by[MAX_THREADS][16]; /* chunks run per thread (padded) */
+    int slow_every;          /* > 0: a worker chunk c with c % slow_every == 1 sleeps 200 us */
+} chunk_ctx;
+
+/* Phase one stamps its slot; phase two checks every phase-one stamp of this round. */
+static void chunk_fn(void *arg, int64_t c, int ith)
+{
+    chunk_ctx *x = arg;
+    x->ran[c]++;
+    x->by[ith][0]++;
+    if (x->slow_every && ith > 0 && c % x->slow_every == 1) {
+        struct timespec us = {0, 200000};
+        nanosleep(&us, NULL); /* a descheduled holder: the others must still wait for it */
+    }
+    if (c < x->n_first) {
+        x->first[c] = x->round * 1000 + (int)c;
+        return;
+    }
+    for (int64_t k = 0; k < x->n_first; k++)
+        x->errors[ith] += x->first[k] != x->round * 1000 + (int)k;
+}
+
+static void check_chunks(int nth, int rounds, int spin_us)
+{
+    static chunk_ctx x;
+    static count_ctx2 all;
+    memset(&x, 0, sizeof x);
+    memset(&all, 0, sizeof all);
+    tpool_t *p = tpool_create(nth, NULL, "chunk");
+    tpool_set_spin_us(p, spin_us);
+    int bad = 0, n_all = 0;
+    for (int r = 1; r <= rounds; r++) {
+        x.round = r;
+        x.n = (r * 37) % CH_MAX;
+        x.n_first = r % 3 == 0 ? 0 : x.n / (1 + r % 5);
+        x.slow_every = r % 7 == 0 ? 5 : 0;
+        memset(x.ran, 0, sizeof x.ran);
+        tpool_run_chunks(p, chunk_fn, &x, x.n, x.n_first);
+        for (int64_t c = 0; c < CH_MAX; c++)
+            bad += x.ran[c] != (c < x.n);
+        if (r % 4 == 0) { /* all-thread dispatches between chunked ones still reach everyone */
+            tpool_run(p, count2_fn, &all);
+            n_all++;
+        }
+    }
+    int err = 0, ran = 0;
+    for (int t = 0; t < nth; t++) {
+        err += x.errors[t];
+        ran += x.by[t][0];
+        CHECK_EQ(all.count[t][0], n_all);
+    }
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(err, 0);
+    int64_t want = 0;
+    for (int r = 1; r <= rounds; r++)
+        want += (r * 37) % CH_MAX;
+    CHECK_EQ(ran, want);
+    tpool_destroy(p);
+}
+
+TEST(chunked_dispatches)
+{
+    check_chunks(1, 50, TPOOL_SPIN_US);
+    check_chunks(2, 2000 / SLOW, TPOOL_SPIN_US);
+    check_chunks(2, 300 / SLOW, 0); /* workers asleep: many dispatches end before they wake */
+    check_chunks(3, 500 / SLOW, TPOOL_SPIN_US);
+    check_chunks(MAX_THREADS, 200 / SLOW, TPOOL_SPIN_US); /* oversubscribed */
+}
+
+/* A worker descheduled while it holds a chunk (here: asleep in it) is a stall: tpool_stalls
+ * counts it and the next dispatches run on the caller alone; every chunk still runs once. */
+typedef struct stall_ctx {
+    _Atomic int worker_in; /* a worker is inside its chunk */
+    int ran[2];            /* plain: chunk c bumps ran[c] */
+} stall_ctx;
+
+static void stall_fn(void *arg, int64_t c, int ith)
+{
+    stall_ctx *x = arg;
+    x->ran[c]++;
+    if (ith > 0) {
+        atomic_store(&x->worker_in, 1);
+        struct timespec ms = {0, 20000000};
+        nanosleep(&ms, NULL);
+    } else {
+        /* wait (at most ~1 s) for a worker to hold the other chunk */
+        for (int i = 0; i < 100000 && !atomic_load(&x->worker_in); i++) {
+            struct timespec us = {0, 10000};
+            nanosleep(&us, NULL);
+        }
+    }
+}
+
+TEST(stall_runs_alone)
+{
+    tpool_t *p = tpool_create(2, NULL, "stall");
+    static stall_ctx x;
+    for (int attempt = 0; attempt < 5 && tpool_stalls(p) == 0; attempt++) {
+        memset(&x, 0, sizeof x);
+        tpool_run_chunks(p, stall_fn, &x, 2, 0);
+        CHECK_EQ(x.ran[0], 1);
+        CHECK_EQ(x.ran[1], 1);
+    }
+    CHECK(tpool_stalls(p) >= 1);
+    static chunk_ctx y; /* the pool still runs chunked and all-thread dispatches correctly */
+    memset(&y, 0, sizeof y);
+    y.n = 300, y.n_first = 100, y.round = 1;
+    tpool_run_chunks(p, chunk_fn, &y, y.n, y.n_first);
+    for (int64_t c = 0; c < y.n; c++)
+        CHECK_EQ(y.ran[c], 1);
+    CHECK_EQ(y.errors[0] + y.errors[1], 0);
+    static count_ctx2 all;
+    memset(&all, 0, sizeof all);
+    tpool_run(p, count2_fn, &all);
+    CHECK_EQ(all.count[0][0] + all.count[1][0], 2);
+    tpool_destroy(p);
 }
 
 /* ---- back-to-back dispatches ----------------------------------------------------------------- */
@@ -392,6 +532,8 @@ int main(void)
     RUN(split_properties);
     RUN(sums_and_visits);
     RUN(barrier_phases);
+    RUN(chunked_dispatches);
+    RUN(stall_runs_alone);
     RUN(many_dispatches);
     RUN(sleeping_pool_wakes);
     RUN(destroy_idle);
