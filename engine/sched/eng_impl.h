@@ -15,6 +15,7 @@
 #include "gram.h"               // defines: gram_m_t, gram_vocab_t
 #include "pcache.h"             // defines: pcache_t, pcache_get_stats, struct pcache_entry
 #include "smp.h"                // defines: struct smp
+#include "spec.h"               // defines: struct spec_thr, struct spec_fit
 
 /* Bytes a request's outbox reserves when created (eng_req.c). */
 #define ENG_OUTBOX_RESERVE 4096
@@ -96,8 +97,8 @@ struct slot {
     int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
-    int32_t miss_streak;       /* drafting rounds in a row that gave nothing (note_miss) */
-    int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
+    struct spec_thr thr;       /* the draft throttle: kept across requests (the slot's
+                                * acceptance estimate), its wait reset by a new request */
     /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
     int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
@@ -115,6 +116,8 @@ struct slot {
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
     atomic_llong pub_ckpt[ENG_PUB_CKPTS]; /* checkpoint positions, -1 = none */
+    atomic_int pub_spec_mode;             /* enum spec_mode */
+    atomic_llong pub_spec_acc_ppm;        /* the acceptance estimate, in millionths */
 };
 
 struct eng {
@@ -143,6 +146,11 @@ struct eng {
     float *h_prev;        /* [max_batch_tokens][n_embd] MTP inputs */
     uint8_t *b_none;      /* [max_batch_tokens] zeros: no logits rows */
     bool mtp;             /* the MTP drafter is active (enabled and the model has the block) */
+    /* the draft throttle's cost models (eng_spec.c): target passes without prompt rows, and
+     * MTP passes that draft, by their rows; the batch of this round's decisions */
+    struct spec_fit fit_trunk, fit_mtp;
+    int64_t n_decoding;     /* slots decoding */
+    int64_t n_mtp_drafting; /* slots that drafted with MTP in the last round */
     gram_vocab_t *gvocab; /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
@@ -164,6 +172,7 @@ struct eng {
     atomic_llong st_draft_ns, st_sync_ns, st_mtp_rows; /* MTP drafting and KV sync work */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
     atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
+    atomic_llong st_thr_throttles, st_thr_probes, st_thr_rounds_off; /* the draft throttle */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };

@@ -3,11 +3,13 @@
  * section 3): drafting (n-gram first, then the model's MTP head chained on its own hidden
  * state), the MTP KV sync after every target batch, and verification with rollback.
  *
- * Cheap when drafts miss: a round that gives nothing (no draft accepted, or an MTP head too
- * unsure to propose one) backs the slot off for 2^k - 1 rounds after k such rounds in a row
- * (at most 63), after two misses MTP probes with one-token drafts, a backing-off slot's decode
- * rows wait (up to ENG_MAX_DRAFT of them) and reach the MTP layer in one batch when it drafts
- * again, and the first MTP draft step rides in the sync batch instead of a pass of its own.
+ * Drafting only where it pays: each slot's throttle (spec.h) keeps an acceptance estimate and
+ * picks this round's draft length from it and from what verification and MTP draft steps cost
+ * at the current batch size (linear models of the target and MTP passes fitted to their
+ * measured times, spec_fit); when no length pays, the slot is throttled and probes again with
+ * one-token drafts after 1, 2, 4 ... 64 rounds. A throttled slot's decode rows wait (up to
+ * ENG_MAX_DRAFT of them) and reach the MTP layer in one batch when it drafts again, and the
+ * first MTP draft step rides in the sync batch instead of a pass of its own.
  *
  * Lossless by construction: every emitted token is sampled by the slot's own sampler from the
  * target logits of its row, in order, with one RNG draw per token exactly as without
@@ -46,6 +48,40 @@ static int64_t draft_room(const eng_t *e, const struct slot *s, int64_t cap)
     return room < cap ? room : cap;
 }
 
+/* ---- the throttle's costs ------------------------------------------------------------------ */
+
+/* Costs of drafting for a slot this round, relative to a plain decode step of the batch the
+ * decoding slots make (spec.h); mtp: whether the draft comes from MTP steps. Before any pass
+ * was measured, a verified row costs 5 % and an MTP step 15 % of a step. */
+static struct spec_cost draft_cost(const eng_t *e, bool mtp)
+{
+    double w, c, wm, cm;
+    if (!spec_fit_get(&e->fit_trunk, &w, &c))
+        return (struct spec_cost){.row = 0.05, .mtp = mtp ? 0.15 : 0.0};
+    double step = w + c * (double)(e->n_decoding > 0 ? e->n_decoding : 1);
+    struct spec_cost k = {.row = c / step, .mtp = mtp ? 0.15 : 0.0};
+    if (mtp && spec_fit_get(&e->fit_mtp, &wm, &cm)) /* the pass is shared by the drafting slots */
+        k.mtp = (wm / (double)(e->n_mtp_drafting > 0 ? e->n_mtp_drafting : 1) + cm) / step;
+    return k;
+}
+
+/* The throttle's decision for slot s with drafts of at most k_max tokens; counts it. */
+static int64_t throttle(eng_t *e, struct slot *s, bool mtp, int64_t k_max)
+{
+    struct spec_cost c = draft_cost(e, mtp);
+    int64_t throttles = s->thr.n_throttles;
+    int64_t k = spec_thr_plan(&s->thr, &c, k_max);
+    if (s->thr.n_throttles != throttles)
+        atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
+    if (s->thr.mode == SPEC_MODE_PROBE)
+        atomic_fetch_add_explicit(&e->st_thr_probes, 1, memory_order_relaxed);
+    if (s->thr.mode == SPEC_MODE_THROTTLED)
+        atomic_fetch_add_explicit(&e->st_thr_rounds_off, 1, memory_order_relaxed);
+    return k;
+}
+
+/* ---- drafters ------------------------------------------------------------------------------ */
+
 static void ngram_round(eng_t *e, struct slot *s)
 {
     int64_t room = draft_room(e, s, e->p.ngram_max_draft);
@@ -54,6 +90,10 @@ static void ngram_round(eng_t *e, struct slot *s)
     s->tokens[s->n_cached] = s->last; /* history = cached tokens + the pending one */
     s->n_draft =
         spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
+    if (s->n_draft > 0) {
+        s->n_draft = throttle(e, s, false, s->n_draft);
+        s->draft_goal = -1; /* the round is decided: no MTP draft */
+    }
 }
 
 /* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
@@ -66,15 +106,6 @@ static float top_prob(const float *l, int64_t V, int32_t *id)
     return (float)(1.0 / sum);
 }
 
-/* A round that gave nothing: a verification that accepted no draft, or an MTP head too unsure
- * to propose one. Back-off: after k such rounds in a row, skip the next 2^k - 1 rounds (at most
- * 63), so a stream where drafts never hit costs little over plain decoding. */
-static void note_miss(struct slot *s)
-{
-    s->miss_streak++;
-    s->skip_rounds = (1 << (s->miss_streak < 6 ? s->miss_streak : 6)) - 1;
-}
-
 /* The result of an MTP row for slot s: its argmax joins the draft when the head is sure
  * enough; otherwise the chain ends here (a chain that ends with no draft is a miss). */
 static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const float *hid)
@@ -84,25 +115,26 @@ static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const fl
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
-            note_miss(s); /* an MTP pass for nothing counts as a miss */
+            spec_thr_observe(&s->thr, 1, 0); /* an MTP pass for nothing counts as a miss */
         return;
     }
     s->draft[s->n_draft++] = id;
     memcpy(s->draft_h, hid, (size_t)e->m->hp.n_embd * sizeof(float));
 }
 
-/* MTP draft length each slot wants this round (0 = none). After two misses in a row a slot
- * probes with a one-token draft (one MTP pass, one extra verified row) until a draft is
- * accepted again. */
+/* MTP draft length each slot wants this round (0 = none): what its throttle allows. */
 static void plan_mtp(eng_t *e)
 {
+    int64_t n = 0;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         bool want = s->state == SLOT_DECODE && (s->spec & ENG_SPEC_MTP) && s->n_draft == 0 &&
                     s->n_replay == 0 && s->draft_goal >= 0;
-        int64_t goal = want ? draft_room(e, s, s->miss_streak >= 2 ? 1 : e->p.draft_max) : 0;
-        s->draft_goal = goal > 0 ? goal : 0;
+        int64_t room = want ? draft_room(e, s, e->p.draft_max) : 0;
+        s->draft_goal = room > 0 ? throttle(e, s, true, room) : 0;
+        n += s->draft_goal > 0;
     }
+    e->n_mtp_drafting = n;
 }
 
 /* Chained MTP drafting from step 1 on (step 0 ran with the sync batch): one token per drafting
@@ -134,7 +166,9 @@ static void mtp_chain(eng_t *e)
                               .pos = e->b_pos,
                               .seq = e->b_seq,
                               .logits = e->b_want};
+        double t1 = dd_now();
         ASSERT(fwd_mtp(e->fwd, &b, e->h_prev, err, sizeof err) == 0);
+        spec_fit_add(&e->fit_mtp, (double)n, dd_now() - t1);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
         const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
         for (int64_t r = 0; r < n; r++)
@@ -150,20 +184,16 @@ static void external_round(eng_t *e, struct slot *s)
     s->tokens[s->n_cached] = s->last;
     int64_t n = e->p.draft_fn(e->p.draft_ud, s->id, s->tokens, s->n_cached + 1, room, s->draft);
     s->n_draft = n < 0 ? 0 : n > room ? room : n;
-}
-
-/* Back-off (see note_miss): skip this round? */
-static bool backing_off(struct slot *s)
-{
-    if (s->skip_rounds > 0) {
-        s->skip_rounds--;
-        return true;
+    if (s->n_draft > 0) {
+        s->n_draft = throttle(e, s, false, s->n_draft);
+        s->draft_goal = -1; /* the round is decided: no MTP draft */
     }
-    return false;
 }
 
 void eng__spec_init(eng_t *e)
 {
+    spec_fit_init(&e->fit_trunk, 0.05); /* per-row compute vs the weight stream, until seen */
+    spec_fit_init(&e->fit_mtp, 0.05);
     if (!e->mtp)
         return;
     const size_t E = (size_t)e->m->hp.n_embd, B = (size_t)e->p.max_batch_tokens;
@@ -205,7 +235,13 @@ static void sync_flush(eng_t *e, int64_t *n)
     struct fwd_batch b = {
         .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
+    int64_t n_want = 0;
+    for (int64_t r = 0; r < *n; r++)
+        n_want += e->y_want[r] != 0;
+    double t1 = dd_now();
     ASSERT(fwd_mtp(e->fwd, &b, e->y_h, err, sizeof err) == 0);
+    if (n_want > 0) /* a pass that drafts (rows without logits only store their K/V) */
+        spec_fit_add(&e->fit_mtp, (double)n_want, dd_now() - t1);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
     const float *logits = fwd_logits(e->fwd), *hid = fwd_hidden(e->fwd);
     for (int64_t r = 0, o = 0; r < *n; r++)
@@ -290,16 +326,16 @@ static void mtp_sync(eng_t *e, int64_t n_batch)
 void eng__spec_draft(eng_t *e, int64_t n_batch)
 {
     double t0 = dd_now();
+    int64_t n_dec = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        n_dec += e->slots[i].state == SLOT_DECODE;
+    e->n_decoding = n_dec; /* the batch a throttle decision weighs its drafts against */
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->n_draft = 0;
         s->draft_goal = 0;
         if (s->state != SLOT_DECODE || s->n_replay != 0)
             continue;
-        if (backing_off(s)) {
-            s->draft_goal = -1; /* no drafter this round */
-            continue;
-        }
         if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
             external_round(e, s);
         if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
@@ -360,10 +396,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     }
     for (int64_t i = 0; i < n && i < ENG_MAX_DRAFT; i++)
         atomic_fetch_add(&e->st_drafted_at[i], 1);
-    if (matched)
-        s->miss_streak = s->skip_rounds = 0;
-    else
-        note_miss(s);
+    spec_thr_observe(&s->thr, n, matched);
     atomic_fetch_add(&e->st_drafted, n);
     atomic_fetch_add(&e->st_accepted, matched);
     atomic_fetch_add(&e->st_verify_steps, 1);

@@ -29,3 +29,110 @@ int64_t spec_ngram_draft(const int32_t *hist, int64_t n, int64_t k_max, int64_t 
     }
     return 0;
 }
+
+/* ---- the draft throttle ------------------------------------------------------------------- */
+
+#define FIT_DECAY 0.995 /* weight of a pass after 200 newer ones: 0.37 */
+
+void spec_fit_init(struct spec_fit *f, double prior_ratio)
+{
+    *f = (struct spec_fit){.prior_ratio = prior_ratio};
+}
+
+void spec_fit_add(struct spec_fit *f, double n, double seconds)
+{
+    f->s0 = FIT_DECAY * f->s0 + 1.0;
+    f->s1 = FIT_DECAY * f->s1 + n;
+    f->s2 = FIT_DECAY * f->s2 + n * n;
+    f->st = FIT_DECAY * f->st + seconds;
+    f->snt = FIT_DECAY * f->snt + n * seconds;
+}
+
+bool spec_fit_get(const struct spec_fit *f, double *fixed, double *per_row)
+{
+    *fixed = *per_row = 0.0;
+    if (f->s0 <= 0.0)
+        return false;
+    double mn = f->s1 / f->s0, mt = f->st / f->s0;
+    double var = f->s2 / f->s0 - mn * mn;
+    double slope = -1.0;
+    if (var > 0.1) /* the passes differ enough in size to see the slope */
+        slope = (f->snt / f->s0 - mn * mt) / var;
+    if (slope >= 0.0 && mt - slope * mn > 0.0) {
+        *per_row = slope;
+        *fixed = mt - slope * mn;
+    } else { /* mt = fixed (1 + ratio mn) */
+        *fixed = mt / (1.0 + f->prior_ratio * mn);
+        *per_row = f->prior_ratio * *fixed;
+    }
+    return true;
+}
+
+const char *spec_mode_name(enum spec_mode m)
+{
+    return m == SPEC_MODE_ON ? "on" : m == SPEC_MODE_THROTTLED ? "throttled" : "probe";
+}
+
+void spec_thr_reset(struct spec_thr *t)
+{
+    *t = (struct spec_thr){.acc = SPEC_THR_ACC0, .mode = SPEC_MODE_ON};
+}
+
+double spec_thr_gain(double a, int64_t k, const struct spec_cost *c)
+{
+    double tokens = 1.0, p = 1.0;
+    for (int64_t i = 0; i < k; i++)
+        tokens += p *= a;
+    return tokens / (1.0 + (double)k * (c->row + c->mtp));
+}
+
+/* The best draft length up to k_max and its gain. */
+static int64_t best_k(double a, const struct spec_cost *c, int64_t k_max, double *gain)
+{
+    int64_t k = 0;
+    *gain = 1.0;
+    for (int64_t i = 1; i <= k_max; i++) {
+        double g = spec_thr_gain(a, i, c);
+        if (g > *gain)
+            *gain = g, k = i;
+    }
+    return k;
+}
+
+int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max)
+{
+    if (k_max < 1)
+        return 0;
+    double gain;
+    int64_t k = best_k(t->acc, c, k_max, &gain);
+    if (k > 0 && gain >= 1.0 + SPEC_THR_MARGIN) {
+        t->mode = SPEC_MODE_ON;
+        t->backoff = 0;
+        return k;
+    }
+    if (t->mode == SPEC_MODE_ON) { /* it stopped paying: wait one round, then probe */
+        t->n_throttles++;
+        t->wait = 1;
+    } else if (t->mode == SPEC_MODE_PROBE) { /* a probe that did not bring drafting back */
+        t->backoff = t->backoff < 6 ? t->backoff + 1 : 6;
+        t->wait = 1 << t->backoff;
+        t->wait = t->wait < SPEC_THR_MAX_WAIT ? t->wait : SPEC_THR_MAX_WAIT;
+    }
+    if (t->wait > 0) {
+        t->wait--;
+        t->mode = SPEC_MODE_THROTTLED;
+        t->rounds_off++;
+        return 0;
+    }
+    t->mode = SPEC_MODE_PROBE;
+    t->n_probes++;
+    return 1;
+}
+
+void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m)
+{
+    /* a probe is the only evidence for a while: it weighs double */
+    double alpha = t->mode == SPEC_MODE_PROBE ? 2 * SPEC_THR_ALPHA : SPEC_THR_ALPHA;
+    for (int64_t i = 0; i < n && i <= m; i++) /* the accepted tokens, then the first rejected */
+        t->acc += alpha * ((i < m ? 1.0 : 0.0) - t->acc);
+}

@@ -1,12 +1,15 @@
 /*
  * spec — draft sources that need no model: n-gram lookup over a sequence's own history
- * (prompt + output). The MTP drafter runs the model and lives with the engine (eng_spec.c).
+ * (prompt + output); and the draft throttle: per slot, how many tokens to draft this round
+ * given the measured acceptance and what verification costs at the current batch size. The
+ * MTP drafter runs the model and lives with the engine (eng_spec.c).
  *
- * Thread safety: pure functions.
+ * Thread safety: pure functions, or functions of the caller's structs only (one thread each).
  */
 #ifndef DELTAD_SPEC_H
 #define DELTAD_SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /*
@@ -16,5 +19,67 @@
  */
 int64_t spec_ngram_draft(const int32_t *hist, int64_t n, int64_t k_max, int64_t k_min,
                          int64_t max_draft, int32_t *out);
+
+/* ---- the draft throttle ------------------------------------------------------------------- */
+
+/* A linear cost model of one forward pass, t(n) = fixed + per_row * n seconds for n rows, fitted
+ * to measured passes by least squares with exponentially decaying weights (the newest pass
+ * weighs most; about the last 200 count). Until the passes seen differ enough in n to fit the
+ * slope, per_row is taken as prior_ratio * fixed. */
+struct spec_fit {
+    double s0, s1, s2, st, snt; /* decayed sums of 1, n, n^2, t, n t */
+    double prior_ratio;
+};
+void spec_fit_init(struct spec_fit *f, double prior_ratio);
+void spec_fit_add(struct spec_fit *f, double n, double seconds);
+/* The fitted model; false (and zeros) while no pass was seen. */
+bool spec_fit_get(const struct spec_fit *f, double *fixed, double *per_row);
+
+/* What drafting costs a slot now, in units of one plain decode step at the current batch: */
+struct spec_cost {
+    double row; /* one more row in the target step (verification of one draft token) */
+    double mtp; /* one MTP draft step (0 for drafters that run no model, e.g. n-gram) */
+};
+
+/* Throttle states, as /slots shows them. */
+enum spec_mode {
+    SPEC_MODE_ON = 0,        /* drafting: the estimate says it pays */
+    SPEC_MODE_THROTTLED = 1, /* not drafting: waiting for the next probe */
+    SPEC_MODE_PROBE = 2,     /* one short draft to measure acceptance again */
+};
+const char *spec_mode_name(enum spec_mode m);
+
+/* Per slot (owned by the engine thread). The acceptance estimate is an EWMA over draft tokens
+ * of "this token was accepted, given that the tokens before it were" (the chance that each
+ * next draft token survives), so its expected accepted length for a draft of k tokens is
+ * a + a^2 + ... + a^k. */
+struct spec_thr {
+    double acc;           /* the acceptance estimate, in [0, 1] */
+    enum spec_mode mode;  /* after the last decision */
+    int32_t wait;         /* rounds still to wait before the next probe (THROTTLED) */
+    int32_t backoff;      /* probes in a row that found drafting still not paying */
+    int64_t rounds_off;   /* rounds throttled (for monitoring) */
+    int64_t n_throttles;  /* ON -> THROTTLED transitions */
+    int64_t n_probes;
+};
+
+#define SPEC_THR_ACC0 0.5   /* the estimate of a new request */
+#define SPEC_THR_ALPHA 0.15 /* EWMA weight of one draft token */
+#define SPEC_THR_MARGIN 0.02 /* drafting must promise at least this relative speed-up */
+#define SPEC_THR_MAX_WAIT 64 /* longest wait between probes, in rounds */
+
+void spec_thr_reset(struct spec_thr *t);
+/* Expected speed of drafting k tokens relative to plain decoding (1 = the same), at
+ * acceptance a under costs c: (1 + a + ... + a^k) / (1 + k (c->row + c->mtp)). */
+double spec_thr_gain(double a, int64_t k, const struct spec_cost *c);
+/* This round's draft length for the slot, at most k_max (0 = none): the k that maximises
+ * spec_thr_gain when that beats plain decoding by SPEC_THR_MARGIN; else the slot is throttled
+ * and drafts nothing until its wait is over, then probes with one token. The first wait is
+ * one round; it doubles with every probe that did not bring drafting back (2, 4, ...
+ * SPEC_THR_MAX_WAIT rounds). */
+int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max);
+/* After verifying n draft tokens of which the first m were accepted (a probe's tokens weigh
+ * 2 * SPEC_THR_ALPHA: one accepted probe can bring a slot back at low costs). */
+void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m);
 
 #endif

@@ -21,7 +21,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/util.h" // defines: dd_buf_put, ASSERT
+#include "engine/sched/spec.h" // defines: spec_mode_name, SPEC_MODE_THROTTLED
+#include "engine/util.h"       // defines: dd_buf_put, ASSERT
 #include "json.h"        // defines: json_utf8_sanitize
 
 /* llama.cpp's suite asserts the fingerprint starts with "b" (its build number); ours is the
@@ -443,6 +444,11 @@ char *resp_slots(const struct eng_slot_stats *s, int64_t n, size_t *len)
         cJSON_AddNumberToObject(o, "n_cached_tokens", (double)s[i].n_cached_tokens);
         cJSON_AddNumberToObject(o, "spec_drafted", (double)s[i].drafted);
         cJSON_AddNumberToObject(o, "spec_accepted", (double)s[i].accepted);
+        cJSON *sp = cJSON_AddObjectToObject(o, "spec_throttle"); /* the draft throttle */
+        int m = s[i].spec_mode >= 0 && s[i].spec_mode <= 2 ? s[i].spec_mode : 0;
+        cJSON_AddStringToObject(sp, "mode", spec_mode_name((enum spec_mode)m));
+        cJSON_AddBoolToObject(sp, "throttled", m == SPEC_MODE_THROTTLED);
+        cJSON_AddNumberToObject(sp, "acceptance", round(s[i].spec_acceptance * 1e4) / 1e4);
         cJSON *ck = cJSON_AddArrayToObject(o, "checkpoints"); /* prompt-cache positions */
         for (int64_t k = 0; k < s[i].n_ckpts && k < ENG_PUB_CKPTS; k++)
             cJSON_AddItemToArray(ck, cJSON_CreateNumber((double)s[i].ckpt_pos[k]));

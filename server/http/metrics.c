@@ -317,6 +317,17 @@ static void render_engine(struct dd_buf *b, const struct eng_stats *es)
          (double)es->accepted_total},
         {"deltad_spec_verify_steps_total", "counter", "Slot steps that verified a draft.",
          (double)es->verify_steps_total},
+        {"deltad_spec_throttles_total", "counter",
+         "Times a slot stopped drafting because its acceptance did not pay for verification.",
+         (double)es->spec_throttles_total},
+        {"deltad_spec_probes_total", "counter",
+         "One-token drafts of throttled slots, to measure acceptance again.",
+         (double)es->spec_probes_total},
+        {"deltad_spec_throttled_rounds_total", "counter",
+         "Slot decode rounds without drafts because the slot was throttled.",
+         (double)es->spec_rounds_throttled_total},
+        {"deltad_spec_slots_throttled", "gauge", "Slots whose drafting is throttled now.",
+         (double)es->spec_slots_throttled},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         head(b, rows[i].name, rows[i].type, rows[i].help);
