@@ -4,7 +4,8 @@
  *   mkmodel --tiny-all DIR
  *       the standard test set (docs/models.md §9): tiny-{qwen3,qwen35,qwen35moe,qwen3next}.gguf
  *       in F32, tiny-qwen35-{q8_0,q4_0}.gguf, tiny-qwen35moe-q8_0.gguf, and
- *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256).
+ *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256),
+ *       and tiny-qwen35-mtp1.gguf (an MTP proof model whose head always agrees: --mtp-agree 1).
  *   mkmodel --arch A [--type T] [--preset tiny|small|1g|moe-1g] [--vocab N] [--seed S]
  *           [--tokenizer TOK.gguf] [--head tied|separate] -o FILE
  *       --tokenizer: every tokenizer.* key of TOK.gguf (tools/tok2gguf's output, e.g. the real
@@ -912,14 +913,15 @@ static bool parse_type(const char *s, enum kq_type *t)
     return false;
 }
 
-/* One model of the standard set: DIR/<prefix>-<arch><suffix>.gguf. */
+/* One model of the standard set: DIR/<prefix>-<arch><suffix>.gguf (agree: --mtp-agree, or
+ * < 0). */
 static int tiny_one(const char *dir, const char *preset, enum arch a, enum kq_type type,
-                    const char *prefix, const char *suffix)
+                    const char *prefix, const char *suffix, double agree)
 {
     char path[4096], name[128];
     snprintf(name, sizeof(name), "%s-%s%s", prefix, arch_names[a], suffix);
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
-    struct cfg c = {.arch = a, .type = type, .name = name, .mtp_agree = -1};
+    struct cfg c = {.arch = a, .type = type, .name = name, .mtp_agree = agree};
     preset_dims(&c, preset);
     return write_model(&c, path);
 }
@@ -931,17 +933,18 @@ static int tiny_all(const char *dir)
     mkdir(dir, 0755);
     int rc = 0;
     for (int a = 0; a < 4; a++)
-        rc |= tiny_one(dir, "tiny", (enum arch)a, KQ_F32, "tiny", "");
-    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0");
-    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0");
-    rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0");
-    rc |= tiny_one(dir, "uneven", A_QWEN35MOE, KQ_Q4_K, "uneven", "-q4_k");
+        rc |= tiny_one(dir, "tiny", (enum arch)a, KQ_F32, "tiny", "", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0", -1);
+    rc |= tiny_one(dir, "uneven", A_QWEN35MOE, KQ_Q4_K, "uneven", "-q4_k", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_F32, "tiny", "-mtp1", 1.0); /* MTP proof model */
     for (size_t i = 0; i < sizeof(small_types) / sizeof(small_types[0]); i++) {
         char suffix[16];
         snprintf(suffix, sizeof(suffix), "-%s", kq_type_name(small_types[i]));
         for (char *p = suffix; *p; p++)
             *p = (char)(*p == 'K' ? 'k' : *p); /* "q4_K" → "q4_k" in file names */
-        rc |= tiny_one(dir, "small", A_QWEN35, small_types[i], "small", suffix);
+        rc |= tiny_one(dir, "small", A_QWEN35, small_types[i], "small", suffix, -1);
     }
     return rc;
 }

@@ -129,7 +129,7 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r, int64_t reuse)
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
     s->thr.wait = 0; /* a new request: probe at once if throttled (the estimate stays) */
-    s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
+    s->n_lag = 0;    /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     smp_set(&s->smp, &r->p.s); /* logit_bias borrowed from r, which outlives the slot's use */
     tok_stream_init(&s->ts);
@@ -654,8 +654,9 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
         atomic_load_explicit(&e->st_thr_rounds_off, memory_order_relaxed);
     s->spec_slots_throttled = 0;
     for (int64_t i = 0; i < e->p.n_slots; i++)
-        s->spec_slots_throttled += atomic_load_explicit(&e->slots[i].pub_spec_mode,
-                                                        memory_order_relaxed) == SPEC_MODE_THROTTLED;
+        s->spec_slots_throttled +=
+            atomic_load_explicit(&e->slots[i].pub_spec_mode, memory_order_relaxed) ==
+            SPEC_MODE_THROTTLED;
     s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
     s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
     s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);

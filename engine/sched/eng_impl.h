@@ -140,18 +140,18 @@ struct eng {
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
     uint8_t *b_want;
-    int64_t *b_outrow;    /* [max_batch_tokens] logits row of a batch row, -1 = none */
-    int64_t b_n;          /* rows in the current batch */
-    float *h_trunk;       /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
-    float *h_prev;        /* [max_batch_tokens][n_embd] MTP inputs */
-    uint8_t *b_none;      /* [max_batch_tokens] zeros: no logits rows */
-    bool mtp;             /* the MTP drafter is active (enabled and the model has the block) */
+    int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
+    int64_t b_n;       /* rows in the current batch */
+    float *h_trunk;    /* [max_batch_tokens][n_embd] trunk hidden rows of the last step */
+    float *h_prev;     /* [max_batch_tokens][n_embd] MTP inputs */
+    uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
     /* the draft throttle's cost models (eng_spec.c): target passes without prompt rows, and
      * MTP passes that draft, by their rows; the batch of this round's decisions */
     struct spec_fit fit_trunk, fit_mtp;
     int64_t n_decoding;     /* slots decoding */
     int64_t n_mtp_drafting; /* slots that drafted with MTP in the last round */
-    gram_vocab_t *gvocab; /* the tokenizer's trie, built with the first grammar request */
+    gram_vocab_t *gvocab;   /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;

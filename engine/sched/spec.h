@@ -54,17 +54,17 @@ const char *spec_mode_name(enum spec_mode m);
  * next draft token survives), so its expected accepted length for a draft of k tokens is
  * a + a^2 + ... + a^k. */
 struct spec_thr {
-    double acc;           /* the acceptance estimate, in [0, 1] */
-    enum spec_mode mode;  /* after the last decision */
-    int32_t wait;         /* rounds still to wait before the next probe (THROTTLED) */
-    int32_t backoff;      /* probes in a row that found drafting still not paying */
-    int64_t rounds_off;   /* rounds throttled (for monitoring) */
-    int64_t n_throttles;  /* ON -> THROTTLED transitions */
+    double acc;          /* the acceptance estimate, in [0, 1] */
+    enum spec_mode mode; /* after the last decision */
+    int32_t wait;        /* rounds still to wait before the next probe (THROTTLED) */
+    int32_t backoff;     /* probes in a row that found drafting still not paying */
+    int64_t rounds_off;  /* rounds throttled (for monitoring) */
+    int64_t n_throttles; /* ON -> THROTTLED transitions */
     int64_t n_probes;
 };
 
-#define SPEC_THR_ACC0 0.5   /* the estimate of a new request */
-#define SPEC_THR_ALPHA 0.15 /* EWMA weight of one draft token */
+#define SPEC_THR_ACC0 0.5    /* the estimate of a new request */
+#define SPEC_THR_ALPHA 0.15  /* EWMA weight of one draft token */
 #define SPEC_THR_MARGIN 0.02 /* drafting must promise at least this relative speed-up */
 #define SPEC_THR_MAX_WAIT 64 /* longest wait between probes, in rounds */
 

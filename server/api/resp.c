@@ -23,7 +23,7 @@
 
 #include "engine/sched/spec.h" // defines: spec_mode_name, SPEC_MODE_THROTTLED
 #include "engine/util.h"       // defines: dd_buf_put, ASSERT
-#include "json.h"        // defines: json_utf8_sanitize
+#include "json.h"              // defines: json_utf8_sanitize
 
 /* llama.cpp's suite asserts the fingerprint starts with "b" (its build number); ours is the
  * version, with the same prefix. */

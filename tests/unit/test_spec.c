@@ -149,7 +149,7 @@ TEST(throttle_always_accepted)
     struct thr_run o = thr_drive(&t, &c, 3, 500, acc_always);
     CHECK_EQ(o.first_off, -1);
     CHECK_EQ(o.n_probes, 0);
-    CHECK(o.drafted >= 1490);   /* the first rounds may draft less: the estimate starts at 0.5 */
+    CHECK(o.drafted >= 1490); /* the first rounds may draft less: the estimate starts at 0.5 */
     CHECK_EQ(o.tokens, 500 + o.drafted);
     CHECK(t.acc > 0.99);
 }
@@ -389,6 +389,29 @@ TEST(lossless_greedy)
     lossless_case("tiny-qwen35.gguf", 8, 0.0f);
     lossless_case("tiny-qwen35moe.gguf", 8, 0.0f);
     lossless_case("tiny-qwen3next.gguf", 1, 0.0f);
+}
+
+/* The MTP proof model (mkmodel --mtp-agree 1): by construction its MTP head predicts what the
+ * trunk will, so every MTP draft must be accepted, at 1 and 4 slots, and the text is the same
+ * with and without drafts. */
+TEST(mtp_proof_model)
+{
+    for (int n_req = 1; n_req <= 4; n_req += 3) {
+        struct run_out base[4], spec[4];
+        run_all("tiny-qwen35-mtp1.gguf", 0, 0, n_req, 0.0f, base);
+        run_all("tiny-qwen35-mtp1.gguf", ENG_SPEC_MTP, 0, n_req, 0.0f, spec);
+        int64_t drafted = 0, accepted = 0;
+        for (int i = 0; i < n_req; i++) {
+            drafted += spec[i].drafted;
+            accepted += spec[i].accepted;
+            CHECK(spec[i].n == base[i].n && spec[i].n > 8 &&
+                  memcmp(spec[i].ids, base[i].ids, (size_t)base[i].n * sizeof(int32_t)) == 0);
+        }
+        printf("  tiny-qwen35-mtp1.gguf slots %d: drafted %lld, accepted %lld\n", n_req,
+               (long long)drafted, (long long)accepted);
+        CHECK(drafted > 0);
+        CHECK_EQ(accepted, drafted);
+    }
 }
 
 TEST(lossless_sampling)
@@ -716,6 +739,7 @@ int main(int argc, char **argv)
     RUN(rollback_rules);
     RUN(lossless_greedy);
     RUN(lossless_sampling);
+    RUN(mtp_proof_model);
     RUN(ngram_on_pure_kv_model);
     RUN(oracle_drafts);
     RUN(lossless_penalties);
