@@ -399,6 +399,7 @@ static void publish_slots(eng_t *e)
 static void *eng_main(void *arg)
 {
     eng_t *e = arg;
+    pthread_setname_np(pthread_self(), "deltad-engine"); /* /metrics' per-thread CPU time */
     for (;;) {
         bool busy = eng_step(e);
         busy |= eng__cache_background(e); /* saves below the slots: off the first token's path */

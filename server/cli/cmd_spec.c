@@ -40,7 +40,8 @@ struct spec_run {
     double ckpt_s, draft_s, sync_s;
     int64_t mtp_rows;
     int64_t throttles, probes; /* the draft throttle's counters */
-    uint64_t hash; /* of the generated text: must not depend on speculation */
+    int64_t steps;             /* forward steps of the target (all slots' rows in each) */
+    uint64_t hash;             /* of the generated text: must not depend on speculation */
 };
 
 #define MAX_CFG 7 /* no spec, then (snapshot, recompute) for up to 3 draft-source sets */
@@ -184,6 +185,7 @@ static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct
     out->sync_s = st.sync_seconds;
     out->mtp_rows = st.mtp_rows_total;
     out->throttles = st.spec_throttles_total;
+    out->steps = st.steps_total;
     out->probes = st.spec_probes_total;
     for (int64_t i = 0; i < n_streams; i++)
         eng_req_release(r[i]);
@@ -259,13 +261,14 @@ static void print_cfg(const struct spec_cfg *c, const struct spec_run *b)
            "(%.1f%%), %.2f accepted per "
            "verification; %lld rollbacks (%lld by restore + replay of %lld tokens); checkpoint "
            "copies %.3f ms; drafting %.1f ms, MTP KV sync %.1f ms, %lld MTP rows; throttled %lld "
-           "times, %lld probes; text %s\n",
+           "times, %lld probes; %lld slot verifications in %lld forward steps; text %s\n",
            c->name, r->tok_s, b->tok_s > 0 ? r->tok_s / b->tok_s : 0.0, r->cpu_tok_s,
            b->cpu_tok_s > 0 ? r->cpu_tok_s / b->cpu_tok_s : 0.0, (long long)r->drafted,
            (long long)r->accepted, r->drafted ? 100.0 * r->accepted / r->drafted : 0.0,
            per_verify(r, r->accepted), (long long)r->rollbacks, (long long)r->restores,
            (long long)r->replayed, r->ckpt_s * 1e3, r->draft_s * 1e3, r->sync_s * 1e3,
            (long long)r->mtp_rows, (long long)r->throttles, (long long)r->probes,
+           (long long)r->verify_steps, (long long)r->steps,
            r->hash == b->hash && r->generated == b->generated ? "identical" : "DIFFERS");
 }
 
@@ -283,7 +286,8 @@ static void print_result(const struct spec_run *b, const char *types, const stru
            (long long)x->drafted, (long long)x->accepted, (long long)x->verify_steps,
            per_verify(x, x->accepted), (long long)x->rollbacks,
            x->decode_s > 0 ? 100.0 * (x->draft_s + x->sync_s + x->ckpt_s) / x->decode_s : 0.0,
-           (long long)x->throttles, (long long)x->probes, x->hash == b->hash && x->generated == b->generated);
+           (long long)x->throttles, (long long)x->probes,
+           x->hash == b->hash && x->generated == b->generated);
     if (s && rc) {
         double per =
             rc->rollbacks ? (rc->decode_s - s->decode_s) * 1e3 / (double)rc->rollbacks : 0.0;
