@@ -151,6 +151,7 @@ struct eng {
     struct spec_fit fit_trunk, fit_mtp;
     int64_t n_decoding;     /* slots decoding */
     int64_t n_mtp_drafting; /* slots that drafted with MTP in the last round */
+    int64_t spec_round;     /* drafting rounds (steps) so far: the throttles' common clock */
     gram_vocab_t *gvocab;   /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;

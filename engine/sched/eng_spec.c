@@ -70,7 +70,7 @@ static int64_t throttle(eng_t *e, struct slot *s, bool mtp, int64_t k_max)
 {
     struct spec_cost c = draft_cost(e, mtp);
     int64_t throttles = s->thr.n_throttles;
-    int64_t k = spec_thr_plan(&s->thr, &c, k_max);
+    int64_t k = spec_thr_plan(&s->thr, &c, k_max, e->spec_round);
     if (s->thr.n_throttles != throttles)
         atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
     if (s->thr.mode == SPEC_MODE_PROBE)
@@ -115,7 +115,7 @@ static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const fl
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
-            spec_thr_observe(&s->thr, 1, 0); /* an MTP pass for nothing counts as a miss */
+            spec_thr_miss(&s->thr); /* an MTP pass for nothing */
         return;
     }
     s->draft[s->n_draft++] = id;
@@ -330,6 +330,7 @@ void eng__spec_draft(eng_t *e, int64_t n_batch)
     for (int64_t i = 0; i < e->p.n_slots; i++)
         n_dec += e->slots[i].state == SLOT_DECODE;
     e->n_decoding = n_dec; /* the batch a throttle decision weighs its drafts against */
+    e->spec_round++;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->n_draft = 0;

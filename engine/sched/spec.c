@@ -99,7 +99,17 @@ static int64_t best_k(double a, const struct spec_cost *c, int64_t k_max, double
     return k;
 }
 
-int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max)
+/* Wait until the next round that is a multiple of 2^backoff (at least one round away), so that
+ * the throttled slots of an engine at the same back-off probe in the same round: one MTP pass
+ * for all of them. */
+static void set_wait(struct spec_thr *t, int64_t round)
+{
+    int64_t w = (int64_t)1 << t->backoff;
+    w = w < SPEC_THR_MAX_WAIT ? w : SPEC_THR_MAX_WAIT;
+    t->wait = (int32_t)((round / w + 1) * w - round); /* this round and the ones before next */
+}
+
+int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max, int64_t round)
 {
     if (k_max < 1)
         return 0;
@@ -110,13 +120,13 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
         t->backoff = 0;
         return k;
     }
-    if (t->mode == SPEC_MODE_ON) { /* it stopped paying: wait one round, then probe */
+    if (t->mode == SPEC_MODE_ON) { /* it stopped paying: probe within 4 rounds */
         t->n_throttles++;
-        t->wait = 1;
+        t->backoff = 2;
+        set_wait(t, round);
     } else if (t->mode == SPEC_MODE_PROBE) { /* a probe that did not bring drafting back */
-        t->backoff = t->backoff < 6 ? t->backoff + 1 : 6;
-        t->wait = 1 << t->backoff;
-        t->wait = t->wait < SPEC_THR_MAX_WAIT ? t->wait : SPEC_THR_MAX_WAIT;
+        t->backoff = t->backoff < 4 ? t->backoff + 2 : 6; /* waits of 4, 16, 64 rounds */
+        set_wait(t, round);
     }
     if (t->wait > 0) {
         t->wait--;
@@ -129,10 +139,25 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
     return 1;
 }
 
+/* Fold one draft token's outcome into the estimate with weight w (in units of SPEC_THR_ALPHA):
+ * a running mean over the first tokens (the prior counts as one), an EWMA after them. */
+static void fold(struct spec_thr *t, double x, double w)
+{
+    double a = w * SPEC_THR_ALPHA, mean = 1.0 / (double)(t->n_obs + 2);
+    a = a > mean ? a : mean;
+    t->acc += (a < 1.0 ? a : 1.0) * (x - t->acc);
+    t->n_obs++;
+}
+
+void spec_thr_miss(struct spec_thr *t)
+{
+    fold(t, 0.0, 2.0);
+}
+
 void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m)
 {
     /* a probe is the only evidence for a while: it weighs double */
-    double alpha = t->mode == SPEC_MODE_PROBE ? 2 * SPEC_THR_ALPHA : SPEC_THR_ALPHA;
+    double w = t->mode == SPEC_MODE_PROBE ? 2.0 : 1.0;
     for (int64_t i = 0; i < n && i <= m; i++) /* the accepted tokens, then the first rejected */
-        t->acc += alpha * ((i < m ? 1.0 : 0.0) - t->acc);
+        fold(t, i < m ? 1.0 : 0.0, w);
 }

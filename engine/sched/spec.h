@@ -52,12 +52,14 @@ const char *spec_mode_name(enum spec_mode m);
 /* Per slot (owned by the engine thread). The acceptance estimate is an EWMA over draft tokens
  * of "this token was accepted, given that the tokens before it were" (the chance that each
  * next draft token survives), so its expected accepted length for a draft of k tokens is
- * a + a^2 + ... + a^k. */
+ * a + a^2 + ... + a^k. Over the first tokens it is their running mean (with the prior as one
+ * token), so a new slot learns its head fast. */
 struct spec_thr {
     double acc;          /* the acceptance estimate, in [0, 1] */
     enum spec_mode mode; /* after the last decision */
     int32_t wait;        /* rounds still to wait before the next probe (THROTTLED) */
-    int32_t backoff;     /* probes in a row that found drafting still not paying */
+    int32_t backoff;     /* log2 of the current wait between probes */
+    int64_t n_obs;       /* draft tokens observed (a running mean over the first ones) */
     int64_t rounds_off;  /* rounds throttled (for monitoring) */
     int64_t n_throttles; /* ON -> THROTTLED transitions */
     int64_t n_probes;
@@ -74,12 +76,16 @@ void spec_thr_reset(struct spec_thr *t);
 double spec_thr_gain(double a, int64_t k, const struct spec_cost *c);
 /* This round's draft length for the slot, at most k_max (0 = none): the k that maximises
  * spec_thr_gain when that beats plain decoding by SPEC_THR_MARGIN; else the slot is throttled
- * and drafts nothing until its wait is over, then probes with one token. The first wait is
- * one round; it doubles with every probe that did not bring drafting back (2, 4, ...
- * SPEC_THR_MAX_WAIT rounds). */
-int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max);
+ * and drafts nothing until its wait is over, then probes with one token. The wait is 4 rounds,
+ * then 16 after a probe that did not bring drafting back, then SPEC_THR_MAX_WAIT (64), and ends
+ * at a round (the caller's count, the same for every slot) that is a multiple of it, so that
+ * slots at the same back-off probe together. */
+int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max, int64_t round);
 /* After verifying n draft tokens of which the first m were accepted (a probe's tokens weigh
  * 2 * SPEC_THR_ALPHA: one accepted probe can bring a slot back at low costs). */
 void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m);
+/* A draft attempt that gave no token (an MTP head too unsure to propose one): it cost a pass
+ * for nothing, and weighs like a rejected probe. */
+void spec_thr_miss(struct spec_thr *t);
 
 #endif
