@@ -128,8 +128,9 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r, int64_t reuse)
     dd_buf_truncate(&s->pend, 0);
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
-    s->thr.wait = 0; /* a new request: probe at once if throttled (the estimate stays) */
-    s->n_lag = 0;    /* the old request's lagging MTP rows: dropped (they only shape drafts) */
+    s->thr[0].wait = s->thr[1].wait = 0; /* a new request: probe at once if throttled (the
+                                          * estimates stay) */
+    s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     smp_set(&s->smp, &r->p.s); /* logit_bias borrowed from r, which outlives the slot's use */
     tok_stream_init(&s->ts);
@@ -387,9 +388,11 @@ static void publish_slots(eng_t *e)
                               memory_order_relaxed);
         atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
         atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
-        atomic_store_explicit(&s->pub_spec_mode, (int)s->thr.mode, memory_order_relaxed);
-        atomic_store_explicit(&s->pub_spec_acc_ppm, (long long)(s->thr.acc * 1e6),
-                              memory_order_relaxed);
+        for (int k = 0; k < 2; k++) {
+            atomic_store_explicit(&s->pub_spec_mode[k], (int)s->thr[k].mode, memory_order_relaxed);
+            atomic_store_explicit(&s->pub_spec_acc_ppm[k], (long long)(s->thr[k].acc * 1e6),
+                                  memory_order_relaxed);
+        }
         for (int64_t k = 0; k < ENG_PUB_CKPTS; k++)
             atomic_store_explicit(&s->pub_ckpt[k], k < e->n_ckpt ? s->ckpts[k].pos : -1,
                                   memory_order_relaxed);
@@ -450,7 +453,8 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->pending_h = xcalloc(E, sizeof(float));
     s->draft_h = xcalloc(E, sizeof(float));
     s->spec_ckpt.pos = -1;
-    spec_thr_reset(&s->thr);
+    spec_thr_reset(&s->thr[0]);
+    spec_thr_reset(&s->thr[1]);
     s->spec_ckpt.state =
         e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
     s->spec_ckpt.h = xcalloc(E, sizeof(float));
@@ -656,7 +660,7 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->spec_slots_throttled = 0;
     for (int64_t i = 0; i < e->p.n_slots; i++)
         s->spec_slots_throttled +=
-            atomic_load_explicit(&e->slots[i].pub_spec_mode, memory_order_relaxed) ==
+            atomic_load_explicit(&e->slots[i].pub_spec_mode[ENG_SRC_MTP], memory_order_relaxed) ==
             SPEC_MODE_THROTTLED;
     s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
     s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
@@ -697,9 +701,15 @@ int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
             .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
             .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
             .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed),
-            .spec_mode = atomic_load_explicit(&s->pub_spec_mode, memory_order_relaxed),
+            .spec_mode = atomic_load_explicit(&s->pub_spec_mode[ENG_SRC_MTP], memory_order_relaxed),
             .spec_acceptance =
-                atomic_load_explicit(&s->pub_spec_acc_ppm, memory_order_relaxed) * 1e-6};
+                atomic_load_explicit(&s->pub_spec_acc_ppm[ENG_SRC_MTP], memory_order_relaxed) *
+                1e-6,
+            .ngram_mode =
+                atomic_load_explicit(&s->pub_spec_mode[ENG_SRC_FREE], memory_order_relaxed),
+            .ngram_acceptance =
+                atomic_load_explicit(&s->pub_spec_acc_ppm[ENG_SRC_FREE], memory_order_relaxed) *
+                1e-6};
         for (int64_t k = 0; k < ENG_PUB_CKPTS; k++) {
             int64_t pos = atomic_load_explicit(&s->pub_ckpt[k], memory_order_relaxed);
             if (pos > 0)

@@ -63,6 +63,9 @@ struct save {
     uint64_t seq; /* start order: the oldest is worked on first */
 };
 
+/* Draft sources with a throttle each (struct slot.thr). */
+enum { ENG_SRC_FREE = 0, ENG_SRC_MTP = 1 };
+
 /* A slot's run in the current batch. */
 enum run_kind { RUN_NONE = 0, RUN_PREFILL, RUN_DECODE, RUN_VERIFY, RUN_REPLAY };
 
@@ -97,8 +100,10 @@ struct slot {
     int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
-    struct spec_thr thr;       /* the draft throttle: kept across requests (the slot's
-                                * acceptance estimate), its wait reset by a new request */
+    struct spec_thr thr[2];    /* the draft throttles of model-free (n-gram, external) and MTP
+                                * drafts: kept across requests (the slot's acceptance
+                                * estimates), their waits reset by a new request */
+    int draft_src;             /* ENG_SRC_* of the current draft */
     /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
     int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
@@ -116,8 +121,8 @@ struct slot {
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
     atomic_llong pub_ckpt[ENG_PUB_CKPTS]; /* checkpoint positions, -1 = none */
-    atomic_int pub_spec_mode;             /* enum spec_mode */
-    atomic_llong pub_spec_acc_ppm;        /* the acceptance estimate, in millionths */
+    atomic_int pub_spec_mode[2];          /* enum spec_mode, by ENG_SRC_* */
+    atomic_llong pub_spec_acc_ppm[2];     /* the acceptance estimates, in millionths */
 };
 
 struct eng {

@@ -65,17 +65,19 @@ static struct spec_cost draft_cost(const eng_t *e, bool mtp)
     return k;
 }
 
-/* The throttle's decision for slot s with drafts of at most k_max tokens; counts it. */
-static int64_t throttle(eng_t *e, struct slot *s, bool mtp, int64_t k_max)
+/* The decision of slot s's throttle for drafts of source src (ENG_SRC_*) of at most k_max
+ * tokens; counts it. */
+static int64_t throttle(eng_t *e, struct slot *s, int src, int64_t k_max)
 {
-    struct spec_cost c = draft_cost(e, mtp);
-    int64_t throttles = s->thr.n_throttles;
-    int64_t k = spec_thr_plan(&s->thr, &c, k_max, e->spec_round);
-    if (s->thr.n_throttles != throttles)
+    struct spec_thr *t = &s->thr[src];
+    struct spec_cost c = draft_cost(e, src == ENG_SRC_MTP);
+    int64_t throttles = t->n_throttles;
+    int64_t k = spec_thr_plan(t, &c, k_max, e->spec_round);
+    if (t->n_throttles != throttles)
         atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
-    if (s->thr.mode == SPEC_MODE_PROBE)
+    if (t->mode == SPEC_MODE_PROBE)
         atomic_fetch_add_explicit(&e->st_thr_probes, 1, memory_order_relaxed);
-    if (s->thr.mode == SPEC_MODE_THROTTLED)
+    if (t->mode == SPEC_MODE_THROTTLED)
         atomic_fetch_add_explicit(&e->st_thr_rounds_off, 1, memory_order_relaxed);
     return k;
 }
@@ -90,10 +92,6 @@ static void ngram_round(eng_t *e, struct slot *s)
     s->tokens[s->n_cached] = s->last; /* history = cached tokens + the pending one */
     s->n_draft =
         spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
-    if (s->n_draft > 0) {
-        s->n_draft = throttle(e, s, false, s->n_draft);
-        s->draft_goal = -1; /* the round is decided: no MTP draft */
-    }
 }
 
 /* Probability of the argmax token under softmax(logits): the MTP head's confidence. */
@@ -115,10 +113,11 @@ static void take_mtp_row(eng_t *e, struct slot *s, const float *logits, const fl
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
-            spec_thr_miss(&s->thr); /* an MTP pass for nothing */
+            spec_thr_miss(&s->thr[ENG_SRC_MTP]); /* an MTP pass for nothing */
         return;
     }
     s->draft[s->n_draft++] = id;
+    s->draft_src = ENG_SRC_MTP;
     memcpy(s->draft_h, hid, (size_t)e->m->hp.n_embd * sizeof(float));
 }
 
@@ -131,7 +130,7 @@ static void plan_mtp(eng_t *e)
         bool want = s->state == SLOT_DECODE && (s->spec & ENG_SPEC_MTP) && s->n_draft == 0 &&
                     s->n_replay == 0 && s->draft_goal >= 0;
         int64_t room = want ? draft_room(e, s, e->p.draft_max) : 0;
-        s->draft_goal = room > 0 ? throttle(e, s, true, room) : 0;
+        s->draft_goal = room > 0 ? throttle(e, s, ENG_SRC_MTP, room) : 0;
         n += s->draft_goal > 0;
     }
     e->n_mtp_drafting = n;
@@ -184,9 +183,22 @@ static void external_round(eng_t *e, struct slot *s)
     s->tokens[s->n_cached] = s->last;
     int64_t n = e->p.draft_fn(e->p.draft_ud, s->id, s->tokens, s->n_cached + 1, room, s->draft);
     s->n_draft = n < 0 ? 0 : n > room ? room : n;
+}
+
+/* A model-free draft (external, else n-gram) for slot s, cut to what its throttle allows. A
+ * draft it keeps decides the round (no MTP draft); otherwise MTP may still draft. */
+static void free_round(eng_t *e, struct slot *s)
+{
+    if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
+        external_round(e, s);
+    if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
+        ngram_round(e, s);
+    if (s->n_draft == 0)
+        return;
+    s->n_draft = throttle(e, s, ENG_SRC_FREE, s->n_draft);
     if (s->n_draft > 0) {
-        s->n_draft = throttle(e, s, false, s->n_draft);
-        s->draft_goal = -1; /* the round is decided: no MTP draft */
+        s->draft_src = ENG_SRC_FREE;
+        s->draft_goal = -1;
     }
 }
 
@@ -337,10 +349,7 @@ void eng__spec_draft(eng_t *e, int64_t n_batch)
         s->draft_goal = 0;
         if (s->state != SLOT_DECODE || s->n_replay != 0)
             continue;
-        if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
-            external_round(e, s);
-        if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
-            ngram_round(e, s);
+        free_round(e, s);
     }
     if (!e->mtp) {
         add_ns(&e->st_draft_ns, t0);
@@ -397,7 +406,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, const float *logits)
     }
     for (int64_t i = 0; i < n && i < ENG_MAX_DRAFT; i++)
         atomic_fetch_add(&e->st_drafted_at[i], 1);
-    spec_thr_observe(&s->thr, n, matched);
+    spec_thr_observe(&s->thr[s->draft_src], n, matched);
     atomic_fetch_add(&e->st_drafted, n);
     atomic_fetch_add(&e->st_accepted, matched);
     atomic_fetch_add(&e->st_verify_steps, 1);

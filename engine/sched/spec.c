@@ -115,7 +115,8 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
         return 0;
     double gain;
     int64_t k = best_k(t->acc, c, k_max, &gain);
-    if (k > 0 && gain >= 1.0 + SPEC_THR_MARGIN) {
+    /* hysteresis: drafting stays on while it pays at all, and comes back with a margin */
+    if (k > 0 && gain >= (t->mode == SPEC_MODE_ON ? 1.0 : 1.0 + SPEC_THR_MARGIN)) {
         t->mode = SPEC_MODE_ON;
         t->backoff = 0;
         return k;
@@ -124,8 +125,9 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
         t->n_throttles++;
         t->backoff = 2;
         set_wait(t, round);
-    } else if (t->mode == SPEC_MODE_PROBE) { /* a probe that did not bring drafting back */
-        t->backoff = t->backoff < 4 ? t->backoff + 2 : 6; /* waits of 4, 16, 64 rounds */
+    } else if (t->mode == SPEC_MODE_PROBE) { /* a probe that did not bring drafting back: */
+        if (!t->probe_hit) /* the wait grows, 4, 16, 64 rounds, unless the probe was accepted */
+            t->backoff = t->backoff < 4 ? t->backoff + 2 : 6;
         set_wait(t, round);
     }
     if (t->wait > 0) {
@@ -135,6 +137,7 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
         return 0;
     }
     t->mode = SPEC_MODE_PROBE;
+    t->probe_hit = false;
     t->n_probes++;
     return 1;
 }
@@ -156,8 +159,10 @@ void spec_thr_miss(struct spec_thr *t)
 
 void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m)
 {
-    /* a probe is the only evidence for a while: it weighs double */
-    double w = t->mode == SPEC_MODE_PROBE ? 2.0 : 1.0;
+    /* a probe is the only evidence for a while: it weighs four tokens */
+    double w = t->mode == SPEC_MODE_PROBE ? 4.0 : 1.0;
     for (int64_t i = 0; i < n && i <= m; i++) /* the accepted tokens, then the first rejected */
         fold(t, i < m ? 1.0 : 0.0, w);
+    if (t->mode == SPEC_MODE_PROBE && m > 0)
+        t->probe_hit = true;
 }

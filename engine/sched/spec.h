@@ -60,13 +60,14 @@ struct spec_thr {
     int32_t wait;        /* rounds still to wait before the next probe (THROTTLED) */
     int32_t backoff;     /* log2 of the current wait between probes */
     int64_t n_obs;       /* draft tokens observed (a running mean over the first ones) */
+    bool probe_hit;      /* the last probe's draft was accepted */
     int64_t rounds_off;  /* rounds throttled (for monitoring) */
     int64_t n_throttles; /* ON -> THROTTLED transitions */
     int64_t n_probes;
 };
 
 #define SPEC_THR_ACC0 0.5    /* the estimate of a new request */
-#define SPEC_THR_ALPHA 0.15  /* EWMA weight of one draft token */
+#define SPEC_THR_ALPHA 0.05  /* EWMA weight of one draft token */
 #define SPEC_THR_MARGIN 0.02 /* drafting must promise at least this relative speed-up */
 #define SPEC_THR_MAX_WAIT 64 /* longest wait between probes, in rounds */
 
@@ -75,17 +76,17 @@ void spec_thr_reset(struct spec_thr *t);
  * acceptance a under costs c: (1 + a + ... + a^k) / (1 + k (c->row + c->mtp)). */
 double spec_thr_gain(double a, int64_t k, const struct spec_cost *c);
 /* This round's draft length for the slot, at most k_max (0 = none): the k that maximises
- * spec_thr_gain when that beats plain decoding by SPEC_THR_MARGIN; else the slot is throttled
- * and drafts nothing until its wait is over, then probes with one token. The wait is 4 rounds,
- * then 16 after a probe that did not bring drafting back, then SPEC_THR_MAX_WAIT (64), and ends
- * at a round (the caller's count, the same for every slot) that is a multiple of it, so that
- * slots at the same back-off probe together. */
+ * spec_thr_gain, while that beats plain decoding (by SPEC_THR_MARGIN to turn drafting back
+ * on); else the slot is throttled and drafts nothing until its wait is over, then probes with
+ * one token. The wait is 4 rounds, then 16 and 64 (SPEC_THR_MAX_WAIT) after probes that were
+ * rejected, and ends at a round (the caller's count, the same for every slot) that is a
+ * multiple of it, so that slots at the same back-off probe together. */
 int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_max, int64_t round);
-/* After verifying n draft tokens of which the first m were accepted (a probe's tokens weigh
- * 2 * SPEC_THR_ALPHA: one accepted probe can bring a slot back at low costs). */
+/* After verifying n draft tokens of which the first m were accepted (a probe's token weighs
+ * like 4 draft tokens: accepted probes can bring a slot back within two waits). */
 void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m);
 /* A draft attempt that gave no token (an MTP head too unsure to propose one): it cost a pass
- * for nothing, and weighs like a rejected probe. */
+ * for nothing, and weighs like 2 rejected draft tokens. */
 void spec_thr_miss(struct spec_thr *t);
 
 #endif
