@@ -257,10 +257,12 @@ def check_metrics_slots(d, n_slots):
          "GET /slots", body[:300])
     # issue 33: each slot's draft throttle (mode, throttled, acceptance estimate)
     thr = [s.get("spec_throttle") for s in slots]
-    C.ok(all(isinstance(t, dict) and t.get("mode") in ("on", "throttled", "probe") and
+    thr += [t.get("ngram") for t in thr if isinstance(t, dict)]
+    C.ok(len(thr) == 2 * n_slots and
+         all(isinstance(t, dict) and t.get("mode") in ("on", "throttled", "probe") and
              t.get("throttled") == (t.get("mode") == "throttled") and
              0 <= t.get("acceptance", -1) <= 1 for t in thr),
-         "GET /slots: spec_throttle per slot", thr)
+         "GET /slots: spec_throttle (MTP and n-gram) per slot", thr)
     C.ok(metric(d.port, 'deltad_thread_cpu_seconds_total{group="http"}') > 0,
          "HTTP threads' CPU time counted")
 
