@@ -143,10 +143,11 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
 }
 
 /* Fold one draft token's outcome into the estimate with weight w (in units of SPEC_THR_ALPHA):
- * a running mean over the first tokens (the prior counts as one), an EWMA after them. */
+ * a running mean over the first tokens (the prior counts as SPEC_THR_PRIOR_N of them), an EWMA
+ * after them. */
 static void fold(struct spec_thr *t, double x, double w)
 {
-    double a = w * SPEC_THR_ALPHA, mean = 1.0 / (double)(t->n_obs + 2);
+    double a = w * SPEC_THR_ALPHA, mean = 1.0 / (double)(t->n_obs + SPEC_THR_PRIOR_N + 1);
     a = a > mean ? a : mean;
     t->acc += (a < 1.0 ? a : 1.0) * (x - t->acc);
     t->n_obs++;

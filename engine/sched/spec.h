@@ -52,8 +52,9 @@ const char *spec_mode_name(enum spec_mode m);
 /* Per slot (owned by the engine thread). The acceptance estimate is an EWMA over draft tokens
  * of "this token was accepted, given that the tokens before it were" (the chance that each
  * next draft token survives), so its expected accepted length for a draft of k tokens is
- * a + a^2 + ... + a^k. Over the first tokens it is their running mean (with the prior as one
- * token), so a new slot learns its head fast. */
+ * a + a^2 + ... + a^k. Over the first tokens it is their running mean (with the prior worth
+ * SPEC_THR_PRIOR_N tokens), so a new slot learns its head fast without one unlucky draft
+ * throttling it. */
 struct spec_thr {
     double acc;          /* the acceptance estimate, in [0, 1] */
     enum spec_mode mode; /* after the last decision */
@@ -66,7 +67,8 @@ struct spec_thr {
     int64_t n_probes;
 };
 
-#define SPEC_THR_ACC0 0.5    /* the estimate of a new request */
+#define SPEC_THR_ACC0 0.5    /* the estimate of a new slot */
+#define SPEC_THR_PRIOR_N 4   /* ... worth this many draft tokens */
 #define SPEC_THR_ALPHA 0.05  /* EWMA weight of one draft token */
 #define SPEC_THR_MARGIN 0.02 /* drafting must promise at least this relative speed-up */
 #define SPEC_THR_MAX_WAIT 64 /* longest wait between probes, in rounds */

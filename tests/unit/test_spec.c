@@ -118,7 +118,7 @@ TEST(throttle_gain)
     CHECK_NEAR(spec_thr_gain(0.7, 0, &c), 1.0, 1e-12);
 }
 
-/* A head that never agrees (a random MTP head): drafting stops after a round or two and then
+/* A head that never agrees (a random MTP head): drafting stops after a few rounds and then
  * costs only probes, 4, 16, then 64 rounds apart: under 1 % of the decode over 2000 rounds at
  * batch-1 costs, under 3 % at the costs of a batch of 8 (a larger share of an extra row). */
 TEST(throttle_never_accepted)
@@ -128,7 +128,7 @@ TEST(throttle_never_accepted)
         struct spec_thr t;
         spec_thr_reset(&t);
         struct thr_run o = thr_drive(&t, &costs[b], 3, 2000, acc_never);
-        CHECK(o.first_off >= 1 && o.first_off <= 3);
+        CHECK(o.first_off >= 1 && o.first_off <= 10); /* the prior weighs 4 tokens */
         CHECK_EQ(o.tokens, 2000);
         CHECK(o.cost / 2000.0 - 1.0 < (b == 0 ? 0.01 : 0.03));
         CHECK(o.n_probes >= 32 && o.n_probes <= 34); /* 2 + 2000 / 64 */
