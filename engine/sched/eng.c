@@ -335,7 +335,7 @@ static bool eng_step(eng_t *e)
     struct fwd_batch b = {
         .n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_want};
     char err[256];
-    double t0 = dd_now();
+    double t0 = dd_now(), c0 = eng__cpu_now();
     bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
     if (injected)
         dd_errf(err, sizeof err, "injected failure (DELTAD_FAIL_STEP)");
@@ -345,7 +345,7 @@ static bool eng_step(eng_t *e)
         return true;
     }
     if (e->step_prompt_rows == 0) /* the throttle's model of a decode / verify step */
-        spec_fit_add(&e->fit_trunk, (double)n, dd_now() - t0);
+        spec_fit_add(&e->fit_trunk, (double)n, eng__cpu_now() - c0);
     prepare_mtp_inputs(e, n);
     phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
     eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */

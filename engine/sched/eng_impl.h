@@ -104,7 +104,7 @@ struct slot {
                                 * drafts: kept across requests (the slot's acceptance
                                 * estimates), their waits reset by a new request */
     int draft_src;             /* ENG_SRC_* of the current draft */
-    /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
+    /* decode rows not yet fed to the MTP layer: while a slot is throttled, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
     int32_t *lag_tok; /* [ENG_MAX_DRAFT] */
     int64_t *lag_pos; /* [ENG_MAX_DRAFT] */
@@ -151,8 +151,9 @@ struct eng {
     float *h_prev;     /* [max_batch_tokens][n_embd] MTP inputs */
     uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
     bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
-    /* the draft throttle's cost models (eng_spec.c): target passes without prompt rows, and
-     * MTP passes that draft, by their rows; the batch of this round's decisions */
+    /* the draft throttle's cost models (eng_spec.c): CPU seconds of target passes without
+     * prompt rows, and of MTP passes that draft, by their rows; the batch of this round's
+     * decisions */
     struct spec_fit fit_trunk, fit_mtp;
     int64_t n_decoding;     /* slots decoding */
     int64_t n_mtp_drafting; /* slots that drafted with MTP in the last round */
@@ -187,6 +188,9 @@ struct eng {
 int64_t eng__snap_depth(const struct eng_params *p); /* GDN snapshot groups beyond the first */
 int64_t eng__draft_cap(const struct eng_params *p);  /* longest draft of any drafter */
 /* ---- speculation (eng_spec.c) ---- */
+/* CPU seconds of the process (all threads): the clock of the draft throttle's cost models, which
+ * a busy machine's preemptions do not distort as they do wall time. */
+double eng__cpu_now(void);
 /* Buffers of the MTP sync (per slot and per engine), after the slots exist; and their end. */
 void eng__spec_init(eng_t *e);
 void eng__spec_deinit(eng_t *e);
