@@ -390,7 +390,8 @@ static void publish_slots(eng_t *e)
         atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
         for (int k = 0; k < 2; k++) {
             atomic_store_explicit(&s->pub_spec_mode[k], (int)s->thr[k].mode, memory_order_relaxed);
-            atomic_store_explicit(&s->pub_spec_acc_ppm[k], (long long)(s->thr[k].acc * 1e6),
+            atomic_store_explicit(&s->pub_spec_acc_ppm[k],
+                                  (long long)(spec_thr_estimate(&s->thr[k]) * 1e6),
                                   memory_order_relaxed);
         }
         for (int64_t k = 0; k < ENG_PUB_CKPTS; k++)

@@ -155,10 +155,11 @@ struct eng {
      * prompt rows, and of MTP passes that draft, by their rows; the batch of this round's
      * decisions */
     struct spec_fit fit_trunk, fit_mtp;
-    int64_t n_decoding;     /* slots decoding */
-    int64_t n_mtp_drafting; /* slots that drafted with MTP in the last round */
-    int64_t spec_round;     /* drafting rounds (steps) so far: the throttles' common clock */
-    gram_vocab_t *gvocab;   /* the tokenizer's trie, built with the first grammar request */
+    int64_t n_decoding;          /* slots decoding */
+    int64_t n_mtp_drafting;      /* slots that drafted with MTP in the last round */
+    int64_t spec_round;          /* drafting rounds (steps) so far: the throttles' common clock */
+    struct spec_thr thr_pool[2]; /* acceptance over all slots, by ENG_SRC_* (spec_thr.pool) */
+    gram_vocab_t *gvocab;        /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;

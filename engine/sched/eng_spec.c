@@ -60,12 +60,13 @@ double eng__cpu_now(void)
 
 /* Costs of drafting for a slot this round, relative to a plain decode step of the batch the
  * decoding slots make (spec.h); mtp: whether the draft comes from MTP steps. Before any pass
- * was measured, a verified row costs 5 % and an MTP step 15 % of a step. */
+ * was measured, a verified row costs 20 % and an MTP step 15 % of a step: on the safe side (a
+ * CPU's; a GPU's rows cost far less), so that a head that never agrees is found out soon. */
 static struct spec_cost draft_cost(const eng_t *e, bool mtp)
 {
     double w, c, wm, cm;
     if (!spec_fit_get(&e->fit_trunk, &w, &c))
-        return (struct spec_cost){.row = 0.05, .mtp = mtp ? 0.15 : 0.0};
+        return (struct spec_cost){.row = 0.2, .mtp = mtp ? 0.15 : 0.0};
     double step = w + c * (double)(e->n_decoding > 0 ? e->n_decoding : 1);
     struct spec_cost k = {.row = c / step, .mtp = mtp ? 0.15 : 0.0};
     if (mtp && spec_fit_get(&e->fit_mtp, &wm, &cm)) /* the pass is shared by the drafting slots */
@@ -81,6 +82,9 @@ static int64_t throttle(eng_t *e, struct slot *s, int src, int64_t k_max)
     struct spec_cost c = draft_cost(e, src == ENG_SRC_MTP);
     int64_t throttles = t->n_throttles;
     int64_t k = spec_thr_plan(t, &c, k_max, e->spec_round);
+    LOG_D("slot %lld: %s drafts: acceptance %.3f, costs row %.3f mtp %.3f -> %lld (%s)",
+          (long long)s->id, src == ENG_SRC_MTP ? "MTP" : "n-gram", spec_thr_estimate(t), c.row,
+          c.mtp, (long long)k, spec_mode_name(t->mode));
     if (t->n_throttles != throttles)
         atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
     if (t->mode == SPEC_MODE_PROBE)
@@ -212,8 +216,13 @@ static void free_round(eng_t *e, struct slot *s)
 
 void eng__spec_init(eng_t *e)
 {
-    spec_fit_init(&e->fit_trunk, 0.05); /* per-row compute vs the weight stream, until seen */
-    spec_fit_init(&e->fit_mtp, 0.05);
+    spec_fit_init(&e->fit_trunk, 0.25); /* per-row compute vs the weight stream, until seen */
+    spec_fit_init(&e->fit_mtp, 0.25);
+    for (int k = 0; k < 2; k++) {
+        spec_thr_reset(&e->thr_pool[k]);
+        for (int64_t i = 0; i < e->p.n_slots; i++)
+            e->slots[i].thr[k].pool = &e->thr_pool[k];
+    }
     if (!e->mtp)
         return;
     const size_t E = (size_t)e->m->hp.n_embd, B = (size_t)e->p.max_batch_tokens;

@@ -114,7 +114,7 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
     if (k_max < 1)
         return 0;
     double gain;
-    int64_t k = best_k(t->acc, c, k_max, &gain);
+    int64_t k = best_k(spec_thr_estimate(t), c, k_max, &gain);
     /* hysteresis: drafting stays on while it pays at all, and comes back with a margin */
     if (k > 0 && gain >= (t->mode == SPEC_MODE_ON ? 1.0 : 1.0 + SPEC_THR_MARGIN)) {
         t->mode = SPEC_MODE_ON;
@@ -143,19 +143,38 @@ int64_t spec_thr_plan(struct spec_thr *t, const struct spec_cost *c, int64_t k_m
 }
 
 /* Fold one draft token's outcome into the estimate with weight w (in units of SPEC_THR_ALPHA):
- * a running mean over the first tokens (the prior counts as SPEC_THR_PRIOR_N of them), an EWMA
- * after them. */
-static void fold(struct spec_thr *t, double x, double w)
+ * a running mean over the first tokens (the prior counts as SPEC_THR_PRIOR_N of them, unless
+ * a pool holds it), an EWMA after them. */
+static void fold_one(struct spec_thr *t, double x, double w)
 {
-    double a = w * SPEC_THR_ALPHA, mean = 1.0 / (double)(t->n_obs + SPEC_THR_PRIOR_N + 1);
+    /* with a pool, the pool carries the prior: the slot's own part is its tokens' mean */
+    double prior = t->pool ? 0.0 : SPEC_THR_PRIOR_N;
+    double a = w * SPEC_THR_ALPHA, mean = 1.0 / ((double)t->n_obs + prior + 1.0);
     a = a > mean ? a : mean;
     t->acc += (a < 1.0 ? a : 1.0) * (x - t->acc);
     t->n_obs++;
 }
 
+/* ... into the slot's estimate and the engine's pool. */
+static void fold(struct spec_thr *t, double x, double w)
+{
+    fold_one(t, x, w);
+    if (t->pool)
+        fold_one(t->pool, x, w);
+}
+
+double spec_thr_estimate(const struct spec_thr *t)
+{
+    if (!t->pool)
+        return t->acc;
+    double n = (double)t->n_obs < 1.0 / SPEC_THR_ALPHA ? (double)t->n_obs : 1.0 / SPEC_THR_ALPHA;
+    return (n * t->acc + SPEC_THR_POOL_N * t->pool->acc) / (n + SPEC_THR_POOL_N);
+}
+
 void spec_thr_miss(struct spec_thr *t)
 {
-    fold(t, 0.0, 2.0);
+    fold(t, 0.0, 1.0);
+    fold(t, 0.0, 1.0);
 }
 
 void spec_thr_observe(struct spec_thr *t, int64_t n, int64_t m)

@@ -56,24 +56,31 @@ const char *spec_mode_name(enum spec_mode m);
  * SPEC_THR_PRIOR_N tokens), so a new slot learns its head fast without one unlucky draft
  * throttling it. */
 struct spec_thr {
-    double acc;          /* the acceptance estimate, in [0, 1] */
-    enum spec_mode mode; /* after the last decision */
-    int32_t wait;        /* rounds still to wait before the next probe (THROTTLED) */
-    int32_t backoff;     /* log2 of the current wait between probes */
-    int64_t n_obs;       /* draft tokens observed (a running mean over the first ones) */
-    bool probe_hit;      /* the last probe's draft was accepted */
-    int64_t rounds_off;  /* rounds throttled (for monitoring) */
-    int64_t n_throttles; /* ON -> THROTTLED transitions */
+    double acc;            /* the acceptance estimate, in [0, 1] */
+    enum spec_mode mode;   /* after the last decision */
+    int32_t wait;          /* rounds still to wait before the next probe (THROTTLED) */
+    int32_t backoff;       /* log2 of the current wait between probes */
+    int64_t n_obs;         /* draft tokens observed (a running mean over the first ones) */
+    bool probe_hit;        /* the last probe's draft was accepted */
+    struct spec_thr *pool; /* the engine's estimate over all slots (its acc and n_obs only),
+                            * or NULL; borrowed */
+    int64_t rounds_off;    /* rounds throttled (for monitoring) */
+    int64_t n_throttles;   /* ON -> THROTTLED transitions */
     int64_t n_probes;
 };
 
 #define SPEC_THR_ACC0 0.5    /* the estimate of a new slot */
-#define SPEC_THR_PRIOR_N 4   /* ... worth this many draft tokens */
+#define SPEC_THR_PRIOR_N 2   /* ... worth this many draft tokens */
+#define SPEC_THR_POOL_N 4    /* the pool's estimate weighs like this many of the slot's tokens */
 #define SPEC_THR_ALPHA 0.05  /* EWMA weight of one draft token */
 #define SPEC_THR_MARGIN 0.02 /* drafting must promise at least this relative speed-up */
 #define SPEC_THR_MAX_WAIT 64 /* longest wait between probes, in rounds */
 
-void spec_thr_reset(struct spec_thr *t);
+void spec_thr_reset(struct spec_thr *t); /* pool: NULL */
+/* The acceptance a decision uses: with a pool, the slot's estimate (worth as many tokens as it
+ * has seen, at most 1 / SPEC_THR_ALPHA) shrunk towards the pool's (worth SPEC_THR_POOL_N): a
+ * slot starts from what the other slots learnt of the same drafter, e.g. a random MTP head. */
+double spec_thr_estimate(const struct spec_thr *t);
 /* Expected speed of drafting k tokens relative to plain decoding (1 = the same), at
  * acceptance a under costs c: (1 + a + ... + a^k) / (1 + k (c->row + c->mtp)). */
 double spec_thr_gain(double a, int64_t k, const struct spec_cost *c);

@@ -205,6 +205,31 @@ TEST(throttle_recovers)
     (void)o;
 }
 
+/* Eight slots sharing a pool (the engine's estimate over all slots), a head that never agrees
+ * and costs of a batch of 8: every slot is throttled after one round (the last ones before
+ * drafting at all); a slot that joins later does not draft before a probe. */
+TEST(throttle_pool)
+{
+    struct spec_cost c = {.row = 0.06, .mtp = 0.06}; /* pays from 12 % acceptance on */
+    struct spec_thr pool, t[9];
+    spec_thr_reset(&pool);
+    for (int i = 0; i < 9; i++) {
+        spec_thr_reset(&t[i]);
+        t[i].pool = &pool;
+    }
+    for (int64_t r = 0; r < 3; r++)
+        for (int i = 0; i < 8; i++) {
+            int64_t k = spec_thr_plan(&t[i], &c, 3, r);
+            if (k > 0)
+                spec_thr_observe(&t[i], k, 0);
+            if (r > 0)
+                CHECK_EQ(t[i].mode, SPEC_MODE_THROTTLED);
+        }
+    CHECK(spec_thr_estimate(&t[8]) < 0.12); /* the pool: the prior and 7 or 8 misses */
+    CHECK_EQ(spec_thr_plan(&t[8], &c, 3, 3), 0);
+    CHECK_EQ(t[8].mode, SPEC_MODE_THROTTLED);
+}
+
 /* The cost model fit: exact on a linear series, the prior ratio when the sizes never vary. */
 TEST(throttle_fit)
 {
@@ -749,6 +774,7 @@ int main(int argc, char **argv)
     RUN(throttle_always_accepted);
     RUN(throttle_partial);
     RUN(throttle_recovers);
+    RUN(throttle_pool);
     RUN(throttle_fit);
     RUN(rollback_rules);
     RUN(lossless_greedy);
