@@ -59,16 +59,24 @@ double eng__cpu_now(void)
 }
 
 /* Costs of drafting for a slot this round, relative to a plain decode step of the batch the
- * decoding slots make (spec.h); mtp: whether the draft comes from MTP steps. Before any pass
- * was measured, a verified row costs 20 % and an MTP step 15 % of a step: on the safe side (a
- * CPU's; a GPU's rows cost far less), so that a head that never agrees is found out soon. */
+ * decoding slots make (spec.h); mtp: whether the draft comes from MTP steps. The target step
+ * with k more rows is timed at its size (spec_fit_time); before any pass was measured, a
+ * verified row costs 20 % and an MTP step 15 % of a step: on the safe side (a CPU's; a GPU's
+ * rows cost far less), so that a head that never agrees is found out soon. */
 static struct spec_cost draft_cost(const eng_t *e, bool mtp)
 {
+    struct spec_cost k = {.row = 0.2, .mtp = mtp ? 0.15 : 0.0};
     double w, c, wm, cm;
+    const int64_t B = e->n_decoding > 0 ? e->n_decoding : 1;
     if (!spec_fit_get(&e->fit_trunk, &w, &c))
-        return (struct spec_cost){.row = 0.2, .mtp = mtp ? 0.15 : 0.0};
-    double step = w + c * (double)(e->n_decoding > 0 ? e->n_decoding : 1);
-    struct spec_cost k = {.row = c / step, .mtp = mtp ? 0.15 : 0.0};
+        return k;
+    double step = spec_fit_time(&e->fit_trunk, B);
+    k.row = c / step;
+    k.n_extra = SPEC_COST_K;
+    for (int64_t i = 1; i <= SPEC_COST_K; i++) { /* never cheaper than a shorter draft */
+        double x = (spec_fit_time(&e->fit_trunk, B + i) - step) / step;
+        k.extra[i] = x > k.extra[i - 1] ? x : k.extra[i - 1];
+    }
     if (mtp && spec_fit_get(&e->fit_mtp, &wm, &cm)) /* the pass is shared by the drafting slots */
         k.mtp = (wm / (double)(e->n_mtp_drafting > 0 ? e->n_mtp_drafting : 1) + cm) / step;
     return k;
@@ -82,9 +90,11 @@ static int64_t throttle(eng_t *e, struct slot *s, int src, int64_t k_max)
     struct spec_cost c = draft_cost(e, src == ENG_SRC_MTP);
     int64_t throttles = t->n_throttles;
     int64_t k = spec_thr_plan(t, &c, k_max, e->spec_round);
-    LOG_D("slot %lld: %s drafts: acceptance %.3f, costs row %.3f mtp %.3f -> %lld (%s)",
-          (long long)s->id, src == ENG_SRC_MTP ? "MTP" : "n-gram", spec_thr_estimate(t), c.row,
-          c.mtp, (long long)k, spec_mode_name(t->mode));
+    LOG_D("slot %lld: %s drafts: acceptance %.3f, costs of 1 / 2 / 3 rows %.3f / %.3f / %.3f, "
+          "an MTP step %.3f -> %lld (%s)",
+          (long long)s->id, src == ENG_SRC_MTP ? "MTP" : "n-gram", spec_thr_estimate(t),
+          c.n_extra ? c.extra[1] : c.row, c.n_extra ? c.extra[2] : 2 * c.row,
+          c.n_extra ? c.extra[3] : 3 * c.row, c.mtp, (long long)k, spec_mode_name(t->mode));
     if (t->n_throttles != throttles)
         atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
     if (t->mode == SPEC_MODE_PROBE)

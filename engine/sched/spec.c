@@ -46,6 +46,26 @@ void spec_fit_add(struct spec_fit *f, double n, double seconds)
     f->s2 = FIT_DECAY * f->s2 + n * n;
     f->st = FIT_DECAY * f->st + seconds;
     f->snt = FIT_DECAY * f->snt + n * seconds;
+    int64_t i = (int64_t)n;
+    if (i >= 1 && i <= SPEC_FIT_N)
+        f->tn[i] = f->tn[i] > 0.0 ? f->tn[i] + 0.1 * (seconds - f->tn[i]) : seconds;
+}
+
+double spec_fit_time(const struct spec_fit *f, int64_t n)
+{
+    int64_t lo = n < SPEC_FIT_N ? n : SPEC_FIT_N, hi = lo + 1;
+    while (lo >= 1 && f->tn[lo] <= 0.0)
+        lo--;
+    if (lo == n)
+        return f->tn[n];
+    while (hi <= SPEC_FIT_N && f->tn[hi] <= 0.0)
+        hi++;
+    if (lo >= 1 && hi <= SPEC_FIT_N) /* between two measured sizes */
+        return f->tn[lo] + (f->tn[hi] - f->tn[lo]) * (double)(n - lo) / (double)(hi - lo);
+    if (lo >= 1) /* beyond the largest measured: as that one (optimistic) */
+        return f->tn[lo];
+    double w, c;
+    return spec_fit_get(f, &w, &c) ? w + c * (double)n : 0.0;
 }
 
 bool spec_fit_get(const struct spec_fit *f, double *fixed, double *per_row)
@@ -83,7 +103,12 @@ double spec_thr_gain(double a, int64_t k, const struct spec_cost *c)
     double tokens = 1.0, p = 1.0;
     for (int64_t i = 0; i < k; i++)
         tokens += p *= a;
-    return tokens / (1.0 + (double)k * (c->row + c->mtp));
+    double rows = (double)k * c->row;
+    if (c->n_extra > 0) {
+        int64_t j = k < c->n_extra ? k : c->n_extra;
+        rows = c->extra[j] + (double)(k - j) * c->row;
+    }
+    return tokens / (1.0 + rows + (double)k * c->mtp);
 }
 
 /* The best draft length up to k_max and its gain. */

@@ -26,19 +26,34 @@ int64_t spec_ngram_draft(const int32_t *hist, int64_t n, int64_t k_max, int64_t 
  * to measured passes by least squares with exponentially decaying weights (the newest pass
  * weighs most; about the last 200 count). Until the passes seen differ enough in n to fit the
  * slope, per_row is taken as prior_ratio * fixed. */
+#define SPEC_FIT_N 64 /* passes of up to this many rows are also timed by their size */
+
 struct spec_fit {
     double s0, s1, s2, st, snt; /* decayed sums of 1, n, n^2, t, n t */
     double prior_ratio;
+    double tn[SPEC_FIT_N + 1]; /* EWMA of the seconds of a pass of n rows (0 = none seen) */
 };
 void spec_fit_init(struct spec_fit *f, double prior_ratio);
 void spec_fit_add(struct spec_fit *f, double n, double seconds);
 /* The fitted model; false (and zeros) while no pass was seen. */
 bool spec_fit_get(const struct spec_fit *f, double *fixed, double *per_row);
+/* Seconds of a pass of n rows: as measured at that size (a CPU's cost grows unevenly with the
+ * rows: the second may cost more than the third and fourth together); else interpolated
+ * between the nearest measured sizes; else, beyond the largest measured size, as that one
+ * (optimistic, so that longer drafts get tried and measured); else the linear model's; 0 when
+ * nothing was seen. */
+double spec_fit_time(const struct spec_fit *f, int64_t n);
 
 /* What drafting costs a slot now, in units of one plain decode step at the current batch: */
+#define SPEC_COST_K 16 /* draft lengths with a measured step cost (spec_cost.extra) */
+
 struct spec_cost {
     double row; /* one more row in the target step (verification of one draft token) */
     double mtp; /* one MTP draft step (0 for drafters that run no model, e.g. n-gram) */
+    /* with n_extra > 0: extra[k] = what k more rows add to the target step (k <= n_extra;
+     * beyond, row per row more), instead of k * row */
+    int64_t n_extra;
+    double extra[SPEC_COST_K + 1];
 };
 
 /* Throttle states, as /slots shows them. */
@@ -82,7 +97,8 @@ void spec_thr_reset(struct spec_thr *t); /* pool: NULL */
  * slot starts from what the other slots learnt of the same drafter, e.g. a random MTP head. */
 double spec_thr_estimate(const struct spec_thr *t);
 /* Expected speed of drafting k tokens relative to plain decoding (1 = the same), at
- * acceptance a under costs c: (1 + a + ... + a^k) / (1 + k (c->row + c->mtp)). */
+ * acceptance a under costs c: (1 + a + ... + a^k) / (1 + k (c->row + c->mtp)), with the
+ * measured extra[k] in place of k * c->row where c has it. */
 double spec_thr_gain(double a, int64_t k, const struct spec_cost *c);
 /* This round's draft length for the slot, at most k_max (0 = none): the k that maximises
  * spec_thr_gain, while that beats plain decoding (by SPEC_THR_MARGIN to turn drafting back

@@ -230,6 +230,27 @@ TEST(throttle_pool)
     CHECK_EQ(t[8].mode, SPEC_MODE_THROTTLED);
 }
 
+/* A concave cost curve (the first extra row dear, the next ones cheap, as on a CPU at batch 1):
+ * the longest draft wins at 80 % although one row alone costs 37 % of a step; and the measured
+ * times by size, interpolated between sizes and flat beyond the largest. */
+TEST(throttle_concave)
+{
+    struct spec_cost c = {.row = 0.37, .mtp = 0.15, .n_extra = 3, .extra = {0, 0.37, 0.5, 0.64}};
+    struct spec_thr t;
+    spec_thr_reset(&t);
+    t.acc = 0.8;
+    CHECK_EQ(spec_thr_plan(&t, &c, 3, 0), 3);
+    CHECK_NEAR(spec_thr_gain(0.8, 3, &c), 2.952 / 2.09, 1e-9);
+    CHECK_NEAR(spec_thr_gain(0.8, 5, &c), (1 + 0.8 + 0.64 + 0.512 + 0.4096 + 0.32768) / 3.13, 1e-9);
+    struct spec_fit f;
+    spec_fit_init(&f, 0.25);
+    spec_fit_add(&f, 1, 0.1);
+    spec_fit_add(&f, 4, 0.16);
+    CHECK_NEAR(spec_fit_time(&f, 1), 0.1, 1e-12);
+    CHECK_NEAR(spec_fit_time(&f, 2), 0.12, 1e-12);
+    CHECK_NEAR(spec_fit_time(&f, 8), 0.16, 1e-12);
+}
+
 /* The cost model fit: exact on a linear series, the prior ratio when the sizes never vary. */
 TEST(throttle_fit)
 {
@@ -775,6 +796,7 @@ int main(int argc, char **argv)
     RUN(throttle_partial);
     RUN(throttle_recovers);
     RUN(throttle_pool);
+    RUN(throttle_concave);
     RUN(throttle_fit);
     RUN(rollback_rules);
     RUN(lossless_greedy);
