@@ -68,8 +68,8 @@ const char *spec_mode_name(enum spec_mode m);
  * of "this token was accepted, given that the tokens before it were" (the chance that each
  * next draft token survives), so its expected accepted length for a draft of k tokens is
  * a + a^2 + ... + a^k. Over the first tokens it is their running mean (with the prior worth
- * SPEC_THR_PRIOR_N tokens), so a new slot learns its head fast without one unlucky draft
- * throttling it. */
+ * SPEC_THR_PRIOR_N tokens; with a pool, the pool holds the prior), so a new slot learns its
+ * head fast without one unlucky draft throttling it. */
 struct spec_thr {
     double acc;            /* the acceptance estimate, in [0, 1] */
     enum spec_mode mode;   /* after the last decision */
