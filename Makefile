@@ -399,6 +399,7 @@ FUZZ_DEPS_fuzz_api  := $(FUZZ_TOK) engine/model/tok_cache.c server/api/api.c ser
                        server/api/chat_tmpl.c server/api/resp.c server/api/api_responses.c \
                        server/api/api_messages.c server/api/resp_responses.c \
                        server/api/resp_messages.c server/api/store.c server/api/api_format.c \
+                       engine/sched/spec.c \
                        $(FUZZ_GRAM) $(JINJA_SRC)
 FUZZ_DEPS_fuzz_gram := $(FUZZ_TOK) $(FUZZ_GRAM)
 FUZZ_DEPS_fuzz_cfg  := engine/util.c engine/compute/dev_spec.c server/config/cfg.c server/config/cfg_check.c

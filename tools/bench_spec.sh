@@ -10,11 +10,15 @@
 #
 # Models: a synthetic ~1 GB Q8_0 qwen35 (random weights, made once by mkmodel into
 # BUILD_DIR/bench-models as tools/bench.sh does: its MTP head almost never agrees with the
-# trunk, so its MTP rows measure the overhead of drafts that are never accepted), and
-# models/demo.gguf when it exists (the trained demo model: the real MTP speed-up).
+# trunk, so its MTP rows measure the overhead of drafts that are never accepted, at batch 1
+# and, with 8 concurrent streams, at batch 8), models/demo.gguf when it exists (the trained
+# demo model: the real MTP speed-up), and the MTP proof models (mkmodel --mtp-agree P, the
+# same shapes and size: a trunk that walks a cycle of tokens and an MTP head that agrees with
+# it after a fraction P of them; P = 1, 0.8 and 0.65): the memory-bound MTP speed-up at known
+# agreement.
 # Knobs (environment):
 #   BENCH_REPS (5)  BENCH_SPEC_GEN (96 tokens per run)  BENCH_THREADS (1)
-#   BENCH_SPEC_MODELS ("synthetic demo")  BENCH_SPEC_ROLLBACK (both: snapshot|recompute|both)
+#   BENCH_SPEC_MODELS ("synthetic demo proof")  BENCH_SPEC_AGREE ("1 0.8 0.65")  BENCH_SPEC_ROLLBACK (both: snapshot|recompute|both)
 #   BENCH_SPEC_DEMO (models/demo.gguf: the demo model file)  BENCH_SPEC_DEMO_REPS (15)
 set -euo pipefail
 B=${1:?usage: tools/bench_spec.sh BUILD_DIR}
@@ -30,6 +34,10 @@ model_file() {
       [ -f "$f" ] || "$B/tools/mkmodel" --arch qwen35 --preset 1g --type q8_0 -o "$f" >&2
       echo "$f" ;;
     demo) local d=${BENCH_SPEC_DEMO:-models/demo.gguf}; [ -f "$d" ] && echo "$d" || true ;;
+    proof*)
+      local a=${1#proof} f=$M/qwen35-1g-q8_0-mtp${1#proof}.gguf
+      [ -f "$f" ] || "$B/tools/mkmodel" --preset 1g --type q8_0 --mtp-agree "$a" -o "$f" >&2
+      echo "$f" ;;
     *) echo "bench_spec.sh: unknown model '$1'" >&2; exit 2 ;;
   esac
 }
@@ -46,7 +54,15 @@ results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 start=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for name in ${BENCH_SPEC_MODELS:-synthetic demo}; do
+names=""
+for name in ${BENCH_SPEC_MODELS:-synthetic demo proof}; do
+  if [ "$name" = proof ]; then
+    for a in ${BENCH_SPEC_AGREE:-1 0.8 0.65}; do names="$names proof$a"; done
+  else
+    names="$names $name"
+  fi
+done
+for name in $names; do
   model=$(model_file "$name")
   if [ -z "$model" ]; then
     echo "== $name: models/demo.gguf not found (make demo-model), skipped"
@@ -55,6 +71,15 @@ for name in ${BENCH_SPEC_MODELS:-synthetic demo}; do
   cat "$model" >/dev/null # into the page cache before the first timed run
   r=$reps
   [ "$name" = demo ] && r=${BENCH_SPEC_DEMO_REPS:-15} # ~0.1 s runs: more of them
+  case $name in
+    proof*) # free only (the echo prompt's answer is the same cycle); MTP drafts only
+      echo "== $(basename "$model") prompt=free threads=$threads gen=$ngen reps=$r mtp"
+      out=$("$B/deltad" bench -m "$model" -t "$threads" -n "$ngen" -r "$r" --spec mtp \
+            --text "$prompt_free")
+      echo "$out"
+      echo "$out" | sed -n "s/^result /name=$name prompt=free /p" >>"$results"
+      continue ;;
+  esac
   for p in echo free; do
     var=prompt_$p
     echo "== $(basename "$model") prompt=$p threads=$threads gen=$ngen reps=$r"
@@ -71,6 +96,16 @@ for name in ${BENCH_SPEC_MODELS:-synthetic demo}; do
           --p-min 0 --text "$prompt_free")
     echo "$out"
     echo "$out" | sed -n "s/^result spec=mtp /name=$name prompt=free spec=mtp,p0 /p" >>"$results"
+    # the same at batch 8: 8 concurrent streams (by CPU time: the 8 streams' work)
+    for p0 in 0.05 0; do
+      echo "== $(basename "$model") prompt=free threads=$threads gen=$ngen reps=$reps mtp" \
+           "--p-min $p0 --parallel 8"
+      out=$("$B/deltad" bench -m "$model" -t "$threads" -n "$ngen" -r "$reps" --spec mtp \
+            --p-min "$p0" --parallel 8 --text "$prompt_free")
+      echo "$out"
+      tag=mtp,b8; [ "$p0" = 0 ] && tag=mtp,p0,b8
+      echo "$out" | sed -n "s/^result spec=mtp /name=$name prompt=free spec=$tag /p" >>"$results"
+    done
   fi
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -109,6 +144,8 @@ END {
   print "by CPU time = the speed-up measured by process CPU time instead of wall time: on a shared"
   print "machine it leaves out the time the engine waited for a core. mtp,p0 = MTP drafting with"
   print "no confidence floor (--p-min 0): the worst case of drafts that are never accepted."
+  print ",b8 = 8 concurrent streams (batch 8), tok/s summed over them. proof<P> = the MTP proof"
+  print "model whose head agrees with the trunk after a fraction P of the tokens of its cycle."
   print "ms/rollbk = (decode time with recompute - with snapshot) / rollbacks by recompute."
   print "text differs = the greedy output with drafts is not byte-identical to the output without"
   print "them: the batched CPU kernels round differently from the one-row decode kernels (see"

@@ -5,7 +5,11 @@ For each concurrency level, N clients each stream one chat completion at the sam
 (ignore_eos-like: a large max_tokens on a model that rarely stops), and the script reports
 per-stream decode tokens/s (tokens after the first / time after the first), time to first
 token, and the aggregate tokens/s over the wall time. Compare the single-stream figure with
-`deltad bench` on the same model to see the HTTP overhead.
+`deltad bench` on the same model to see the HTTP overhead. It also reads the daemon's
+deltad_thread_cpu_seconds_total before and after each level and prints the CPU time of the
+HTTP threads (libmicrohttpd's workers and the SSE job timer: parsing, templating,
+tokenizing, SSE framing and writes) as a share of the engine's (the scheduler thread plus the
+forward-pass workers).
 
     tools/http_bench.py --url http://127.0.0.1:8080 --streams 1,4,8 --max-tokens 64 --reps 3
 
@@ -62,6 +66,21 @@ def level(url, n, body):
     return statistics.median(per) if per else 0, statistics.median(ttft) if ttft else 0, total / wall
 
 
+def thread_cpu(url):
+    """deltad_thread_cpu_seconds_total by group, from /metrics ({} when absent)."""
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("deltad_thread_cpu_seconds_total{group="):
+            g = line.split('"')[1]
+            out[g] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://127.0.0.1:8080")
@@ -77,11 +96,20 @@ def main():
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     if a.speculative:
         body["speculative"] = a.speculative
-    print(f"{'streams':>7} {'tok/s per stream':>17} {'TTFT s':>8} {'aggregate tok/s':>16}")
+    print(f"{'streams':>7} {'tok/s per stream':>17} {'TTFT s':>8} {'aggregate tok/s':>16}"
+          f" {'HTTP CPU s':>10} {'engine CPU s':>12} {'HTTP/engine':>11}")
     for n in [int(x) for x in a.streams.split(",")]:
+        c0 = thread_cpu(a.url)
         runs = [level(a.url, n, body) for _ in range(a.reps)]
+        c1 = thread_cpu(a.url)
+        d = {g: c1.get(g, 0) - c0.get(g, 0) for g in c1}
+        hcpu, ecpu = d.get("http", 0), d.get("engine", 0) + d.get("compute", 0)
+        share = f"{100 * hcpu / ecpu:>10.2f}%" if ecpu > 0 else f"{'-':>11}"
         med = lambda i: statistics.median(r[i] for r in runs)
-        print(f"{n:>7} {med(0):>17.2f} {med(1):>8.3f} {med(2):>16.2f}")
+        print(f"{n:>7} {med(0):>17.2f} {med(1):>8.3f} {med(2):>16.2f} {hcpu:>10.3f} {ecpu:>12.3f}"
+              f" {share}")
+    print("HTTP/engine = CPU time of the HTTP threads over that of the engine thread and the "
+          "compute workers, summed over the level's runs.")
 
 
 if __name__ == "__main__":

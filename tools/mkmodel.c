@@ -4,13 +4,16 @@
  *   mkmodel --tiny-all DIR
  *       the standard test set (docs/models.md §9): tiny-{qwen3,qwen35,qwen35moe,qwen3next}.gguf
  *       in F32, tiny-qwen35-{q8_0,q4_0}.gguf, tiny-qwen35moe-q8_0.gguf, and
- *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256).
+ *       small-qwen35-{f32,f16,bf16,q4_k,q5_k,q6_k}.gguf (every quantised ne0 a multiple of 256),
+ *       and tiny-qwen35-mtp1.gguf (an MTP proof model whose head always agrees: --mtp-agree 1).
  *   mkmodel --arch A [--type T] [--preset tiny|small|1g|moe-1g] [--vocab N] [--seed S]
  *           [--tokenizer TOK.gguf] [--head tied|separate] -o FILE
  *       --tokenizer: every tokenizer.* key of TOK.gguf (tools/tok2gguf's output, e.g. the real
  *       151,936-token Qwen3 vocabulary) instead of the synthetic one; the vocab is its size.
  *       --head tied: no output.weight (the head is token_embd, as in qwen3), which keeps the
  *       1g preset near 1 GB with a 152k vocabulary.
+ *       --mtp-agree P: an MTP proof model (see "MTP proof models" below): a trunk that walks a
+ *       fixed cycle of tokens and an MTP head that agrees with it on a fraction P of them.
  *
  * Determinism: every tensor row draws from its own splitmix64 stream seeded from
  * hash(tensor name) ^ seed and the row index, and normals come from Marsaglia's polar form of
@@ -133,6 +136,7 @@ struct cfg {
     const char *name;  /* general.name */
     const gguf_t *tok; /* --tokenizer: the tokenizer keys come from here, or NULL */
     bool tied;         /* no output.weight */
+    double mtp_agree;  /* --mtp-agree: in [0, 1] for an MTP proof model, < 0 = off */
 };
 
 static bool is_moe(const struct cfg *c)
@@ -156,6 +160,7 @@ static bool preset_dims(struct cfg *c, const char *preset)
                       .name = c->name,
                       .tok = c->tok,
                       .tied = c->tied,
+                      .mtp_agree = c->mtp_agree,
                       .K = 4,
                       .eps = 1e-6f,
                       .rope_base = q3 ? 1e6f : 1e7f,
@@ -405,6 +410,10 @@ enum init {
     I_CONV,   /* 0.5 N(0, 1) */
     I_DT,     /* 0.5 N(0, 1) */
     I_SSM_A,  /* -U(1, 16) */
+    /* MTP proof models only (struct proof) */
+    I_SMALL,    /* N(0, 1/ne0) / 100: a residual writer that leaves the residual stream alone */
+    I_HEAD_SIG, /* output.weight: row sigma(x) = token_embd row x */
+    I_EH_PROJ,  /* nextn.eh_proj: [A | 0] */
 };
 
 struct tspec {
@@ -438,8 +447,14 @@ static void add(struct tlist *l, enum init init, int64_t ne0, int64_t ne1, int64
     t->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
     t->ne[0] = ne0, t->ne[1] = ne1 ? ne1 : 1, t->ne[2] = ne2 ? ne2 : 1, t->ne[3] = 1;
     t->init = init;
-    t->keep_f32 = t->n_dims == 1 || (init != I_MATRIX && init != I_EMBED) ||
-                  strstr(t->name, "ffn_gate_inp") != NULL;
+    t->keep_f32 = t->n_dims == 1 || init == I_NORM || init == I_CONV || init == I_DT ||
+                  init == I_SSM_A || strstr(t->name, "ffn_gate_inp") != NULL;
+}
+
+/* How a matrix that writes into the residual stream starts: small in an MTP proof model. */
+static enum init writer(const struct cfg *c)
+{
+    return c->mtp_agree >= 0 ? I_SMALL : I_MATRIX;
 }
 
 /* Gated full attention (hybrids: attn_q packs query and gate) or plain qwen3 attention. */
@@ -449,7 +464,7 @@ static void add_attn(struct tlist *l, const struct cfg *c, int il)
     add(l, I_MATRIX, c->E, qout, 0, "blk.%d.attn_q.weight", il);
     add(l, I_MATRIX, c->E, c->Hkv * c->D, 0, "blk.%d.attn_k.weight", il);
     add(l, I_MATRIX, c->E, c->Hkv * c->D, 0, "blk.%d.attn_v.weight", il);
-    add(l, I_MATRIX, c->H * c->D, c->E, 0, "blk.%d.attn_output.weight", il);
+    add(l, writer(c), c->H * c->D, c->E, 0, "blk.%d.attn_output.weight", il);
     add(l, I_NORM, c->D, 0, 0, "blk.%d.attn_q_norm.weight", il);
     add(l, I_NORM, c->D, 0, 0, "blk.%d.attn_k_norm.weight", il);
 }
@@ -470,7 +485,7 @@ static void add_gdn(struct tlist *l, const struct cfg *c, int il)
         add(l, I_MATRIX, c->E, c->Hv, 0, "blk.%d.ssm_alpha.weight", il);
     }
     add(l, I_NORM, c->S, 0, 0, "blk.%d.ssm_norm.weight", il);
-    add(l, I_MATRIX, c->Hv * c->S, c->E, 0, "blk.%d.ssm_out.weight", il);
+    add(l, writer(c), c->Hv * c->S, c->E, 0, "blk.%d.ssm_out.weight", il);
 }
 
 /* Dense SwiGLU FFN or MoE with a shared expert (docs §4.5, §4.6). */
@@ -479,17 +494,17 @@ static void add_ffn(struct tlist *l, const struct cfg *c, int il)
     if (!is_moe(c)) {
         add(l, I_MATRIX, c->E, c->n_ff, 0, "blk.%d.ffn_gate.weight", il);
         add(l, I_MATRIX, c->E, c->n_ff, 0, "blk.%d.ffn_up.weight", il);
-        add(l, I_MATRIX, c->n_ff, c->E, 0, "blk.%d.ffn_down.weight", il);
+        add(l, writer(c), c->n_ff, c->E, 0, "blk.%d.ffn_down.weight", il);
         return;
     }
     add(l, I_MATRIX, c->E, c->n_exp, 0, "blk.%d.ffn_gate_inp.weight", il);
     add(l, I_MATRIX, c->E, c->ff_exp, c->n_exp, "blk.%d.ffn_gate_exps.weight", il);
     add(l, I_MATRIX, c->E, c->ff_exp, c->n_exp, "blk.%d.ffn_up_exps.weight", il);
-    add(l, I_MATRIX, c->ff_exp, c->E, c->n_exp, "blk.%d.ffn_down_exps.weight", il);
+    add(l, writer(c), c->ff_exp, c->E, c->n_exp, "blk.%d.ffn_down_exps.weight", il);
     add(l, I_MATRIX, c->E, 0, 0, "blk.%d.ffn_gate_inp_shexp.weight", il);
     add(l, I_MATRIX, c->E, c->ff_shexp, 0, "blk.%d.ffn_gate_shexp.weight", il);
     add(l, I_MATRIX, c->E, c->ff_shexp, 0, "blk.%d.ffn_up_shexp.weight", il);
-    add(l, I_MATRIX, c->ff_shexp, c->E, 0, "blk.%d.ffn_down_shexp.weight", il);
+    add(l, writer(c), c->ff_shexp, c->E, 0, "blk.%d.ffn_down_shexp.weight", il);
 }
 
 /* Block il: mixer (attention every 4th trunk layer and in the MTP block, else GDN), FFN, and
@@ -507,7 +522,8 @@ static void add_layer(struct tlist *l, const struct cfg *c, int il)
         c->arch == A_QWEN3 ? "blk.%d.ffn_norm.weight" : "blk.%d.post_attention_norm.weight", il);
     add_ffn(l, c, il);
     if (mtp) {
-        add(l, I_MATRIX, 2 * c->E, c->E, 0, "blk.%d.nextn.eh_proj.weight", il);
+        add(l, c->mtp_agree >= 0 ? I_EH_PROJ : I_MATRIX, 2 * c->E, c->E, 0,
+            "blk.%d.nextn.eh_proj.weight", il);
         add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.enorm.weight", il);
         add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.hnorm.weight", il);
         add(l, I_NORM, c->E, 0, 0, "blk.%d.nextn.shared_head_norm.weight", il);
@@ -521,21 +537,210 @@ static void build_list(struct tlist *l, const struct cfg *c)
     add(l, I_EMBED, c->E, c->vocab, 0, "token_embd.weight");
     add(l, I_NORM, c->E, 0, 0, "output_norm.weight");
     if (c->arch != A_QWEN3 && !c->tied)
-        add(l, I_MATRIX, c->E, c->vocab, 0, "output.weight");
+        add(l, c->mtp_agree >= 0 ? I_HEAD_SIG : I_MATRIX, c->E, c->vocab, 0, "output.weight");
     for (int il = 0; il < c->n_trunk + c->n_mtp; il++)
         add_layer(l, c, il);
 }
 
 /* ---- tensor generation -------------------------------------------------------------------- */
 
-/* One row of ne0 values from the row's own stream, scaled for the tensor's role.
- * z: [ne0 + 1] and q: [(ne0 + 1) / 2] scratch. */
+/* ---- MTP proof models (--mtp-agree P) ----------------------------------------------------
+ *
+ * A model whose speculation outcome is known by construction, to measure what MTP drafts buy
+ * when they are accepted (a random model's MTP head never agrees with its trunk). Every matrix
+ * that writes into the residual stream is small (I_SMALL), so the trunk's last hidden row stays
+ * close to the embedding of the token fed; the head's row sigma(x) is token_embd row x, so the
+ * trunk predicts sigma(x) after x. sigma walks one cycle through the proof tokens ('\n', the
+ * merges, then printable ASCII: at most E / 2 of them, so that their embeddings are far from
+ * dependent) in a shuffled order and fixes every other token, so greedy decoding after a prompt
+ * that ends in a proof token walks the cycle.
+ *
+ * The MTP block sees c = [enorm(e_y) | hnorm(h)], and eh_proj = [A | 0] ignores h. A maps
+ * u_y = enorm(e_y) to u_y for the agreeing proof tokens (the MTP head then predicts sigma(y),
+ * which is the trunk's next token) and to u_sigma(y) for the others, a fraction 1 - P (it
+ * predicts sigma(sigma(y)), which verification rejects). A is exact on the proof tokens:
+ * A = I + (T - U) (U^T U)^{-1} U^T with U = [u_y] (E x L) and T the targets. A chained draft
+ * feeds the previous draft token, so each draft is right when its input is an agreeing token:
+ * the head agrees on a fraction P of the cycle's positions. */
+
+#define PROOF_MAX 104 /* '\n', 8 merges, 95 printable ASCII bytes */
+
+struct proof {
+    int64_t L;                /* tokens in the cycle */
+    int32_t tok[PROOF_MAX];   /* cycle order: sigma(tok[i]) = tok[(i + 1) % L] */
+    bool agree[PROOF_MAX];    /* the MTP head agrees after tok[i] */
+    int64_t *inv;             /* [vocab] sigma^-1 */
+    float *A;                 /* [E][E] row-major */
+    const struct tspec *embd; /* token_embd.weight, for output.weight's rows */
+    uint64_t embd_seed;
+};
+
 static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x, double *z,
-                    double *q)
+                    double *q, const struct proof *pf);
+
+/* Fisher-Yates shuffle of v[0 .. n) from stream s. */
+static void shuffle_i32(int32_t *v, int64_t n, uint64_t *s)
 {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix64(s) % (uint64_t)(i + 1));
+        int32_t t = v[i];
+        v[i] = v[j], v[j] = t;
+    }
+}
+
+/* Row 0 of tensor `name` of list l as floats (x: [ne0]). */
+static void gen_named_row(const struct tlist *l, uint64_t seed, const char *name, int64_t row,
+                          float *x)
+{
+    for (int i = 0; i < l->n; i++) {
+        if (strcmp(l->v[i].name, name) != 0)
+            continue;
+        int64_t n = l->v[i].ne[0];
+        double *z = xmalloc((size_t)(n + 1) * sizeof(double));
+        double *q = xmalloc((size_t)(n + 2) / 2 * sizeof(double) + sizeof(double));
+        gen_row(&l->v[i], hash_str(name) ^ seed, row, x, z, q, NULL);
+        free(z);
+        free(q);
+        return;
+    }
+    ASSERT(!"tensor not in the list");
+}
+
+/* Solve G X = B in place (B: [L][n] row-major) for the symmetric positive definite G [L][L]
+ * (destroyed: its Cholesky factor). */
+static void cholesky_solve(double *G, int64_t L, double *B, int64_t n)
+{
+    for (int64_t j = 0; j < L; j++) {
+        for (int64_t k = 0; k < j; k++)
+            for (int64_t i = j; i < L; i++)
+                G[i * L + j] -= G[i * L + k] * G[j * L + k];
+        ASSERT(G[j * L + j] > 0);
+        double d = sqrt(G[j * L + j]);
+        for (int64_t i = j; i < L; i++)
+            G[i * L + j] /= d;
+    }
+    for (int64_t c = 0; c < n; c++) {
+        for (int64_t i = 0; i < L; i++) { /* L y = b */
+            double v = B[i * n + c];
+            for (int64_t k = 0; k < i; k++)
+                v -= G[i * L + k] * B[k * n + c];
+            B[i * n + c] = v / G[i * L + i];
+        }
+        for (int64_t i = L - 1; i >= 0; i--) { /* L^T x = y */
+            double v = B[i * n + c];
+            for (int64_t k = i + 1; k < L; k++)
+                v -= G[k * L + i] * B[k * n + c];
+            B[i * n + c] = v / G[i * L + i];
+        }
+    }
+}
+
+/* u = enorm(e_tok) as the engine computes it: e / sqrt(mean(e^2) + eps) * g. */
+static void proof_u(const struct tlist *l, const struct cfg *c, const float *g, int32_t tok,
+                    float *e, double *u)
+{
+    gen_named_row(l, c->seed, "token_embd.weight", tok, e);
+    double ss = 0;
+    for (int64_t i = 0; i < c->E; i++)
+        ss += (double)e[i] * e[i];
+    double r = 1.0 / sqrt(ss / (double)c->E + c->eps);
+    for (int64_t i = 0; i < c->E; i++)
+        u[i] = e[i] * r * g[i];
+}
+
+/* The cycle, sigma^-1 and A of the model of c (list l); see the section comment. */
+static void proof_build(struct proof *pf, const struct cfg *c, const struct tlist *l)
+{
+    const int64_t E = c->E;
+    int32_t all[PROOF_MAX];
+    int64_t L = 0;
+    all[L++] = 10;
+    for (int32_t t = 256; t < 264; t++)
+        all[L++] = t;
+    for (int32_t t = 32; t < 127; t++)
+        all[L++] = t;
+    uint64_t s = c->seed ^ hash_str("mtp-proof");
+    shuffle_i32(all + 1, L - 1, &s); /* '\n' stays in: every chat prompt ends with it */
+    pf->L = L < E / 2 ? L : E / 2;
+    memcpy(pf->tok, all, sizeof all);
+    int32_t idx[PROOF_MAX];
+    for (int64_t i = 0; i < pf->L; i++)
+        idx[i] = (int32_t)i;
+    shuffle_i32(idx, pf->L, &s);
+    int64_t n_agree = (int64_t)floor(c->mtp_agree * (double)pf->L + 0.5);
+    for (int64_t i = 0; i < pf->L; i++)
+        pf->agree[idx[i]] = i < n_agree;
+    pf->inv = xmalloc((size_t)c->vocab * sizeof *pf->inv);
+    for (int64_t v = 0; v < c->vocab; v++)
+        pf->inv[v] = v;
+    for (int64_t i = 0; i < pf->L; i++)
+        pf->inv[pf->tok[(i + 1) % pf->L]] = pf->tok[i];
+    /* U [L][E], targets minus U for the disagreeing tokens, G = U U^T, M = G^-1 U */
+    float *g = xmalloc((size_t)E * sizeof *g), *e = xmalloc((size_t)E * sizeof *e);
+    char name[64];
+    snprintf(name, sizeof name, "blk.%lld.nextn.enorm.weight", (long long)c->n_trunk);
+    gen_named_row(l, c->seed, name, 0, g);
+    double *U = xmalloc((size_t)(pf->L * E) * sizeof *U);
+    for (int64_t i = 0; i < pf->L; i++)
+        proof_u(l, c, g, pf->tok[i], e, U + i * E);
+    double *G = xmalloc((size_t)(pf->L * pf->L) * sizeof *G);
+    for (int64_t i = 0; i < pf->L; i++)
+        for (int64_t j = 0; j < pf->L; j++) {
+            double d = 0;
+            for (int64_t k = 0; k < E; k++)
+                d += U[i * E + k] * U[j * E + k];
+            G[i * pf->L + j] = d;
+        }
+    double *M = xmalloc((size_t)(pf->L * E) * sizeof *M);
+    memcpy(M, U, (size_t)(pf->L * E) * sizeof *M);
+    cholesky_solve(G, pf->L, M, E);
+    pf->A = xmalloc((size_t)(E * E) * sizeof *pf->A);
+    double *row = xmalloc((size_t)E * sizeof *row);
+    for (int64_t r = 0; r < E; r++) {
+        for (int64_t k = 0; k < E; k++)
+            row[k] = k == r;
+        for (int64_t i = 0; i < pf->L; i++) {
+            if (pf->agree[i])
+                continue;
+            double d = U[((i + 1) % pf->L) * E + r] - U[i * E + r]; /* (T - U)[r][i] */
+            for (int64_t k = 0; k < E; k++)
+                row[k] += d * M[i * E + k];
+        }
+        for (int64_t k = 0; k < E; k++)
+            pf->A[r * E + k] = (float)row[k];
+    }
+    free(row);
+    free(M);
+    free(G);
+    free(U);
+    free(e);
+    free(g);
+}
+
+static void proof_free(struct proof *pf)
+{
+    free(pf->inv);
+    free(pf->A);
+}
+
+/* One row of ne0 values from the row's own stream, scaled for the tensor's role (pf: the proof
+ * model's data for I_HEAD_SIG and I_EH_PROJ, else unused). z: [ne0 + 1] and
+ * q: [(ne0 + 1) / 2] scratch. */
+static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x, double *z,
+                    double *q, const struct proof *pf)
+{
+    int64_t n = t->ne[0];
+    if (t->init == I_HEAD_SIG) {
+        gen_row(pf->embd, pf->embd_seed, pf->inv[row], x, z, q, NULL);
+        return;
+    }
+    if (t->init == I_EH_PROJ) {
+        memcpy(x, pf->A + row * (n / 2), (size_t)(n / 2) * sizeof(float));
+        memset(x + n / 2, 0, (size_t)(n / 2) * sizeof(float));
+        return;
+    }
     uint64_t s = tseed ^ ((uint64_t)row * 0xd1342543de82ef95ull);
     splitmix64(&s);
-    int64_t n = t->ne[0];
     if (t->init == I_SSM_A) {
         for (int64_t i = 0; i < n; i++)
             x[i] = (float)-(1.0 + 15.0 * unif(&s));
@@ -543,6 +748,7 @@ static void gen_row(const struct tspec *t, uint64_t tseed, int64_t row, float *x
     }
     normals(&s, n, z, q);
     double mul = t->init == I_MATRIX  ? 1.0 / sqrt((double)n)
+                 : t->init == I_SMALL ? 0.01 / sqrt((double)n)
                  : t->init == I_NORM  ? 0.1
                  : t->init == I_EMBED ? 1.0
                                       : 0.5; /* conv taps, dt bias */
@@ -559,6 +765,7 @@ struct gen_job {
     int64_t r0, r1;   /* rows [r0, r1) */
     size_t row_bytes; /* encoded row size */
     uint8_t *out;     /* [rows * row_bytes] */
+    const struct proof *pf;
 };
 
 /* Thread body: generate, then encode, each row of the slice (per-thread scratch). */
@@ -570,7 +777,7 @@ static void *gen_rows(void *arg)
     double *z = xmalloc((size_t)(n + 1) * sizeof(double));
     double *q = xmalloc((size_t)(n + 1) / 2 * sizeof(double) + sizeof(double));
     for (int64_t r = j->r0; r < j->r1; r++) {
-        gen_row(j->t, j->tseed, r, x, z, q);
+        gen_row(j->t, j->tseed, r, x, z, q, j->pf);
         kq_quantize_row(j->type, x, j->out + (size_t)r * j->row_bytes, n);
     }
     free(x);
@@ -588,10 +795,12 @@ static int n_threads(void)
 /* Generates tensor t encoded as `type` into a new buffer of *size bytes (caller frees).
  * Rows are split evenly over the CPUs for tensors of 64k elements or more; the calling
  * thread takes the first slice. A failed pthread_create just runs that slice inline. */
-static uint8_t *gen_tensor(const struct tspec *t, enum kq_type type, uint64_t seed, size_t *size)
+static uint8_t *gen_tensor(const struct tspec *t, enum kq_type type, uint64_t seed,
+                           const struct proof *pf, size_t *size)
 {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-    struct gen_job base = {.t = t, .type = type, .row_bytes = kq_row_bytes(type, t->ne[0])};
+    struct gen_job base = {
+        .t = t, .type = type, .row_bytes = kq_row_bytes(type, t->ne[0]), .pf = pf};
     base.tseed = hash_str(t->name) ^ seed;
     *size = base.row_bytes * (size_t)rows;
     base.out = xmalloc(*size ? *size : 1);
@@ -624,6 +833,12 @@ static int write_model(const struct cfg *c, const char *path)
     build_list(&l, c);
     gguf_writer_t *w = gguf_writer_create(0);
     set_keys(w, c);
+    struct proof pf = {0};
+    if (c->mtp_agree >= 0) {
+        proof_build(&pf, c, &l);
+        pf.embd = &l.v[0]; /* token_embd.weight comes first */
+        pf.embd_seed = hash_str(pf.embd->name) ^ c->seed;
+    }
     int rc = 0;
     uint64_t total = 0;
     for (int i = 0; i < l.n && rc == 0; i++) {
@@ -636,7 +851,7 @@ static int write_model(const struct cfg *c, const char *path)
             break;
         }
         size_t size;
-        uint8_t *data = gen_tensor(t, type, c->seed, &size);
+        uint8_t *data = gen_tensor(t, type, c->seed, &pf, &size);
         rc = gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, type, data, size) ? 1 : 0;
         total += size;
         free(data);
@@ -649,6 +864,15 @@ static int write_model(const struct cfg *c, const char *path)
     if (rc == 0)
         printf("%s: %s %s, %d tensors, %llu weight bytes, %.2f s\n", path, arch_names[c->arch],
                kq_type_name(c->type), l.n, (unsigned long long)total, dd_now() - t0);
+    if (rc == 0 && c->mtp_agree >= 0) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < pf.L; i++)
+            n += pf.agree[i];
+        printf("MTP proof model: a cycle of %lld tokens, the MTP head agrees after %lld of them"
+               " (%.1f %%)\n",
+               (long long)pf.L, (long long)n, 100.0 * (double)n / (double)pf.L);
+    }
+    proof_free(&pf);
     gguf_writer_destroy(w);
     free(l.v);
     return rc;
@@ -665,6 +889,17 @@ static bool parse_arch(const char *s, enum arch *a)
     return false;
 }
 
+/* A fraction in [0, 1]. */
+static bool parse_unit(const char *s, double *v)
+{
+    char *end;
+    double x = strtod(s, &end);
+    if (end == s || *end != '\0' || !(x >= 0.0 && x <= 1.0))
+        return false;
+    *v = x;
+    return true;
+}
+
 static bool parse_type(const char *s, enum kq_type *t)
 {
     static const enum kq_type types[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,
@@ -678,14 +913,15 @@ static bool parse_type(const char *s, enum kq_type *t)
     return false;
 }
 
-/* One model of the standard set: DIR/<prefix>-<arch><suffix>.gguf. */
+/* One model of the standard set: DIR/<prefix>-<arch><suffix>.gguf (agree: --mtp-agree, or
+ * < 0). */
 static int tiny_one(const char *dir, const char *preset, enum arch a, enum kq_type type,
-                    const char *prefix, const char *suffix)
+                    const char *prefix, const char *suffix, double agree)
 {
     char path[4096], name[128];
     snprintf(name, sizeof(name), "%s-%s%s", prefix, arch_names[a], suffix);
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
-    struct cfg c = {.arch = a, .type = type, .name = name};
+    struct cfg c = {.arch = a, .type = type, .name = name, .mtp_agree = agree};
     preset_dims(&c, preset);
     return write_model(&c, path);
 }
@@ -697,33 +933,37 @@ static int tiny_all(const char *dir)
     mkdir(dir, 0755);
     int rc = 0;
     for (int a = 0; a < 4; a++)
-        rc |= tiny_one(dir, "tiny", (enum arch)a, KQ_F32, "tiny", "");
-    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0");
-    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0");
-    rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0");
-    rc |= tiny_one(dir, "uneven", A_QWEN35MOE, KQ_Q4_K, "uneven", "-q4_k");
+        rc |= tiny_one(dir, "tiny", (enum arch)a, KQ_F32, "tiny", "", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q8_0, "tiny", "-q8_0", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_Q4_0, "tiny", "-q4_0", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35MOE, KQ_Q8_0, "tiny", "-q8_0", -1);
+    rc |= tiny_one(dir, "uneven", A_QWEN35MOE, KQ_Q4_K, "uneven", "-q4_k", -1);
+    rc |= tiny_one(dir, "tiny", A_QWEN35, KQ_F32, "tiny", "-mtp1", 1.0); /* MTP proof model */
     for (size_t i = 0; i < sizeof(small_types) / sizeof(small_types[0]); i++) {
         char suffix[16];
         snprintf(suffix, sizeof(suffix), "-%s", kq_type_name(small_types[i]));
         for (char *p = suffix; *p; p++)
             *p = (char)(*p == 'K' ? 'k' : *p); /* "q4_K" → "q4_k" in file names */
-        rc |= tiny_one(dir, "small", A_QWEN35, small_types[i], "small", suffix);
+        rc |= tiny_one(dir, "small", A_QWEN35, small_types[i], "small", suffix, -1);
     }
     return rc;
 }
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: mkmodel --tiny-all DIR\n"
-            "       mkmodel --arch qwen3|qwen35|qwen35moe|qwen3next [--type T] "
-            "[--preset tiny|small|uneven|1g|moe-1g]\n"
-            "               [--vocab N] [--seed S] [--tokenizer TOK.gguf] [--head tied|separate]"
-            " -o FILE\n"
-            "  T: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f32; q8_0 for 1g presets)\n"
-            "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n"
-            "  --tokenizer: the tokenizer (and vocab size) of a GGUF, e.g. tok2gguf's output\n"
-            "  --head tied: no output.weight (the head is token_embd)\n");
+    fprintf(
+        stderr,
+        "usage: mkmodel --tiny-all DIR\n"
+        "       mkmodel --arch qwen3|qwen35|qwen35moe|qwen3next [--type T] "
+        "[--preset tiny|small|uneven|1g|moe-1g]\n"
+        "               [--vocab N] [--seed S] [--tokenizer TOK.gguf] [--head tied|separate]"
+        " -o FILE\n"
+        "  T: f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k (default f32; q8_0 for 1g presets)\n"
+        "  1g: qwen35 E=2048, 12+1 layers, vocab 32768; moe-1g: qwen35moe, 64 experts\n"
+        "  --tokenizer: the tokenizer (and vocab size) of a GGUF, e.g. tok2gguf's output\n"
+        "  --head tied: no output.weight (the head is token_embd)\n"
+        "  --mtp-agree P: an MTP proof model: greedy decoding walks a cycle of tokens and\n"
+        "               the MTP head agrees with the trunk after a fraction P (0..1) of them\n");
     return 2;
 }
 
@@ -751,6 +991,8 @@ static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset,
             *out = v;
         else if (strcmp(argv[i], "--tokenizer") == 0)
             *tok = v;
+        else if (strcmp(argv[i], "--mtp-agree") == 0 && parse_unit(v, &c->mtp_agree))
+            continue;
         else if (strcmp(argv[i], "--head") == 0 &&
                  (strcmp(v, "tied") == 0 || strcmp(v, "separate") == 0))
             c->tied = strcmp(v, "tied") == 0;
@@ -764,6 +1006,11 @@ static int parse_opts(int argc, char **argv, struct cfg *c, const char **preset,
         return usage();
     if (!have_type)
         c->type = big ? KQ_Q8_0 : KQ_F32;
+    if (c->mtp_agree >= 0 && (c->arch == A_QWEN3 || c->tied)) {
+        fprintf(stderr, "mkmodel: --mtp-agree needs an arch with an MTP block (qwen35, "
+                        "qwen35moe, qwen3next) and a separate head (not --head tied)\n");
+        return 2;
+    }
     return *out ? 0 : usage();
 }
 
@@ -771,7 +1018,7 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--tiny-all") == 0)
         return tiny_all(argv[2]) ? 1 : 0;
-    struct cfg c = {.name = "synthetic"};
+    struct cfg c = {.name = "synthetic", .mtp_agree = -1};
     const char *preset = "tiny", *out = NULL, *tok_path = NULL;
     if (parse_opts(argc, argv, &c, &preset, &out, &tok_path))
         return 2;

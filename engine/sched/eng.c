@@ -129,7 +129,8 @@ static void slot_start(eng_t *e, struct slot *s, eng_req_t *r, int64_t reuse)
     dd_buf_truncate(&s->pend, 0);
     s->n_draft = s->n_replay = 0;
     s->drafted = s->accepted = 0;
-    s->miss_streak = s->skip_rounds = 0;
+    s->thr[0].wait = s->thr[1].wait = 0; /* a new request: probe at once if throttled (the
+                                          * estimates stay) */
     s->n_lag = 0; /* the old request's lagging MTP rows: dropped (they only shape drafts) */
     s->spec = r->p.spec_override ? r->p.spec_types & e->p.spec_types : e->p.spec_types;
     smp_set(&s->smp, &r->p.s); /* logit_bias borrowed from r, which outlives the slot's use */
@@ -377,7 +378,7 @@ static bool eng_step(eng_t *e)
     struct fwd_batch b = {
         .n_tokens = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_want};
     char err[256];
-    double t0 = dd_now();
+    double t0 = dd_now(), c0 = eng__cpu_now();
     bool injected = dd_fault_hit(DD_FAULT_STEP); /* DELTAD_FAIL_STEP (FAULT=1 builds only) */
     if (injected)
         dd_errf(err, sizeof err, "injected failure (DELTAD_FAIL_STEP)");
@@ -387,6 +388,8 @@ static bool eng_step(eng_t *e)
         fail_batch(e, rc, "internal error in the forward step");
         return true;
     }
+    if (e->step_prompt_rows == 0) /* the throttle's model of a decode / verify step */
+        spec_fit_add(&e->fit_trunk, (double)n, eng__cpu_now() - c0);
     prepare_mtp_inputs(e, n);
     phase_sample_emit(e);  /* 5 sample, 6 verify, 7 emit */
     eng__spec_draft(e, n); /* MTP KV sync and drafts for the next step */
@@ -430,6 +433,12 @@ static void publish_slots(eng_t *e)
                               memory_order_relaxed);
         atomic_store_explicit(&s->pub_drafted, s->drafted, memory_order_relaxed);
         atomic_store_explicit(&s->pub_accepted, s->accepted, memory_order_relaxed);
+        for (int k = 0; k < 2; k++) {
+            atomic_store_explicit(&s->pub_spec_mode[k], (int)s->thr[k].mode, memory_order_relaxed);
+            atomic_store_explicit(&s->pub_spec_acc_ppm[k],
+                                  (long long)(spec_thr_estimate(&s->thr[k]) * 1e6),
+                                  memory_order_relaxed);
+        }
         for (int64_t k = 0; k < ENG_PUB_CKPTS; k++)
             atomic_store_explicit(&s->pub_ckpt[k], k < e->n_ckpt ? s->ckpts[k].pos : -1,
                                   memory_order_relaxed);
@@ -439,6 +448,7 @@ static void publish_slots(eng_t *e)
 static void *eng_main(void *arg)
 {
     eng_t *e = arg;
+    pthread_setname_np(pthread_self(), "deltad-engine"); /* /metrics' per-thread CPU time */
     for (;;) {
         bool busy = eng_step(e);
         busy |= eng__cache_background(e); /* saves below the slots: off the first token's path */
@@ -488,6 +498,8 @@ static void slot_init(eng_t *e, struct slot *s, int64_t id)
     s->draft = xcalloc((size_t)e->draft_cap + 1, sizeof *s->draft);
     s->replay = xcalloc((size_t)e->draft_cap + 1, sizeof *s->replay);
     s->spec_ckpt.pos = -1;
+    spec_thr_reset(&s->thr[0]);
+    spec_thr_reset(&s->thr[1]);
     s->spec_ckpt.state =
         e->draft_cap > e->snap_depth ? xaligned_alloc(nf * sizeof(float) + 64) : NULL;
 }
@@ -686,6 +698,15 @@ void eng_get_stats(eng_t *e, struct eng_stats *s)
     s->sync_seconds = atomic_load_explicit(&e->st_sync_ns, memory_order_relaxed) * 1e-9;
     s->mtp_rows_total = atomic_load_explicit(&e->st_mtp_rows, memory_order_relaxed);
     s->sample_bytes_total = atomic_load_explicit(&e->st_sample_bytes, memory_order_relaxed);
+    s->spec_throttles_total = atomic_load_explicit(&e->st_thr_throttles, memory_order_relaxed);
+    s->spec_probes_total = atomic_load_explicit(&e->st_thr_probes, memory_order_relaxed);
+    s->spec_rounds_throttled_total =
+        atomic_load_explicit(&e->st_thr_rounds_off, memory_order_relaxed);
+    s->spec_slots_throttled = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        s->spec_slots_throttled +=
+            atomic_load_explicit(&e->slots[i].pub_spec_mode[ENG_SRC_MTP], memory_order_relaxed) ==
+            SPEC_MODE_THROTTLED;
     s->pc_queries = atomic_load_explicit(&e->st_pc_queries, memory_order_relaxed);
     s->pc_hit_slot = atomic_load_explicit(&e->st_pc_hit[0], memory_order_relaxed);
     s->pc_hit_ram = atomic_load_explicit(&e->st_pc_hit[1], memory_order_relaxed);
@@ -724,7 +745,16 @@ int64_t eng_get_slots(eng_t *e, struct eng_slot_stats *out, int64_t max)
             .n_prompt = atomic_load_explicit(&s->pub_n_prompt, memory_order_relaxed),
             .n_generated = atomic_load_explicit(&s->pub_n_gen, memory_order_relaxed),
             .drafted = atomic_load_explicit(&s->pub_drafted, memory_order_relaxed),
-            .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed)};
+            .accepted = atomic_load_explicit(&s->pub_accepted, memory_order_relaxed),
+            .spec_mode = atomic_load_explicit(&s->pub_spec_mode[ENG_SRC_MTP], memory_order_relaxed),
+            .spec_acceptance =
+                atomic_load_explicit(&s->pub_spec_acc_ppm[ENG_SRC_MTP], memory_order_relaxed) *
+                1e-6,
+            .ngram_mode =
+                atomic_load_explicit(&s->pub_spec_mode[ENG_SRC_FREE], memory_order_relaxed),
+            .ngram_acceptance =
+                atomic_load_explicit(&s->pub_spec_acc_ppm[ENG_SRC_FREE], memory_order_relaxed) *
+                1e-6};
         for (int64_t k = 0; k < ENG_PUB_CKPTS; k++) {
             int64_t pos = atomic_load_explicit(&s->pub_ckpt[k], memory_order_relaxed);
             if (pos > 0)

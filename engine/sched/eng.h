@@ -185,7 +185,11 @@ struct eng_slot_stats {
     int state; /* 0 free, 1 prefill, 2 decode */
     int64_t n_past, n_prompt, n_generated, n_cached_tokens;
     int64_t drafted, accepted; /* speculation, current request */
-    int64_t n_ckpts;           /* the slot's prompt-cache checkpoints: their positions */
+    int spec_mode; /* the MTP draft throttle (enum spec_mode): 0 on, 1 throttled, 2 probe */
+    double spec_acceptance; /* its acceptance estimate (per draft token), kept across requests */
+    int ngram_mode;         /* the same for model-free (n-gram, external) drafts */
+    double ngram_acceptance;
+    int64_t n_ckpts; /* the slot's prompt-cache checkpoints: their positions */
     int64_t ckpt_pos[ENG_PUB_CKPTS];
 };
 struct eng_stats {
@@ -205,6 +209,11 @@ struct eng_stats {
     double draft_seconds;    /* time spent drafting (n-gram lookups and MTP passes) */
     double sync_seconds;     /* time spent feeding accepted rows to the MTP layer's KV */
     int64_t mtp_rows_total;  /* rows run through the MTP layer (drafting + sync) */
+    /* the draft throttles: times a slot stopped drafting because it did not pay, one-token
+     * probes, slot rounds spent throttled (both drafter kinds), slots whose MTP drafts are
+     * throttled now */
+    int64_t spec_throttles_total, spec_probes_total, spec_rounds_throttled_total;
+    int64_t spec_slots_throttled;
     int64_t drafted_at[ENG_MAX_DRAFT], accepted_at[ENG_MAX_DRAFT]; /* per draft position */
     /* bytes of logits downloaded for sampling and drafting (a greedy row: 4, the argmax) */
     int64_t sample_bytes_total;

@@ -15,6 +15,7 @@
 #include "gram.h"               // defines: gram_m_t, gram_vocab_t
 #include "pcache.h"             // defines: pcache_t, pcache_get_stats, struct pcache_entry
 #include "smp.h"                // defines: struct smp
+#include "spec.h"               // defines: struct spec_thr, struct spec_fit
 
 /* Bytes a request's outbox reserves when created (eng_req.c). */
 #define ENG_OUTBOX_RESERVE 4096
@@ -62,6 +63,9 @@ struct save {
     uint64_t seq; /* start order: the oldest is worked on first */
 };
 
+/* Draft sources with a throttle each (struct slot.thr). */
+enum { ENG_SRC_FREE = 0, ENG_SRC_MTP = 1 };
+
 /* A slot's run in the current batch. */
 enum run_kind { RUN_NONE = 0, RUN_PREFILL, RUN_DECODE, RUN_VERIFY, RUN_REPLAY };
 
@@ -95,9 +99,11 @@ struct slot {
     int32_t *replay;       /* [draft_cap + 1] accepted tokens to re-feed after a restore */
     int64_t n_replay;
     int64_t drafted, accepted; /* per request */
-    int32_t miss_streak;       /* drafting rounds in a row that gave nothing (note_miss) */
-    int32_t skip_rounds;       /* drafting rounds still to skip (back-off) */
-    /* decode rows not yet fed to the MTP layer: while a slot backs off, its MTP KV catches up
+    struct spec_thr thr[2];    /* the draft throttles of model-free (n-gram, external) and MTP
+                                * drafts: kept across requests (the slot's acceptance
+                                * estimates), their waits reset by a new request */
+    int draft_src;             /* ENG_SRC_* of the current draft */
+    /* decode rows not yet fed to the MTP layer: while a slot is throttled, its MTP KV catches up
      * in one batch when drafting resumes instead of a one-row MTP pass every step */
     int32_t *lag_tok; /* [ENG_MAX_DRAFT] (their MTP inputs: the slot's ENG_H_LAG rows) */
     int64_t *lag_pos; /* [ENG_MAX_DRAFT] */
@@ -113,6 +119,8 @@ struct slot {
     atomic_int pub_state;
     atomic_llong pub_n_past, pub_n_gen, pub_n_prompt, pub_drafted, pub_accepted;
     atomic_llong pub_ckpt[ENG_PUB_CKPTS]; /* checkpoint positions, -1 = none */
+    atomic_int pub_spec_mode[2];          /* enum spec_mode, by ENG_SRC_* */
+    atomic_llong pub_spec_acc_ppm[2];     /* the acceptance estimates, in millionths */
 };
 
 struct eng {
@@ -135,12 +143,20 @@ struct eng {
     int32_t *b_tok, *b_seq;
     int64_t *b_pos;
     uint8_t *b_want;
-    int64_t *b_outrow;    /* [max_batch_tokens] logits row of a batch row, -1 = none */
-    int64_t b_n;          /* rows in the current batch */
-    int32_t *h_idx;       /* [max_batch_tokens] MTP inputs: rows of the hidden pool */
-    uint8_t *b_none;      /* [max_batch_tokens] zeros: no logits rows */
-    bool mtp;             /* the MTP drafter is active (enabled and the model has the block) */
-    gram_vocab_t *gvocab; /* the tokenizer's trie, built with the first grammar request */
+    int64_t *b_outrow; /* [max_batch_tokens] logits row of a batch row, -1 = none */
+    int64_t b_n;       /* rows in the current batch */
+    int32_t *h_idx;    /* [max_batch_tokens] MTP inputs: rows of the hidden pool */
+    uint8_t *b_none;   /* [max_batch_tokens] zeros: no logits rows */
+    bool mtp;          /* the MTP drafter is active (enabled and the model has the block) */
+    /* the draft throttle's cost models (eng_spec.c): CPU seconds of target passes without
+     * prompt rows, and of MTP passes that draft, by their rows; the batch of this round's
+     * decisions */
+    struct spec_fit fit_trunk, fit_mtp;
+    int64_t n_decoding;          /* slots decoding */
+    int64_t n_mtp_drafting;      /* slots that drafted with MTP in the last round */
+    int64_t spec_round;          /* drafting rounds (steps) so far: the throttles' common clock */
+    struct spec_thr thr_pool[2]; /* acceptance over all slots, by ENG_SRC_* (spec_thr.pool) */
+    gram_vocab_t *gvocab;        /* the tokenizer's trie, built with the first grammar request */
     /* the MTP sync batch [max_batch_tokens] (rows of the step plus slots' lagging rows) */
     int32_t *y_tok, *y_seq;
     int64_t *y_pos;
@@ -162,6 +178,7 @@ struct eng {
     atomic_llong st_sample_bytes;                      /* fwd_sample_bytes after each step */
     atomic_llong st_pc_queries, st_pc_hit[3], st_pc_copies, st_pc_demoted; /* prompt cache */
     atomic_llong st_pc_abandoned; /* saves given up: a request needed their rows first */
+    atomic_llong st_thr_throttles, st_thr_probes, st_thr_rounds_off; /* the draft throttle */
     atomic_llong st_accepted_at[ENG_MAX_DRAFT]; /* drafts accepted at position i */
     atomic_llong st_drafted_at[ENG_MAX_DRAFT];
 };
@@ -190,6 +207,9 @@ void eng__hload(eng_t *e, const struct slot *s, const float *src); /* NULL: zero
 int64_t eng__snap_depth(const struct eng_params *p); /* GDN snapshot groups beyond the first */
 int64_t eng__draft_cap(const struct eng_params *p);  /* longest draft of any drafter */
 /* ---- speculation (eng_spec.c) ---- */
+/* CPU seconds of the process (all threads): the clock of the draft throttle's cost models, which
+ * a busy machine's preemptions do not distort as they do wall time. */
+double eng__cpu_now(void);
 /* Buffers of the MTP sync (per slot and per engine), after the slots exist; and their end. */
 void eng__spec_init(eng_t *e);
 void eng__spec_deinit(eng_t *e);

@@ -3,11 +3,13 @@
  * section 3): drafting (n-gram first, then the model's MTP head chained on its own hidden
  * state), the MTP KV sync after every target batch, and verification with rollback.
  *
- * Cheap when drafts miss: a round that gives nothing (no draft accepted, or an MTP head too
- * unsure to propose one) backs the slot off for 2^k - 1 rounds after k such rounds in a row
- * (at most 63), after two misses MTP probes with one-token drafts, a backing-off slot's decode
- * rows wait (up to ENG_MAX_DRAFT of them) and reach the MTP layer in one batch when it drafts
- * again, and the first MTP draft step rides in the sync batch instead of a pass of its own.
+ * Drafting only where it pays: each slot's throttle (spec.h) keeps an acceptance estimate and
+ * picks this round's draft length from it and from what verification and MTP draft steps cost
+ * at the current batch size (linear models of the target and MTP passes fitted to their
+ * measured times, spec_fit); when no length pays, the slot is throttled and probes again with
+ * one-token drafts after 1, 2, 4 ... 64 rounds. A throttled slot's decode rows wait (up to
+ * ENG_MAX_DRAFT of them) and reach the MTP layer in one batch when it drafts again, and the
+ * first MTP draft step rides in the sync batch instead of a pass of its own.
  *
  * Lossless by construction: every emitted token is sampled by the slot's own sampler from the
  * target logits of its row, in order, with one RNG draw per token exactly as without
@@ -25,6 +27,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "eng_impl.h"    // defines: struct eng, struct slot, eng__*
 #include "engine/util.h" // defines: ASSERT, dd_now, xcalloc
@@ -44,6 +47,63 @@ static int64_t draft_room(const eng_t *e, const struct slot *s, int64_t cap)
     return room < cap ? room : cap;
 }
 
+/* ---- the throttle's costs ------------------------------------------------------------------ */
+
+double eng__cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Costs of drafting for a slot this round, relative to a plain decode step of the batch the
+ * decoding slots make (spec.h); mtp: whether the draft comes from MTP steps. The target step
+ * with k more rows is timed at its size (spec_fit_time); before any pass was measured, a
+ * verified row costs 20 % and an MTP step 15 % of a step: on the safe side (a CPU's; a GPU's
+ * rows cost far less), so that a head that never agrees is found out soon. */
+static struct spec_cost draft_cost(const eng_t *e, bool mtp)
+{
+    struct spec_cost k = {.row = 0.2, .mtp = mtp ? 0.15 : 0.0};
+    double w, c, wm, cm;
+    const int64_t B = e->n_decoding > 0 ? e->n_decoding : 1;
+    if (!spec_fit_get(&e->fit_trunk, &w, &c))
+        return k;
+    double step = spec_fit_time(&e->fit_trunk, B);
+    k.row = c / step;
+    k.n_extra = SPEC_COST_K;
+    for (int64_t i = 1; i <= SPEC_COST_K; i++) { /* never cheaper than a shorter draft */
+        double x = (spec_fit_time(&e->fit_trunk, B + i) - step) / step;
+        k.extra[i] = x > k.extra[i - 1] ? x : k.extra[i - 1];
+    }
+    if (mtp && spec_fit_get(&e->fit_mtp, &wm, &cm)) /* the pass is shared by the drafting slots */
+        k.mtp = (wm / (double)(e->n_mtp_drafting > 0 ? e->n_mtp_drafting : 1) + cm) / step;
+    return k;
+}
+
+/* The decision of slot s's throttle for drafts of source src (ENG_SRC_*) of at most k_max
+ * tokens; counts it. */
+static int64_t throttle(eng_t *e, struct slot *s, int src, int64_t k_max)
+{
+    struct spec_thr *t = &s->thr[src];
+    struct spec_cost c = draft_cost(e, src == ENG_SRC_MTP);
+    int64_t throttles = t->n_throttles;
+    int64_t k = spec_thr_plan(t, &c, k_max, e->spec_round);
+    LOG_D("slot %lld: %s drafts: acceptance %.3f, costs of 1 / 2 / 3 rows %.3f / %.3f / %.3f, "
+          "an MTP step %.3f -> %lld (%s)",
+          (long long)s->id, src == ENG_SRC_MTP ? "MTP" : "n-gram", spec_thr_estimate(t),
+          c.n_extra ? c.extra[1] : c.row, c.n_extra ? c.extra[2] : 2 * c.row,
+          c.n_extra ? c.extra[3] : 3 * c.row, c.mtp, (long long)k, spec_mode_name(t->mode));
+    if (t->n_throttles != throttles)
+        atomic_fetch_add_explicit(&e->st_thr_throttles, 1, memory_order_relaxed);
+    if (t->mode == SPEC_MODE_PROBE)
+        atomic_fetch_add_explicit(&e->st_thr_probes, 1, memory_order_relaxed);
+    if (t->mode == SPEC_MODE_THROTTLED)
+        atomic_fetch_add_explicit(&e->st_thr_rounds_off, 1, memory_order_relaxed);
+    return k;
+}
+
+/* ---- drafters ------------------------------------------------------------------------------ */
+
 static void ngram_round(eng_t *e, struct slot *s)
 {
     int64_t room = draft_room(e, s, e->p.ngram_max_draft);
@@ -52,15 +112,6 @@ static void ngram_round(eng_t *e, struct slot *s)
     s->tokens[s->n_cached] = s->last; /* history = cached tokens + the pending one */
     s->n_draft =
         spec_ngram_draft(s->tokens, s->n_cached + 1, e->p.ngram_n, e->p.ngram_min, room, s->draft);
-}
-
-/* A round that gave nothing: a verification that accepted no draft, or an MTP head too unsure
- * to propose one. Back-off: after k such rounds in a row, skip the next 2^k - 1 rounds (at most
- * 63), so a stream where drafts never hit costs little over plain decoding. */
-static void note_miss(struct slot *s)
-{
-    s->miss_streak++;
-    s->skip_rounds = (1 << (s->miss_streak < 6 ? s->miss_streak : 6)) - 1;
 }
 
 /* The result of an MTP row for slot s (logits row o of batch row r): its argmax joins the
@@ -74,25 +125,27 @@ static void take_mtp_row(eng_t *e, struct slot *s, int64_t o, int64_t r)
     if (p < e->p.mtp_p_min) {
         s->draft_goal = s->n_draft;
         if (s->n_draft == 0)
-            note_miss(s); /* an MTP pass for nothing counts as a miss */
+            spec_thr_miss(&s->thr[ENG_SRC_MTP]); /* an MTP pass for nothing */
         return;
     }
     s->draft[s->n_draft++] = id;
+    s->draft_src = ENG_SRC_MTP;
     eng__hcopy(e, eng__hrow(e, s, ENG_H_DRAFT), fwd_hrow(e->fwd, FWD_H_MTP, r));
 }
 
-/* MTP draft length each slot wants this round (0 = none). After two misses in a row a slot
- * probes with a one-token draft (one MTP pass, one extra verified row) until a draft is
- * accepted again. */
+/* MTP draft length each slot wants this round (0 = none): what its throttle allows. */
 static void plan_mtp(eng_t *e)
 {
+    int64_t n = 0;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         bool want = s->state == SLOT_DECODE && (s->spec & ENG_SPEC_MTP) && s->n_draft == 0 &&
                     s->n_replay == 0 && s->draft_goal >= 0;
-        int64_t goal = want ? draft_room(e, s, s->miss_streak >= 2 ? 1 : e->p.draft_max) : 0;
-        s->draft_goal = goal > 0 ? goal : 0;
+        int64_t room = want ? draft_room(e, s, e->p.draft_max) : 0;
+        s->draft_goal = room > 0 ? throttle(e, s, ENG_SRC_MTP, room) : 0;
+        n += s->draft_goal > 0;
     }
+    e->n_mtp_drafting = n;
 }
 
 /* Chained MTP drafting from step 1 on (step 0 ran with the sync batch): one token per drafting
@@ -123,10 +176,12 @@ static void mtp_chain(eng_t *e)
                               .pos = e->b_pos,
                               .seq = e->b_seq,
                               .logits = e->b_want};
+        double c1 = eng__cpu_now();
         int rc = fwd_mtp_rows(e->fwd, &b, e->h_idx, err, sizeof err);
         if (rc == DD_EIO)
             return; /* the group lost a process: the next trunk step fails the requests */
         ASSERT(rc == 0);
+        spec_fit_add(&e->fit_mtp, (double)n, eng__cpu_now() - c1);
         atomic_fetch_add_explicit(&e->st_mtp_rows, n, memory_order_relaxed);
         for (int64_t r = 0; r < n; r++)
             take_mtp_row(e, &e->slots[e->b_seq[r]], r, r);
@@ -143,18 +198,32 @@ static void external_round(eng_t *e, struct slot *s)
     s->n_draft = n < 0 ? 0 : n > room ? room : n;
 }
 
-/* Back-off (see note_miss): skip this round? */
-static bool backing_off(struct slot *s)
+/* A model-free draft (external, else n-gram) for slot s, cut to what its throttle allows. A
+ * draft it keeps decides the round (no MTP draft); otherwise MTP may still draft. */
+static void free_round(eng_t *e, struct slot *s)
 {
-    if (s->skip_rounds > 0) {
-        s->skip_rounds--;
-        return true;
+    if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
+        external_round(e, s);
+    if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
+        ngram_round(e, s);
+    if (s->n_draft == 0)
+        return;
+    s->n_draft = throttle(e, s, ENG_SRC_FREE, s->n_draft);
+    if (s->n_draft > 0) {
+        s->draft_src = ENG_SRC_FREE;
+        s->draft_goal = -1;
     }
-    return false;
 }
 
 void eng__spec_init(eng_t *e)
 {
+    spec_fit_init(&e->fit_trunk, 0.25); /* per-row compute vs the weight stream, until seen */
+    spec_fit_init(&e->fit_mtp, 0.25);
+    for (int k = 0; k < 2; k++) {
+        spec_thr_reset(&e->thr_pool[k]);
+        for (int64_t i = 0; i < e->p.n_slots; i++)
+            e->slots[i].thr[k].pool = &e->thr_pool[k];
+    }
     if (!e->mtp)
         return;
     const size_t B = (size_t)e->p.max_batch_tokens;
@@ -193,12 +262,18 @@ static void sync_flush(eng_t *e, int64_t *n)
     struct fwd_batch b = {
         .n_tokens = *n, .token = e->y_tok, .pos = e->y_pos, .seq = e->y_seq, .logits = e->y_want};
     char err[256];
+    int64_t n_want = 0;
+    for (int64_t r = 0; r < *n; r++)
+        n_want += e->y_want[r] != 0;
+    double c1 = eng__cpu_now();
     int rc = fwd_mtp_rows(e->fwd, &b, e->y_idx, err, sizeof err);
     if (rc == DD_EIO) { /* the group lost a process: the next trunk step fails the requests */
         *n = 0;
         return;
     }
     ASSERT(rc == 0);
+    if (n_want > 0) /* a pass that drafts (rows without logits only store their K/V) */
+        spec_fit_add(&e->fit_mtp, (double)n_want, eng__cpu_now() - c1);
     atomic_fetch_add_explicit(&e->st_mtp_rows, *n, memory_order_relaxed);
     for (int64_t r = 0, o = 0; r < *n; r++)
         if (e->y_want[r])
@@ -283,20 +358,18 @@ static void mtp_sync(eng_t *e, int64_t n_batch)
 void eng__spec_draft(eng_t *e, int64_t n_batch)
 {
     double t0 = dd_now();
+    int64_t n_dec = 0;
+    for (int64_t i = 0; i < e->p.n_slots; i++)
+        n_dec += e->slots[i].state == SLOT_DECODE;
+    e->n_decoding = n_dec; /* the batch a throttle decision weighs its drafts against */
+    e->spec_round++;
     for (int64_t i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         s->n_draft = 0;
         s->draft_goal = 0;
         if (s->state != SLOT_DECODE || s->n_replay != 0)
             continue;
-        if (backing_off(s)) {
-            s->draft_goal = -1; /* no drafter this round */
-            continue;
-        }
-        if ((s->spec & ENG_SPEC_EXTERNAL) && e->p.draft_fn)
-            external_round(e, s);
-        if (s->n_draft == 0 && (s->spec & ENG_SPEC_NGRAM))
-            ngram_round(e, s);
+        free_round(e, s);
     }
     if (!e->mtp) {
         add_ns(&e->st_draft_ns, t0);
@@ -353,10 +426,7 @@ void eng__spec_verify(eng_t *e, struct slot *s, int64_t o0)
     }
     for (int64_t i = 0; i < n && i < ENG_MAX_DRAFT; i++)
         atomic_fetch_add(&e->st_drafted_at[i], 1);
-    if (matched)
-        s->miss_streak = s->skip_rounds = 0;
-    else
-        note_miss(s);
+    spec_thr_observe(&s->thr[s->draft_src], n, matched);
     atomic_fetch_add(&e->st_drafted, n);
     atomic_fetch_add(&e->st_accepted, matched);
     atomic_fetch_add(&e->st_verify_steps, 1);

@@ -454,6 +454,7 @@ static void writer_run(pcache_t *pc, struct wjob *j)
 static void *writer_main(void *arg)
 {
     pcache_t *pc = arg;
+    pthread_setname_np(pthread_self(), "deltad-pcache");
     pthread_mutex_lock(&pc->wmu);
     for (;;) {
         while (!pc->q_head && !pc->q_stop)

@@ -21,8 +21,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/util.h" // defines: dd_buf_put, ASSERT
-#include "json.h"        // defines: json_utf8_sanitize
+#include "engine/sched/spec.h" // defines: spec_mode_name, SPEC_MODE_THROTTLED
+#include "engine/util.h"       // defines: dd_buf_put, ASSERT
+#include "json.h"              // defines: json_utf8_sanitize
 
 /* llama.cpp's suite asserts the fingerprint starts with "b" (its build number); ours is the
  * version, with the same prefix. */
@@ -425,6 +426,15 @@ char *resp_models(const char *name, int64_t created, int64_t n_vocab, int64_t n_
     return print(o, len);
 }
 
+/* A draft throttle's state into o: mode (on, throttled, probe), throttled, acceptance. */
+static void add_throttle(cJSON *o, int mode, double acceptance)
+{
+    int m = mode >= 0 && mode <= 2 ? mode : 0;
+    cJSON_AddStringToObject(o, "mode", spec_mode_name((enum spec_mode)m));
+    cJSON_AddBoolToObject(o, "throttled", m == SPEC_MODE_THROTTLED);
+    cJSON_AddNumberToObject(o, "acceptance", round(acceptance * 1e4) / 1e4);
+}
+
 /* States by the engine's numbering (0 free, 1 prefill, 2 decode); is_processing is the
  * field llama.cpp's /slots users poll. */
 char *resp_slots(const struct eng_slot_stats *s, int64_t n, size_t *len)
@@ -443,6 +453,9 @@ char *resp_slots(const struct eng_slot_stats *s, int64_t n, size_t *len)
         cJSON_AddNumberToObject(o, "n_cached_tokens", (double)s[i].n_cached_tokens);
         cJSON_AddNumberToObject(o, "spec_drafted", (double)s[i].drafted);
         cJSON_AddNumberToObject(o, "spec_accepted", (double)s[i].accepted);
+        cJSON *sp = cJSON_AddObjectToObject(o, "spec_throttle"); /* the draft throttles */
+        add_throttle(sp, s[i].spec_mode, s[i].spec_acceptance);
+        add_throttle(cJSON_AddObjectToObject(sp, "ngram"), s[i].ngram_mode, s[i].ngram_acceptance);
         cJSON *ck = cJSON_AddArrayToObject(o, "checkpoints"); /* prompt-cache positions */
         for (int64_t k = 0; k < s[i].n_ckpts && k < ENG_PUB_CKPTS; k++)
             cJSON_AddItemToArray(ck, cJSON_CreateNumber((double)s[i].ckpt_pos[k]));

@@ -14,6 +14,9 @@
  * work) is reported too: on a machine shared with other jobs it leaves out the time the engine
  * waited for a core, and is the steadier measure of what speculation costs.
  *
+ * --parallel N: N concurrent streams of the same prompt (N slots), the tokens/s summed over
+ * them: what speculation costs or gains at batch N.
+ *
  * Output: human-readable lines, then one `result key=value ...` line for tools/bench_spec.sh.
  */
 #include <pthread.h>
@@ -36,7 +39,9 @@ struct spec_run {
     int64_t rollbacks, restores, replayed;
     double ckpt_s, draft_s, sync_s;
     int64_t mtp_rows;
-    uint64_t hash; /* of the generated text: must not depend on speculation */
+    int64_t throttles, probes; /* the draft throttle's counters */
+    int64_t steps;             /* forward steps of the target (all slots' rows in each) */
+    uint64_t hash;             /* of the generated text: must not depend on speculation */
 };
 
 #define MAX_CFG 7 /* no spec, then (snapshot, recompute) for up to 3 draft-source sets */
@@ -74,53 +79,69 @@ static double cpu_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Drain request r to its end; fills the per-request part of *out. CPU time is counted from
- * the first delta with text (the first token: prefill excluded) to the end. */
-static void drain(eng_req_t *r, struct spec_run *out)
+#define MAX_STREAMS 64
+
+/* Drain requests r[0 .. n) to their ends; fills the per-request part of *out, summed over the
+ * streams. Decode time and CPU time are counted from the first delta with text (the first
+ * token: prefill excluded, all of it with one stream) to the last stream's end. */
+static void drain(eng_req_t **r, int64_t n, struct spec_run *out)
 {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t hs[MAX_STREAMS];
+    bool done[MAX_STREAMS] = {0};
+    for (int64_t i = 0; i < n; i++)
+        hs[i] = 1469598103934665603ull;
     struct eng_delta d = {0};
-    double cpu0 = -1.0;
-    for (;;) {
+    double cpu0 = -1.0, t_first = 1e300, t_done = 0.0;
+    int64_t left = n;
+    *out = (struct spec_run){0};
+    while (left > 0) {
         pthread_mutex_lock(&wake.mu);
         while (!wake.ready)
             pthread_cond_wait(&wake.cv, &wake.mu);
         wake.ready = false;
         pthread_mutex_unlock(&wake.mu);
-        eng_req_take(r, &d);
-        if (cpu0 < 0 && d.len > 0)
-            cpu0 = cpu_now();
-        for (size_t i = 0; i < d.len; i++)
-            h = (h ^ (unsigned char)d.text[i]) * 1099511628211ull;
-        bool done = d.done;
-        if (done) {
-            double dt = d.t_done - d.t_first_token, cpu = cpu0 < 0 ? 0 : cpu_now() - cpu0;
-            int64_t n = d.completion_tokens - 1;
-            *out = (struct spec_run){.tok_s = dt > 0 ? n / dt : 0,
-                                     .decode_s = dt,
-                                     .cpu_tok_s = cpu > 0 ? n / cpu : 0,
-                                     .cpu_s = cpu,
-                                     .generated = d.completion_tokens,
-                                     .drafted = d.drafted_tokens,
-                                     .accepted = d.accepted_tokens,
-                                     .hash = h};
+        for (int64_t i = 0; i < n; i++) {
+            if (done[i])
+                continue;
+            eng_req_take(r[i], &d);
+            if (cpu0 < 0 && d.len > 0)
+                cpu0 = cpu_now();
+            for (size_t k = 0; k < d.len; k++)
+                hs[i] = (hs[i] ^ (unsigned char)d.text[k]) * 1099511628211ull;
+            if (d.done) {
+                done[i] = true;
+                left--;
+                t_first = d.t_first_token < t_first ? d.t_first_token : t_first;
+                t_done = d.t_done > t_done ? d.t_done : t_done;
+                out->generated += d.completion_tokens;
+                out->drafted += d.drafted_tokens;
+                out->accepted += d.accepted_tokens;
+            }
+            eng_delta_free(&d);
         }
-        eng_delta_free(&d);
-        if (done)
-            return;
     }
+    double dt = t_done - t_first, cpu = cpu0 < 0 ? 0 : cpu_now() - cpu0;
+    int64_t tok = out->generated - n; /* the first token of each stream is prefill's */
+    out->tok_s = dt > 0 ? (double)tok / dt : 0;
+    out->decode_s = dt;
+    out->cpu_tok_s = cpu > 0 ? (double)tok / cpu : 0;
+    out->cpu_s = cpu;
+    out->hash = 1469598103934665603ull;
+    for (int64_t i = 0; i < n; i++)
+        out->hash = (out->hash ^ hs[i]) * 1099511628211ull;
 }
 
 /* Generate with configuration c on a fresh engine; fills *out. */
 static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct spec_cfg *c,
-                    const int32_t *prompt, int64_t n_prompt, struct spec_run *out)
+                    const int32_t *prompt, int64_t n_prompt, int64_t n_streams,
+                    struct spec_run *out)
 {
     char err[512];
     eng_t *eng;
-    struct eng_params p = {.n_slots = 1,
+    struct eng_params p = {.n_slots = n_streams,
                            .n_ctx = n_prompt + o->n_gen + 8,
                            .max_batch_tokens = o->batch,
-                           .queue_max = 1,
+                           .queue_max = n_streams,
                            .n_checkpoints = 0,
                            .checkpoint_every = 1 << 20,
                            .draft_max = o->draft_max,
@@ -140,12 +161,19 @@ static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct
     memcpy(rp.prompt, prompt, (size_t)n_prompt * sizeof *rp.prompt);
     rp.s = (struct smp_params){.top_p = 1.0f, .repetition_penalty = 1.0f};
     wake.ready = false;
-    eng_req_t *r = eng_req_create(&rp, on_notify, NULL);
-    int rc = eng_submit(eng, r, err, sizeof err);
-    if (rc)
-        fprintf(stderr, "error: %s\n", err);
-    else
-        drain(r, out);
+    eng_req_t *r[MAX_STREAMS];
+    int rc = 0;
+    for (int64_t i = 0; i < n_streams; i++) {
+        struct eng_req_params q = rp;
+        q.prompt = xmalloc((size_t)n_prompt * sizeof *q.prompt);
+        memcpy(q.prompt, prompt, (size_t)n_prompt * sizeof *q.prompt);
+        r[i] = eng_req_create(&q, on_notify, NULL);
+        if (!rc && (rc = eng_submit(eng, r[i], err, sizeof err)) != 0)
+            fprintf(stderr, "error: %s\n", err);
+    }
+    free(rp.prompt);
+    if (!rc)
+        drain(r, n_streams, out);
     struct eng_stats st;
     eng_get_stats(eng, &st);
     out->verify_steps = st.verify_steps_total;
@@ -156,7 +184,11 @@ static int run_once(struct cmd_engine *e, const struct cmd_opts *o, const struct
     out->draft_s = st.draft_seconds;
     out->sync_s = st.sync_seconds;
     out->mtp_rows = st.mtp_rows_total;
-    eng_req_release(r);
+    out->throttles = st.spec_throttles_total;
+    out->steps = st.steps_total;
+    out->probes = st.spec_probes_total;
+    for (int64_t i = 0; i < n_streams; i++)
+        eng_req_release(r[i]);
     eng_destroy(eng);
     return rc ? 1 : 0;
 }
@@ -175,12 +207,12 @@ static int cmp_cpu(const void *a, const void *b)
 
 /* Run every configuration reps times, in turn, and keep each one's median run. */
 static int run_all(struct cmd_engine *e, const struct cmd_opts *o, struct spec_cfg *cfgs, int n_cfg,
-                   const int32_t *prompt, int64_t n)
+                   const int32_t *prompt, int64_t n, int64_t n_streams)
 {
     int64_t reps = o->reps < MAX_REPS ? o->reps : MAX_REPS;
     for (int64_t i = 0; i < reps; i++)
         for (int k = 0; k < n_cfg; k++)
-            if (run_once(e, o, &cfgs[k], prompt, n, &cfgs[k].runs[i]))
+            if (run_once(e, o, &cfgs[k], prompt, n, n_streams, &cfgs[k].runs[i]))
                 return 1;
     for (int k = 0; k < n_cfg; k++) {
         struct spec_cfg *c = &cfgs[k];
@@ -228,13 +260,15 @@ static void print_cfg(const struct spec_cfg *c, const struct spec_run *b)
     printf("%-16s %.2f tok/s (x%.2f), by CPU time %.2f tok/s (x%.2f); drafted %lld, accepted %lld "
            "(%.1f%%), %.2f accepted per "
            "verification; %lld rollbacks (%lld by restore + replay of %lld tokens); checkpoint "
-           "copies %.3f ms; drafting %.1f ms, MTP KV sync %.1f ms, %lld MTP rows; text %s\n",
+           "copies %.3f ms; drafting %.1f ms, MTP KV sync %.1f ms, %lld MTP rows; throttled %lld "
+           "times, %lld probes; %lld slot verifications in %lld forward steps; text %s\n",
            c->name, r->tok_s, b->tok_s > 0 ? r->tok_s / b->tok_s : 0.0, r->cpu_tok_s,
            b->cpu_tok_s > 0 ? r->cpu_tok_s / b->cpu_tok_s : 0.0, (long long)r->drafted,
            (long long)r->accepted, r->drafted ? 100.0 * r->accepted / r->drafted : 0.0,
            per_verify(r, r->accepted), (long long)r->rollbacks, (long long)r->restores,
            (long long)r->replayed, r->ckpt_s * 1e3, r->draft_s * 1e3, r->sync_s * 1e3,
-           (long long)r->mtp_rows,
+           (long long)r->mtp_rows, (long long)r->throttles, (long long)r->probes,
+           (long long)r->verify_steps, (long long)r->steps,
            r->hash == b->hash && r->generated == b->generated ? "identical" : "DIFFERS");
 }
 
@@ -245,12 +279,14 @@ static void print_result(const struct spec_run *b, const char *types, const stru
     const struct spec_run *x = s ? s : rc;
     printf("result spec=%s base_tok_s=%.3f spec_tok_s=%.3f speedup=%.4f base_cpu_tok_s=%.3f "
            "spec_cpu_tok_s=%.3f cpu_speedup=%.4f drafted=%lld accepted=%lld verify=%lld "
-           "accept_len=%.3f rollbacks=%lld spec_work_pct=%.2f lossless=%d",
+           "accept_len=%.3f rollbacks=%lld spec_work_pct=%.2f throttles=%lld probes=%lld "
+           "lossless=%d",
            types, b->tok_s, x->tok_s, b->tok_s > 0 ? x->tok_s / b->tok_s : 0.0, b->cpu_tok_s,
            x->cpu_tok_s, b->cpu_tok_s > 0 ? x->cpu_tok_s / b->cpu_tok_s : 0.0,
            (long long)x->drafted, (long long)x->accepted, (long long)x->verify_steps,
            per_verify(x, x->accepted), (long long)x->rollbacks,
            x->decode_s > 0 ? 100.0 * (x->draft_s + x->sync_s + x->ckpt_s) / x->decode_s : 0.0,
+           (long long)x->throttles, (long long)x->probes,
            x->hash == b->hash && x->generated == b->generated);
     if (s && rc) {
         double per =
@@ -266,13 +302,14 @@ static void print_result(const struct spec_run *b, const char *types, const stru
     printf("\n");
 }
 
-static void report(const struct cmd_opts *o, const struct spec_cfg *cfgs, int n_cfg, int64_t n)
+static void report(const struct cmd_opts *o, const struct spec_cfg *cfgs, int n_cfg, int64_t n,
+                   int64_t n_streams)
 {
     const struct spec_run *b = &cfgs[0].med;
     bool lossless = true;
-    printf("prompt           %lld tokens; %lld generated (greedy), reps %lld (medians, runs "
-           "interleaved)\n",
-           (long long)n, (long long)b->generated, (long long)o->reps);
+    printf("prompt           %lld tokens; %lld generated (greedy) by %lld stream(s), reps %lld "
+           "(medians, runs interleaved)\n",
+           (long long)n, (long long)b->generated, (long long)n_streams, (long long)o->reps);
     printf("%-16s %.2f tok/s, by CPU time %.2f tok/s\n", "no spec", b->tok_s, b->cpu_tok_s);
     for (int k = 1; k < n_cfg; k++) {
         print_cfg(&cfgs[k], b);
@@ -309,6 +346,18 @@ static void add_cfgs(struct spec_cfg *cfgs, int *n, int types, bool snap, bool r
 
 int cmd_bench_spec(const struct cmd_opts *o)
 {
+    int64_t n_streams = 1; /* --parallel N: N concurrent streams of the same prompt */
+    if (*o->parallel) {
+        char *end;
+        n_streams = strtoll(o->parallel, &end, 10);
+        if (*end != '\0' || n_streams < 1 || n_streams > MAX_STREAMS) {
+            fprintf(stderr,
+                    "error: --parallel with --spec: one number of concurrent streams, 1..%d "
+                    "(got '%s')\n",
+                    MAX_STREAMS, o->parallel);
+            return 2;
+        }
+    }
     bool snap = o->rollback != CMD_ROLLBACK_RECOMPUTE, rec = o->rollback != CMD_ROLLBACK_SNAPSHOT;
     static struct spec_cfg cfgs[MAX_CFG]; /* large: kept off the stack */
     int n_cfg = 1, rc = 0;
@@ -323,9 +372,9 @@ int cmd_bench_spec(const struct cmd_opts *o)
     }
     int32_t *prompt = NULL;
     int64_t n = make_prompt(&e, o, &prompt);
-    rc = n > 0 ? run_all(&e, o, cfgs, n_cfg, prompt, n) : 2;
+    rc = n > 0 ? run_all(&e, o, cfgs, n_cfg, prompt, n, n_streams) : 2;
     if (!rc)
-        report(o, cfgs, n_cfg, n);
+        report(o, cfgs, n_cfg, n, n_streams);
     free(prompt);
     cmd_engine_close(&e);
     return rc;

@@ -96,7 +96,7 @@ const struct cfg_row cfg__rows[] = {
     {"cache_disk_max", CFG_INT, "0", 0, 1LL << 50, R, OFF(cache_disk_max), NULL,
      "bytes of saved prompt prefixes kept in cache_dir, least recently used (file mtime) "
      "deleted first (K/M/G; 0 = no limit)"},
-    /* ---- speculative decoding (lossless; drafts back off when they keep missing) ---- */
+    /* ---- speculative decoding (lossless; a per-slot throttle drafts only where it pays) ---- */
     {"spec_type", CFG_ENUM, "ngram,mtp", 0, 0, R, OFF(spec_type), "none|ngram|mtp|ngram,mtp",
      "draft sources: n-gram lookup in the request's own text, the model's MTP head, or both"},
     {"spec_draft_max", CFG_INT, "3", 1, 16, R, OFF(spec_draft_max), NULL,

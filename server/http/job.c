@@ -306,6 +306,7 @@ static void pool_tick(job_pool_t *p, double now, double ping_s)
 static void *timer_main(void *arg)
 {
     job_pool_t *p = arg;
+    pthread_setname_np(pthread_self(), "deltad-http"); /* /metrics' per-thread CPU time */
     pthread_mutex_lock(&p->timer_mu);
     while (!p->timer_stop) {
         struct timespec ts;

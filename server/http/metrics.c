@@ -14,11 +14,13 @@
  */
 #include "metrics.h" // defines: metrics_t, metrics_render
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/sched/gram.h" // defines: gram_get_stats, gram_hist_bound
 #include "engine/util.h"       // defines: xcalloc, struct dd_buf
@@ -327,6 +329,17 @@ static void render_engine(struct dd_buf *b, const struct eng_stats *es)
          "Logits bytes downloaded from the devices for sampling and drafting (4 per greedy row "
          "whose argmax the devices take).",
          (double)es->sample_bytes_total},
+        {"deltad_spec_throttles_total", "counter",
+         "Times a slot stopped drafting because its acceptance did not pay for verification.",
+         (double)es->spec_throttles_total},
+        {"deltad_spec_probes_total", "counter",
+         "One-token drafts of throttled slots, to measure acceptance again.",
+         (double)es->spec_probes_total},
+        {"deltad_spec_throttled_rounds_total", "counter",
+         "Slot decode rounds without drafts because the slot was throttled.",
+         (double)es->spec_rounds_throttled_total},
+        {"deltad_spec_slots_throttled", "gauge", "Slots whose drafting is throttled now.",
+         (double)es->spec_slots_throttled},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         head(b, rows[i].name, rows[i].type, rows[i].help);
@@ -385,11 +398,89 @@ static void render_grammar(struct dd_buf *b)
     render_gram_hist(b, "deltad_grammar_mask_seconds", "Time to compute one token mask.", &g.mask);
 }
 
+/* ---- CPU time by thread group ------------------------------------------------------------- */
+
+enum { TG_HTTP, TG_ENGINE, TG_COMPUTE, TG_OTHER, TG_N };
+static const char *const tg_names[TG_N] = {"http", "engine", "compute", "other"};
+
+/* The group of a thread by its name: libmicrohttpd's "MHD-*" threads and the job timer
+ * ("deltad-http") serve HTTP and SSE; "deltad-engine" runs the scheduler (and its share of
+ * the forward pass); the thread pools' workers ("deltad-cpu/N", "deltad-tp/N") compute. */
+static int thread_group(const char *comm)
+{
+    if (strncmp(comm, "MHD-", 4) == 0 || strcmp(comm, "deltad-http") == 0)
+        return TG_HTTP;
+    if (strcmp(comm, "deltad-engine") == 0)
+        return TG_ENGINE;
+    if (strncmp(comm, "deltad-cpu", 10) == 0 || strncmp(comm, "deltad-tp", 9) == 0)
+        return TG_COMPUTE;
+    return TG_OTHER;
+}
+
+/* CPU seconds of thread `tid` of this process: the scheduler's nanosecond count
+ * (/proc/.../schedstat), else utime + stime in clock ticks (/proc/.../stat). */
+static double thread_cpu(const char *tid)
+{
+    char path[320], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long ns;
+    if (f) {
+        int ok = fscanf(f, "%llu", &ns) == 1;
+        fclose(f);
+        if (ok)
+            return (double)ns * 1e-9;
+    }
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", tid);
+    if (!(f = fopen(path, "r")))
+        return 0.0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces: fields follow its ')' */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0.0;
+    long hz = sysconf(_SC_CLK_TCK);
+    return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
+}
+
+/* deltad_thread_cpu_seconds_total{group}: the live threads' CPU time by group (threads that
+ * ended are not counted). HTTP + SSE work against the engine's: group http against engine +
+ * compute (tools/http_bench.py prints the ratio). */
+static void render_threads(struct dd_buf *b)
+{
+    double sec[TG_N] = {0};
+    DIR *d = opendir("/proc/self/task");
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.')
+            continue;
+        char path[320], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        sec[thread_group(comm)] += thread_cpu(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    head(b, "deltad_thread_cpu_seconds_total", "counter",
+         "CPU seconds of the daemon's live threads by group: http (HTTP and SSE), engine (the "
+         "scheduler thread), compute (forward-pass workers), other.");
+    for (int g = 0; g < TG_N; g++)
+        outf(b, "deltad_thread_cpu_seconds_total{group=\"%s\"} %.6f\n", tg_names[g], sec[g]);
+}
+
 char *metrics_render(metrics_t *m, const struct eng_stats *es, size_t *len)
 {
     struct dd_buf b = {0};
     render_requests(&b, m);
     render_engine(&b, es);
+    render_threads(&b);
     render_hist(&b, &m->ttft);
     render_hist(&b, &m->itl);
     render_hist(&b, &m->e2e);

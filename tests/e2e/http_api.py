@@ -227,7 +227,11 @@ METRIC_SERIES = ["deltad_http_requests_total", "deltad_requests_active", "deltad
                  "deltad_time_to_first_token_seconds_bucket",
                  "deltad_inter_token_latency_seconds_bucket",
                  "deltad_e2e_request_latency_seconds_count",
-                 "deltad_generation_tokens_per_second", "deltad_requests_cancelled_total"]
+                 "deltad_generation_tokens_per_second", "deltad_requests_cancelled_total",
+                 "deltad_spec_throttles_total", "deltad_spec_probes_total",
+                 "deltad_spec_throttled_rounds_total", "deltad_spec_slots_throttled",
+                 'deltad_thread_cpu_seconds_total{group="http"}',
+                 'deltad_thread_cpu_seconds_total{group="engine"}']
 
 
 def metric(port, name):
@@ -251,6 +255,16 @@ def check_metrics_slots(d, n_slots):
     slots = json.loads(body)
     C.ok(st == 200 and len(slots) == n_slots and all("id" in s and "state" in s for s in slots),
          "GET /slots", body[:300])
+    # issue 33: each slot's draft throttle (mode, throttled, acceptance estimate)
+    thr = [s.get("spec_throttle") for s in slots]
+    thr += [t.get("ngram") for t in thr if isinstance(t, dict)]
+    C.ok(len(thr) == 2 * n_slots and
+         all(isinstance(t, dict) and t.get("mode") in ("on", "throttled", "probe") and
+             t.get("throttled") == (t.get("mode") == "throttled") and
+             0 <= t.get("acceptance", -1) <= 1 for t in thr),
+         "GET /slots: spec_throttle (MTP and n-gram) per slot", thr)
+    C.ok(metric(d.port, 'deltad_thread_cpu_seconds_total{group="http"}') > 0,
+         "HTTP threads' CPU time counted")
 
 
 # ---- generation ---------------------------------------------------------------------------

@@ -47,6 +47,230 @@ TEST(ngram_lookup)
     CHECK_EQ(spec_ngram_draft(u, 4, 3, 1, 5, out), 0); /* no repeat, no draft */
 }
 
+/* ---- the draft throttle (spec.h), fed synthetic acceptance sequences ------------------------ */
+
+/* Run the throttle for `rounds` rounds; draft token i of a round is accepted when accept(r, i)
+ * says so (and every token before it was). Returns the draft tokens verified; *tokens gets
+ * the tokens gained (accepted drafts + the one every round makes); *cost the cost of the
+ * drafts in plain-step units; first_off the first throttled round (-1 = none); n_probes the
+ * probes and probes[] the rounds of the first 16. */
+struct thr_run {
+    int64_t drafted, tokens, first_off, n_probes, probes[16], last_k;
+    double cost;
+};
+
+static struct thr_run thr_drive(struct spec_thr *t, const struct spec_cost *c, int64_t k_max,
+                                int64_t rounds, bool (*accept)(int64_t r, int64_t i))
+{
+    struct thr_run o = {.first_off = -1};
+    for (int64_t r = 0; r < rounds; r++) {
+        int64_t k = spec_thr_plan(t, c, k_max, r), m = 0;
+        o.last_k = k;
+        if (t->mode == SPEC_MODE_THROTTLED && o.first_off < 0)
+            o.first_off = r;
+        if (t->mode == SPEC_MODE_PROBE && o.n_probes++ < 16)
+            o.probes[o.n_probes - 1] = r;
+        while (m < k && accept(r, m))
+            m++;
+        if (k > 0)
+            spec_thr_observe(t, k, m);
+        o.drafted += k;
+        o.tokens += 1 + m;
+        o.cost += 1.0 + (double)k * (c->row + c->mtp);
+    }
+    return o;
+}
+
+static bool acc_never(int64_t r, int64_t i)
+{
+    (void)r, (void)i;
+    return false;
+}
+
+static bool acc_always(int64_t r, int64_t i)
+{
+    (void)r, (void)i;
+    return true;
+}
+
+/* Each draft token accepted with probability 0.65, from a fixed hash of (round, position). */
+static bool acc_65(int64_t r, int64_t i)
+{
+    uint64_t h = (uint64_t)(r * 8 + i + 1) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return (h % 1000) < 650;
+}
+
+static bool acc_late(int64_t r, int64_t i) /* nothing for 300 rounds, then everything */
+{
+    (void)i;
+    return r >= 300;
+}
+
+TEST(throttle_gain)
+{
+    struct spec_cost c = {.row = 0.1, .mtp = 0.1};
+    CHECK_NEAR(spec_thr_gain(1.0, 3, &c), 4.0 / 1.6, 1e-12); /* every draft accepted */
+    CHECK_NEAR(spec_thr_gain(0.0, 1, &c), 1.0 / 1.2, 1e-12); /* none */
+    CHECK_NEAR(spec_thr_gain(0.5, 2, &c), 1.75 / 1.4, 1e-12);
+    CHECK_NEAR(spec_thr_gain(0.7, 0, &c), 1.0, 1e-12);
+}
+
+/* A head that never agrees (a random MTP head): drafting stops after a few rounds and then
+ * costs only probes, 4, 16, then 64 rounds apart: under 1 % of the decode over 2000 rounds at
+ * batch-1 costs, under 3 % at the costs of a batch of 8 (a larger share of an extra row). */
+TEST(throttle_never_accepted)
+{
+    const struct spec_cost costs[2] = {{.row = 0.03, .mtp = 0.15}, {.row = 0.1, .mtp = 0.05}};
+    for (int b = 0; b < 2; b++) {
+        struct spec_thr t;
+        spec_thr_reset(&t);
+        struct thr_run o = thr_drive(&t, &costs[b], 3, 2000, acc_never);
+        CHECK(o.first_off >= 1 && o.first_off <= 10); /* the prior weighs 4 tokens */
+        CHECK_EQ(o.tokens, 2000);
+        CHECK(o.cost / 2000.0 - 1.0 < (b == 0 ? 0.01 : 0.03));
+        CHECK(o.n_probes >= 32 && o.n_probes <= 34); /* 2 + 2000 / 64 */
+        /* probe i comes at a multiple of its wait (4, 16, then 64 rounds): the common clock */
+        for (int64_t i = 0; i < o.n_probes && i < 16; i++) {
+            int64_t w = i == 0 ? 4 : i == 1 ? 16 : 64;
+            CHECK_EQ(o.probes[i] % w, 0);
+            if (i > 0)
+                CHECK(o.probes[i] - o.probes[i - 1] <= w && o.probes[i] - o.probes[i - 1] >= 1);
+            if (i >= 3)
+                CHECK_EQ(o.probes[i] - o.probes[i - 1], 64);
+        }
+        CHECK_EQ(t.mode, SPEC_MODE_THROTTLED);
+        CHECK(t.acc < 0.1);
+    }
+}
+
+/* A head that always agrees: full-length drafts every round, never throttled. */
+TEST(throttle_always_accepted)
+{
+    struct spec_cost c = {.row = 0.03, .mtp = 0.15};
+    struct spec_thr t;
+    spec_thr_reset(&t);
+    struct thr_run o = thr_drive(&t, &c, 3, 500, acc_always);
+    CHECK_EQ(o.first_off, -1);
+    CHECK_EQ(o.n_probes, 0);
+    CHECK(o.drafted >= 1490); /* the first rounds may draft less: the estimate starts at 0.5 */
+    CHECK_EQ(o.tokens, 500 + o.drafted);
+    CHECK(t.acc > 0.99);
+}
+
+/* 65 % per token: drafting pays at batch-1 costs (it stays on, gains well over 1x), still pays
+ * at middling costs, and not at costs where an extra row and an MTP step are dear (it
+ * throttles); the estimate tracks 0.65. */
+TEST(throttle_partial)
+{
+    struct spec_cost cheap = {.row = 0.03, .mtp = 0.15}, dear = {.row = 0.4, .mtp = 0.5};
+    struct spec_thr t;
+    spec_thr_reset(&t);
+    struct thr_run o = thr_drive(&t, &cheap, 3, 2000, acc_65);
+    CHECK(o.drafted > 2000);
+    CHECK((double)o.tokens / o.cost > 1.2);
+    CHECK(t.acc > 0.4 && t.acc < 0.9);
+    /* at the costs measured on the 1 GB proof model (a draft token 0.36 of a step), 65 % still
+     * pays (k = 1: 1.65 / 1.36): the estimate's noise must not throttle it */
+    struct spec_cost mid = {.row = 0.2, .mtp = 0.16};
+    spec_thr_reset(&t);
+    o = thr_drive(&t, &mid, 3, 2000, acc_65);
+    CHECK(t.n_throttles <= 1);
+    CHECK((double)o.tokens / o.cost > 1.1);
+    spec_thr_reset(&t);
+    o = thr_drive(&t, &dear, 3, 2000, acc_65);
+    CHECK(o.first_off >= 0);
+    CHECK(o.drafted < 100);
+    CHECK((double)o.tokens / o.cost > 0.97); /* loses under 3 % against no drafts */
+}
+
+/* A slot throttled for a long run comes back within one longest wait once drafts hit. */
+TEST(throttle_recovers)
+{
+    struct spec_cost c = {.row = 0.03, .mtp = 0.15};
+    struct spec_thr t;
+    spec_thr_reset(&t);
+    struct thr_run o = thr_drive(&t, &c, 3, 300, acc_late);
+    CHECK_EQ(t.mode, SPEC_MODE_THROTTLED);
+    int64_t r;
+    for (r = 300; r < 500 && t.mode != SPEC_MODE_ON; r++) {
+        int64_t k = spec_thr_plan(&t, &c, 3, r);
+        if (k > 0)
+            spec_thr_observe(&t, k, k);
+    }
+    CHECK(r - 300 <= 2 * SPEC_THR_MAX_WAIT + 2); /* two accepted probes bring it back */
+    CHECK_EQ(t.mode, SPEC_MODE_ON);
+    (void)o;
+}
+
+/* Eight slots sharing a pool (the engine's estimate over all slots), a head that never agrees
+ * and costs of a batch of 8: every slot is throttled after one round (the last ones before
+ * drafting at all); a slot that joins later does not draft before a probe. */
+TEST(throttle_pool)
+{
+    struct spec_cost c = {.row = 0.06, .mtp = 0.06}; /* pays from 12 % acceptance on */
+    struct spec_thr pool, t[9];
+    spec_thr_reset(&pool);
+    for (int i = 0; i < 9; i++) {
+        spec_thr_reset(&t[i]);
+        t[i].pool = &pool;
+    }
+    for (int64_t r = 0; r < 3; r++)
+        for (int i = 0; i < 8; i++) {
+            int64_t k = spec_thr_plan(&t[i], &c, 3, r);
+            if (k > 0)
+                spec_thr_observe(&t[i], k, 0);
+            if (r > 0)
+                CHECK_EQ(t[i].mode, SPEC_MODE_THROTTLED);
+        }
+    CHECK(spec_thr_estimate(&t[8]) < 0.12); /* the pool: the prior and 7 or 8 misses */
+    CHECK_EQ(spec_thr_plan(&t[8], &c, 3, 3), 0);
+    CHECK_EQ(t[8].mode, SPEC_MODE_THROTTLED);
+}
+
+/* A concave cost curve (the first extra row dear, the next ones cheap, as on a CPU at batch 1):
+ * the longest draft wins at 80 % although one row alone costs 37 % of a step; and the measured
+ * times by size, interpolated between sizes and flat beyond the largest. */
+TEST(throttle_concave)
+{
+    struct spec_cost c = {.row = 0.37, .mtp = 0.15, .n_extra = 3, .extra = {0, 0.37, 0.5, 0.64}};
+    struct spec_thr t;
+    spec_thr_reset(&t);
+    t.acc = 0.8;
+    CHECK_EQ(spec_thr_plan(&t, &c, 3, 0), 3);
+    CHECK_NEAR(spec_thr_gain(0.8, 3, &c), 2.952 / 2.09, 1e-9);
+    CHECK_NEAR(spec_thr_gain(0.8, 5, &c), (1 + 0.8 + 0.64 + 0.512 + 0.4096 + 0.32768) / 3.13, 1e-9);
+    struct spec_fit f;
+    spec_fit_init(&f, 0.25);
+    spec_fit_add(&f, 1, 0.1);
+    spec_fit_add(&f, 4, 0.16);
+    CHECK_NEAR(spec_fit_time(&f, 1), 0.1, 1e-12);
+    CHECK_NEAR(spec_fit_time(&f, 2), 0.12, 1e-12);
+    CHECK_NEAR(spec_fit_time(&f, 8), 0.16, 1e-12);
+}
+
+/* The cost model fit: exact on a linear series, the prior ratio when the sizes never vary. */
+TEST(throttle_fit)
+{
+    struct spec_fit f;
+    double w, c;
+    spec_fit_init(&f, 0.05);
+    CHECK(!spec_fit_get(&f, &w, &c));
+    for (int i = 0; i < 400; i++)
+        spec_fit_add(&f, (double)(1 + i % 8), 0.1 + 0.01 * (double)(1 + i % 8));
+    CHECK(spec_fit_get(&f, &w, &c));
+    CHECK_NEAR(w, 0.1, 1e-9);
+    CHECK_NEAR(c, 0.01, 1e-9);
+    spec_fit_init(&f, 0.05);
+    for (int i = 0; i < 50; i++)
+        spec_fit_add(&f, 1.0, 0.105);
+    CHECK(spec_fit_get(&f, &w, &c));
+    CHECK_NEAR(w, 0.1, 1e-9);
+    CHECK_NEAR(c, 0.005, 1e-9);
+}
+
 /* ---- engine runs ---------------------------------------------------------------------------- */
 
 struct run_out {
@@ -244,6 +468,29 @@ TEST(lossless_greedy)
     lossless_case("tiny-qwen35.gguf", 8, 0.0f);
     lossless_case("tiny-qwen35moe.gguf", 8, 0.0f);
     lossless_case("tiny-qwen3next.gguf", 1, 0.0f);
+}
+
+/* The MTP proof model (mkmodel --mtp-agree 1): by construction its MTP head predicts what the
+ * trunk will, so every MTP draft must be accepted, at 1 and 4 slots, and the text is the same
+ * with and without drafts. */
+TEST(mtp_proof_model)
+{
+    for (int n_req = 1; n_req <= 4; n_req += 3) {
+        struct run_out base[4], spec[4];
+        run_all("tiny-qwen35-mtp1.gguf", 0, 0, n_req, 0.0f, base);
+        run_all("tiny-qwen35-mtp1.gguf", ENG_SPEC_MTP, 0, n_req, 0.0f, spec);
+        int64_t drafted = 0, accepted = 0;
+        for (int i = 0; i < n_req; i++) {
+            drafted += spec[i].drafted;
+            accepted += spec[i].accepted;
+            CHECK(spec[i].n == base[i].n && spec[i].n > 8 &&
+                  memcmp(spec[i].ids, base[i].ids, (size_t)base[i].n * sizeof(int32_t)) == 0);
+        }
+        printf("  tiny-qwen35-mtp1.gguf slots %d: drafted %lld, accepted %lld\n", n_req,
+               (long long)drafted, (long long)accepted);
+        CHECK(drafted > 0);
+        CHECK_EQ(accepted, drafted);
+    }
 }
 
 TEST(lossless_sampling)
@@ -562,9 +809,18 @@ int main(int argc, char **argv)
     if (!testutil_models_dir(argc, argv, models, sizeof models))
         return TESTUTIL_SKIP_RC;
     RUN(ngram_lookup);
+    RUN(throttle_gain);
+    RUN(throttle_never_accepted);
+    RUN(throttle_always_accepted);
+    RUN(throttle_partial);
+    RUN(throttle_recovers);
+    RUN(throttle_pool);
+    RUN(throttle_concave);
+    RUN(throttle_fit);
     RUN(rollback_rules);
     RUN(lossless_greedy);
     RUN(lossless_sampling);
+    RUN(mtp_proof_model);
     RUN(ngram_on_pure_kv_model);
     RUN(oracle_drafts);
     RUN(lossless_penalties);
