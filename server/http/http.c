@@ -958,19 +958,26 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls,
     conn_request_done(h, c);
     if (!q)
         return;
+    int stream_failed = 0; /* a stream that ended with an error event instead of its end */
     if (q->job) {
-        if (q->stream)
+        if (q->stream) {
             q->bytes = job_bytes(q->job);
+            stream_failed = job_failed_status(q->job);
+        }
         job_end(q->job);
     }
     int status = q->status ? q->status : 499; /* 499: the client left before an answer */
-    char addr[64];
+    char addr[64], ev[32];
     client_addr(c, addr, sizeof addr);
     const struct hconn *x = conn_of(c);
     const char *how = q->late ? "receive-timeout"
                       : x && x->evicted && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK
                           ? "evicted"
                           : toe_name(toe);
+    if (stream_failed && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        snprintf(ev, sizeof ev, "error-event-%d", stream_failed);
+        how = ev;
+    }
     LOG_I("%s %s %s %d %zuB %.3fs id=%s %s", addr, q->method, q->path, status, q->bytes,
           dd_now() - q->t0, q->id, how);
     metrics_request(h->metrics, q->rt ? q->rt->ep : METRICS_EP_OTHER, status);

@@ -966,6 +966,11 @@ size_t job_bytes(const job_t *j)
     return j->bytes;
 }
 
+int job_failed_status(const job_t *j)
+{
+    return j->failed ? j->fail_status : 0;
+}
+
 void job_end(job_t *j)
 {
     waker_put(j->pool, j->w);

@@ -90,6 +90,10 @@ int job_poll(job_t *j, int *status, char **body, size_t *len);
 
 /* Bytes of body produced so far (for the access log). */
 size_t job_bytes(const job_t *j);
+/* The status a failed choice would have had (500 engine error, 503 cancelled by the server or
+ * the job lost a process), 0 when none failed: a stream has sent its 200 already and reports
+ * such a failure as an error event, which the access log names. */
+int job_failed_status(const job_t *j);
 
 /* End the job: cancel unfinished choices, release the engine references, free it. */
 void job_end(job_t *j);

@@ -242,6 +242,9 @@ def check_failure(sig, extra, what):
     log = job.log_text()
     C.ok("rank 1" in log and ("broken" in log or "lost a process" in log),
          what + ": rank 0's log names the failed rank", log[-800:])
+    C.ok(re.search(r"POST /v1/completions 200 \d+B [0-9.]+s id=\S+ error-event-503", log),
+         what + ": the access log marks the stream that ended with the 503 error event",
+         log[-800:])
     job.log.close()
     return log
 
