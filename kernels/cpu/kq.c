@@ -61,6 +61,8 @@ static struct type_info type_info(uint32_t t)
         return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
     case KQ_Q8_KX:
         return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
+    case KQ_Q8_0X:
+        return (struct type_info){"q8_0x", KQ__QK, sizeof(struct kq__q8_0)};
     default:
         return (struct type_info){"?", 0, 0};
     }
@@ -69,7 +71,7 @@ static struct type_info type_info(uint32_t t)
 /* Q8_K is an activation format only, and the X layouts are internal: no file may use them. */
 bool kq_type_supported(uint32_t type)
 {
-    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX &&
+    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX && type != KQ_Q8_0X &&
            type_info(type).block_elems > 0;
 }
 
@@ -98,6 +100,7 @@ enum kq_type kq_act_type(enum kq_type w)
 {
     switch (w) {
     case KQ_Q8_0:
+    case KQ_Q8_0X:
     case KQ_Q4_0:
         return KQ_Q8_0;
     case KQ_Q4_K:
@@ -245,17 +248,78 @@ static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock 
     return p;
 }
 
+/*
+ * Q8_0X (kq.h): block b of a row of nb Q8_0 blocks, b < 16 * (nb / 16), lies in group g = b / 16
+ * (544 bytes from 544 g): the group's 16 f16 scales first, then its levels + 128 as bytes, byte i
+ * of 4-byte word k of block b at 32 + 64 k + 4 (b % 16) + i. The blocks past the last full group
+ * are plain Q8_0. Block b of such a row into *out.
+ */
+static void x8_get(const uint8_t *row, int64_t nb, int64_t b, struct kq__q8_0 *out)
+{
+    const int64_t full = nb / 16 * 16;
+    if (b >= full) {
+        memcpy(out, row + b * (int64_t)sizeof *out, sizeof *out);
+        return;
+    }
+    const uint8_t *grp = row + b / 16 * 16 * (int64_t)sizeof *out;
+    const int l = (int)(b % 16);
+    memcpy(&out->d, grp + 2 * l, 2);
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < 4; i++)
+            out->qs[4 * k + i] = (int8_t)(grp[32 + 64 * k + 4 * l + i] ^ 0x80);
+}
+
+/* The inverse of x8_get: plain block *in as block b of a Q8_0X row. */
+static void x8_put(uint8_t *row, int64_t nb, int64_t b, const struct kq__q8_0 *in)
+{
+    const int64_t full = nb / 16 * 16;
+    if (b >= full) {
+        memcpy(row + b * (int64_t)sizeof *in, in, sizeof *in);
+        return;
+    }
+    uint8_t *grp = row + b / 16 * 16 * (int64_t)sizeof *in;
+    const int l = (int)(b % 16);
+    memcpy(grp + 2 * l, &in->d, 2);
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < 4; i++)
+            grp[32 + 64 * k + 4 * l + i] = (uint8_t)in->qs[4 * k + i] ^ 0x80;
+}
+
+/* Q8_0X where the AVX-512 kernels run (their batched matmul then reads the weights as they
+ * are, and their decode is faster on them too); Q4_KX on AVX2. */
 enum kq_type kq_repack_type(enum kq_type t)
 {
-    return t == KQ_Q4_K && kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
+    const enum kq_isa isa = kq_isa_active();
+    if (t == KQ_Q8_0 && isa == KQ_ISA_AVX512)
+        return KQ_Q8_0X;
+    return t == KQ_Q4_K && isa == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
 }
 
 bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
                     int64_t rows)
 {
     const bool swap = (from == KQ_Q4_K && to == KQ_Q4_KX) || (from == KQ_Q4_KX && to == KQ_Q4_K);
-    if (from != to && !swap)
+    const bool x8 = (from == KQ_Q8_0 && to == KQ_Q8_0X) || (from == KQ_Q8_0X && to == KQ_Q8_0);
+    if (from != to && !swap && !x8)
         return false;
+    if (x8) {
+        const int64_t nb = n / KQ__QK;
+        const size_t rb = kq_row_bytes(from, n);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *in = (const uint8_t *)src + r * rb;
+            uint8_t *out = (uint8_t *)dst + r * rb;
+            for (int64_t b = 0; b < nb; b++) {
+                struct kq__q8_0 blk;
+                if (from == KQ_Q8_0X)
+                    x8_get(in, nb, b, &blk),
+                        memcpy(out + b * (int64_t)sizeof blk, &blk, sizeof blk);
+                else
+                    memcpy(&blk, in + b * (int64_t)sizeof blk, sizeof blk),
+                        x8_put(out, nb, b, &blk);
+            }
+        }
+        return true;
+    }
     const size_t bytes = kq_row_bytes(from, n) * (size_t)rows;
     memcpy(dst, src, bytes);
     const struct kq__q4_k *in = src;
@@ -353,6 +417,13 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
     case KQ_BF16:
         for (int64_t i = 0; i < n; i++)
             dst[i] = kq_bf16_to_f32(h[i]);
+        return;
+    case KQ_Q8_0X:
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk;
+            x8_get(src, n / KQ__QK, b, &blk);
+            deq_block(KQ_Q8_0, (const uint8_t *)&blk, dst + b * KQ__QK);
+        }
         return;
     default:
         break;
@@ -632,6 +703,13 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n)
         for (int64_t i = 0; i < n; i++)
             h[i] = kq_f32_to_bf16(src[i]);
         return;
+    case KQ_Q8_0X: /* Q8_0, then each block put in its place of the X layout */
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk;
+            quant_block(KQ_Q8_0, src + b * KQ__QK, (uint8_t *)&blk);
+            x8_put(dst, n / KQ__QK, b, &blk);
+        }
+        return;
     default:
         break;
     }
@@ -743,6 +821,13 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q6_K:
         for (int64_t b = 0; b < n / KQ__QK_K; b++)
             s += dot_q6_k((const struct kq__q6_k *)wrow + b, ak + b);
+        return s;
+    case KQ_Q8_0X: /* Q8_0's dot of the plain blocks: the same result bit for bit */
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk;
+            x8_get(wrow, n / KQ__QK, b, &blk);
+            s += dot_q8_0(1, &blk, (const struct kq__q8_0 *)act + b);
+        }
         return s;
     case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
