@@ -944,7 +944,7 @@ struct px_tail {
 };
 
 static _Thread_local struct px_act px_act_tls[PX_MAX_T * PK_MAX_GROUPS];
-static _Thread_local struct px_tail px_tail_tls[PK_R];
+static _Thread_local struct px_tail px_tail_tls[PX_R];
 
 /* Group g of a Q8_0 activation row of nb blocks (lanes past nb: zero levels and scales). */
 static void px_pack_act(const struct kq__q8_0 *row, int64_t nb, int64_t g, struct px_act *o)
@@ -974,49 +974,9 @@ static void px_pack_tail(const uint8_t *row, int64_t nb, int64_t gf, struct px_t
     o->d = pk_scales(pk_lanes(16 * gf, nb), idx, row + 16 * gf * (int64_t)sizeof(struct kq__q8_0));
 }
 
-/* y[r * ry] = row r . token for r < R: R rows of GF full groups (ws bytes apart) and, if tail,
- * their packed tails T[r], against the packed token A. pf: prefetch the rows ahead. */
-INLINE void px_kernel(int R, int64_t GF, bool tail, const uint8_t *W, size_t ws,
-                      const struct px_tail *T, const struct px_act *A, bool pf, float *y)
-{
-    __m512 acc[PK_R];
-    UNROLL for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < GF; g++) {
-        const struct px_act *a = &A[g];
-        __m512i av[8];
-        UNROLL for (int k = 0; k < 8; k++)
-            av[k] = _mm512_load_si512(&a->q[k]);
-        UNROLL for (int r = 0; r < R; r++) {
-            const uint8_t *grp = W + r * ws + g * 16 * (int64_t)sizeof(struct kq__q8_0);
-            if (pf) {
-                const char *p = (const char *)grp + 2 * 16 * sizeof(struct kq__q8_0);
-                UNROLL for (int l = 0; l < 9; l++)
-                    _mm_prefetch(p + 64 * l, _MM_HINT_T0);
-            }
-            __m512i s = _mm512_load_si512(&a->corr);
-            UNROLL for (int k = 0; k < 8; k++)
-                s = _mm512_dpbusd_epi32(s, _mm512_loadu_si512(grp + 32 + 64 * k), av[k]);
-            const __m512 wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)grp));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd, a->d), acc[r]);
-        }
-    }
-    if (tail) {
-        const struct px_act *a = &A[GF];
-        UNROLL for (int r = 0; r < R; r++) {
-            __m512i s = _mm512_load_si512(&a->corr);
-            UNROLL for (int k = 0; k < 8; k++)
-                s = _mm512_dpbusd_epi32(s, _mm512_load_si512(&T[r].q[k]), a->q[k]);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(T[r].d, a->d), acc[r]);
-        }
-    }
-    UNROLL for (int r = 0; r < R; r++)
-        y[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
 /* y[t * ys + r] = row r . token t for r < R, t < TT: the levels of each row's group are loaded
- * once for all TT tokens (packed A[t * G + g]), the activations are memory operands. Every
- * output's arithmetic is px_kernel's. */
+ * once for all TT tokens (packed A[t * G + g]), the activations are memory operands; pf (or
+ * NULL): the rows after these, whose groups are asked for group by group. */
 INLINE void px_tile(int R, int TT, int64_t G, int64_t GF, bool tail, const uint8_t *W,
                     size_t ws, const struct px_tail *T, const struct px_act *A, const uint8_t *pf,
                     float *y, int64_t ys)
@@ -1084,24 +1044,11 @@ static bool x8_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_
             for (int64_t g = 0; g < G; g++)
                 px_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g,
                             &px_act_tls[(t - t0) * G + g]);
-        const int R = t1 - t0 == 1 ? PK_R : PX_R; /* rows of one kernel call */
-        for (int64_t r = r0; r < r1; r += R) {
-            const int rr = (int)(r1 - r < R ? r1 - r : R);
+        for (int64_t r = r0; r < r1; r += PX_R) {
+            const int rr = (int)(r1 - r < PX_R ? r1 - r : PX_R);
             const uint8_t *Wr = W + r * ws;
             for (int i = 0; tail && i < rr; i++)
                 px_pack_tail(Wr + i * ws, nb, GF, &px_tail_tls[i]);
-            if (t1 - t0 == 1) { /* decode: R rows streamed with prefetch */
-                float out[PK_R];
-                if (rr == PK_R)
-                    px_kernel(PK_R, GF, tail, Wr, ws, px_tail_tls, px_act_tls, true, out);
-                else
-                    for (int i = 0; i < rr; i++)
-                        px_kernel(1, GF, tail, Wr + i * ws, ws, px_tail_tls + i, px_act_tls,
-                                  true, out + i);
-                for (int i = 0; i < rr; i++)
-                    y[t0 * ys + r + i] = out[i];
-                continue;
-            }
             for (int64_t t = t0; t < t1; t += 4) {
                 const int tt = (int)(t1 - t < 4 ? t1 - t : 4);
                 const struct px_act *A = &px_act_tls[(t - t0) * G];
