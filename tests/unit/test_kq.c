@@ -340,6 +340,50 @@ TEST(block_q8_0x)
     kq_isa_force(isa);
 }
 
+/* Q4_0X (kq.h): a row of 17 blocks = one group of 16 (16 f16 scales, then byte j of block l's
+ * qs at 32 + 64 (j / 4) + 4 l + j % 4, unchanged) and one plain Q4_0 block; round trip, the
+ * dequantised values and the reference dot equal Q4_0's bit for bit. */
+TEST(block_q4_0x)
+{
+    enum { NB = 17, N = 32 * NB, RB = 18 * NB };
+    CHECK(!kq_type_supported(KQ_Q4_0X));
+    CHECK_STR_EQ(kq_type_name(KQ_Q4_0X), "q4_0x");
+    CHECK_EQ(kq_act_type(KQ_Q4_0X), KQ_Q8_0);
+    CHECK_EQ(kq_row_bytes(KQ_Q4_0X, N), RB);
+    CHECK_EQ(kq_repack_type(KQ_Q4_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q4_0X : KQ_Q4_0);
+    uint8_t b[RB], x[RB], back[RB];
+    for (int blk = 0; blk < NB; blk++) {
+        put16(b + 18 * blk, (uint16_t)(0x3c00 + 3 * blk));
+        for (int i = 0; i < 16; i++)
+            b[18 * blk + 2 + i] = (uint8_t)(i * 37 + blk * 11);
+    }
+    CHECK(kq_repack_rows(KQ_Q4_0, KQ_Q4_0X, b, x, N, 1));
+    int bad = 0;
+    for (int l = 0; l < 16; l++) {
+        bad += memcmp(x + 2 * l, b + 18 * l, 2) != 0;
+        for (int j = 0; j < 16; j++)
+            bad += x[32 + 64 * (j / 4) + 4 * l + j % 4] != b[18 * l + 2 + j];
+    }
+    bad += memcmp(x + 18 * 16, b + 18 * 16, 18) != 0; /* the plain tail */
+    CHECK_EQ(bad, 0);
+    float yb[N], yx[N];
+    kq_dequantize_row(KQ_Q4_0, b, yb, N);
+    kq_dequantize_row(KQ_Q4_0X, x, yx, N);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(KQ_Q4_0X, KQ_Q4_0, x, back, N, 1));
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(!kq_repack_rows(KQ_Q4_0, KQ_Q8_0X, b, back, N, 1));
+    float a[N];
+    uint8_t aq[34 * NB];
+    for (int i = 0; i < N; i++)
+        a[i] = (float)((i * 41) % 97 - 48) / 5.0f;
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    kq_quantize_act(KQ_Q4_0X, a, aq, N);
+    CHECK(kq_dot(KQ_Q4_0, N, b, aq) == kq_dot(KQ_Q4_0X, N, x, aq));
+    kq_isa_force(isa);
+}
+
 TEST(block_q5_k)
 {
     uint8_t b[176];
@@ -461,8 +505,8 @@ TEST(round_trip)
 
 /* ================================ dot products ============================================== */
 
-static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
-                                      KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX, KQ_Q8_0X};
+static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16,  KQ_Q8_0,  KQ_Q4_0, KQ_Q4_K,
+                                      KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
 /* Test problem: rows x n weights of type t and nt activation rows, quantised. */
@@ -618,7 +662,7 @@ TEST(simd_matmul_vs_scalar)
 TEST(packed_batch_invariance)
 {
     const enum kq_isa best = kq_isa_best();
-    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX, KQ_Q8_0X};
+    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         kq_isa_force((enum kq_isa)isa);
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -627,8 +671,9 @@ TEST(packed_batch_invariance)
             float *all = malloc(sizeof(float) * 37 * 40), *few = malloc(sizeof(float) * 37 * 7);
             kq_matmul(p.t, p.n, p.w, p.ws, 0, 37, p.a, p.as, 40, all, 37);
             int bad = 0;
-            /* Q8_0X decodes with the same kernel: one token too */
-            for (int nt = types[k] == KQ_Q8_0X ? 1 : 2; nt <= 7; nt += nt == 1 ? 1 : 5)
+            /* Q8_0X / Q4_0X decode with the same kernel: one token too */
+            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X;
+            for (int nt = x ? 1 : 2; nt <= 7; nt += nt == 1 ? 1 : 5)
                 for (int r0 = 0; r0 <= 16; r0 += 16) {
                     kq_matmul(p.t, p.n, p.w, p.ws, r0, 37, p.a, p.as, nt, few, 37);
                     for (int t = 0; t < nt; t++)
@@ -756,6 +801,7 @@ int main(void)
     RUN(block_q4_k);
     RUN(block_q4_kx);
     RUN(block_q8_0x);
+    RUN(block_q4_0x);
     RUN(block_q5_k);
     RUN(block_q6_k);
     RUN(block_q8_k);
