@@ -22,6 +22,8 @@ enum kq_type {
     /* Internal layouts (never in a file; kq_type_supported is false for them). */
     KQ_Q4_KX = 1012, /* Q4_K with its levels transposed: see kq_repack_type */
     KQ_Q8_KX = 1015, /* activation of Q4_KX: Q8_K with its levels transposed the same way */
+    KQ_Q4_0X = 1002, /* Q4_0 in groups of 16 blocks, levels interleaved: see kq_repack_type */
+    KQ_Q8_0X = 1008, /* Q8_0 in groups of 16 blocks, levels interleaved: see kq_repack_type */
 };
 
 #endif

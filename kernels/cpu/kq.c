@@ -61,6 +61,10 @@ static struct type_info type_info(uint32_t t)
         return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
     case KQ_Q8_KX:
         return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
+    case KQ_Q8_0X:
+        return (struct type_info){"q8_0x", KQ__QK, sizeof(struct kq__q8_0)};
+    case KQ_Q4_0X:
+        return (struct type_info){"q4_0x", KQ__QK, sizeof(struct kq__q4_0)};
     default:
         return (struct type_info){"?", 0, 0};
     }
@@ -69,8 +73,8 @@ static struct type_info type_info(uint32_t t)
 /* Q8_K is an activation format only, and the X layouts are internal: no file may use them. */
 bool kq_type_supported(uint32_t type)
 {
-    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX &&
-           type_info(type).block_elems > 0;
+    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX && type != KQ_Q8_0X &&
+           type != KQ_Q4_0X && type_info(type).block_elems > 0;
 }
 
 const char *kq_type_name(uint32_t type)
@@ -98,7 +102,9 @@ enum kq_type kq_act_type(enum kq_type w)
 {
     switch (w) {
     case KQ_Q8_0:
+    case KQ_Q8_0X:
     case KQ_Q4_0:
+    case KQ_Q4_0X:
         return KQ_Q8_0;
     case KQ_Q4_K:
     case KQ_Q5_K:
@@ -245,17 +251,87 @@ static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock 
     return p;
 }
 
+/*
+ * Q8_0X / Q4_0X (kq.h): block b of a row of nb blocks, b < 16 * (nb / 16), lies in group
+ * g = b / 16 (16 blocks' bytes from its start): the group's 16 f16 scales first, then byte j of
+ * the block's quants (Q8_0: qs[j] + 128; Q4_0: qs[j] as it is) at 32 + 64 (j / 4) + 4 (b % 16) +
+ * j % 4. The blocks past the last full group are plain. Block b of such a row (type t) into out.
+ */
+static void xq_get(enum kq_type t, const uint8_t *row, int64_t nb, int64_t b, void *out)
+{
+    const bool q4 = t == KQ_Q4_0X;
+    const int64_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
+    const int nq = q4 ? 16 : 32, flip = q4 ? 0 : 0x80;
+    if (b >= nb / 16 * 16) {
+        memcpy(out, row + b * bb, (size_t)bb);
+        return;
+    }
+    const uint8_t *grp = row + b / 16 * 16 * bb;
+    const int l = (int)(b % 16);
+    uint8_t *o = out;
+    memcpy(o, grp + 2 * l, 2);
+    for (int j = 0; j < nq; j++)
+        o[2 + j] = (uint8_t)(grp[32 + 64 * (j / 4) + 4 * l + j % 4] ^ flip);
+}
+
+/* The inverse of xq_get: plain block in as block b of a row of type t. */
+static void xq_put(enum kq_type t, uint8_t *row, int64_t nb, int64_t b, const void *in)
+{
+    const bool q4 = t == KQ_Q4_0X;
+    const int64_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
+    const int nq = q4 ? 16 : 32, flip = q4 ? 0 : 0x80;
+    if (b >= nb / 16 * 16) {
+        memcpy(row + b * bb, in, (size_t)bb);
+        return;
+    }
+    uint8_t *grp = row + b / 16 * 16 * bb;
+    const int l = (int)(b % 16);
+    const uint8_t *p = in;
+    memcpy(grp + 2 * l, p, 2);
+    for (int j = 0; j < nq; j++)
+        grp[32 + 64 * (j / 4) + 4 * l + j % 4] = (uint8_t)(p[2 + j] ^ flip);
+}
+
+/* Q8_0X / Q4_0X where the AVX-512 kernels run (their batched matmul then reads the weights as
+ * they are, and their decode is faster on them too); Q4_KX on AVX2. */
 enum kq_type kq_repack_type(enum kq_type t)
 {
-    return t == KQ_Q4_K && kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
+    const enum kq_isa isa = kq_isa_active();
+    if (t == KQ_Q8_0 && isa == KQ_ISA_AVX512)
+        return KQ_Q8_0X;
+    if (t == KQ_Q4_0 && isa == KQ_ISA_AVX512)
+        return KQ_Q4_0X;
+    return t == KQ_Q4_K && isa == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
 }
 
 bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
                     int64_t rows)
 {
     const bool swap = (from == KQ_Q4_K && to == KQ_Q4_KX) || (from == KQ_Q4_KX && to == KQ_Q4_K);
-    if (from != to && !swap)
+    const bool xq = (from == KQ_Q8_0 && to == KQ_Q8_0X) || (from == KQ_Q8_0X && to == KQ_Q8_0) ||
+                    (from == KQ_Q4_0 && to == KQ_Q4_0X) || (from == KQ_Q4_0X && to == KQ_Q4_0);
+    if (from != to && !swap && !xq)
         return false;
+    if (xq) {
+        const int64_t nb = n / KQ__QK, bb = (int64_t)kq_block_bytes(from);
+        const size_t rb = kq_row_bytes(from, n);
+        const bool to_x = to == KQ_Q8_0X || to == KQ_Q4_0X;
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *in = (const uint8_t *)src + r * rb;
+            uint8_t *out = (uint8_t *)dst + r * rb;
+            for (int64_t b = 0; b < nb; b++) {
+                struct kq__q8_0 blk; /* room for either block */
+                if (to_x) {
+                    memcpy(&blk, in + b * bb, (size_t)bb);
+                    xq_put(to, out, nb, b, &blk);
+                } else {
+                    xq_get(from, in, nb, b, &blk);
+                    memcpy(out + b * bb, &blk, (size_t)bb);
+                }
+            }
+        }
+        return true;
+    }
     const size_t bytes = kq_row_bytes(from, n) * (size_t)rows;
     memcpy(dst, src, bytes);
     const struct kq__q4_k *in = src;
@@ -353,6 +429,14 @@ void kq_dequantize_row(enum kq_type t, const void *src, float *dst, int64_t n)
     case KQ_BF16:
         for (int64_t i = 0; i < n; i++)
             dst[i] = kq_bf16_to_f32(h[i]);
+        return;
+    case KQ_Q8_0X:
+    case KQ_Q4_0X:
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk; /* room for either block */
+            xq_get(t, src, n / KQ__QK, b, &blk);
+            deq_block(t == KQ_Q8_0X ? KQ_Q8_0 : KQ_Q4_0, (const uint8_t *)&blk, dst + b * KQ__QK);
+        }
         return;
     default:
         break;
@@ -632,6 +716,14 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n)
         for (int64_t i = 0; i < n; i++)
             h[i] = kq_f32_to_bf16(src[i]);
         return;
+    case KQ_Q8_0X: /* Q8_0 / Q4_0, then each block put in its place of the X layout */
+    case KQ_Q4_0X:
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk; /* room for either block */
+            quant_block(t == KQ_Q8_0X ? KQ_Q8_0 : KQ_Q4_0, src + b * KQ__QK, (uint8_t *)&blk);
+            xq_put(t, dst, n / KQ__QK, b, &blk);
+        }
+        return;
     default:
         break;
     }
@@ -743,6 +835,16 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q6_K:
         for (int64_t b = 0; b < n / KQ__QK_K; b++)
             s += dot_q6_k((const struct kq__q6_k *)wrow + b, ak + b);
+        return s;
+    case KQ_Q8_0X: /* Q8_0's / Q4_0's dot of the plain blocks: the same result bit for bit */
+    case KQ_Q4_0X:
+        for (int64_t b = 0; b < n / KQ__QK; b++) {
+            struct kq__q8_0 blk; /* room for either block */
+            xq_get(w, wrow, n / KQ__QK, b, &blk);
+            s += w == KQ_Q8_0X
+                     ? dot_q8_0(1, &blk, (const struct kq__q8_0 *)act + b)
+                     : dot_q4_0(1, (const struct kq__q4_0 *)&blk, (const struct kq__q8_0 *)act + b);
+        }
         return s;
     case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {

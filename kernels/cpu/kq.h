@@ -46,8 +46,16 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 
 /* ---- repacked layouts -------------------------------------------------------------------- */
 /*
- * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q4_KX for Q4_K
- * on AVX2, t itself otherwise. Q4_KX is Q4_K with the same bytes per block and the same d, dmin
+ * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
+ * for Q8_0 / Q4_0 on AVX-512, KQ_Q4_KX for Q4_K on AVX2, t itself otherwise.
+ *
+ * Q8_0X and Q4_0X keep the bytes per block and a row's size; a row's blocks go in groups of 16,
+ * each group's 16 f16 scales first, then the quants of its 16 blocks interleaved a 4-byte word
+ * at a time (word k of block l at byte 32 + 64 k + 4 l of the group): Q8_0X stores its levels
+ * + 128 (unsigned), Q4_0X its nibble bytes as they are. The blocks after the last full group
+ * stay plain. The activation is plain Q8_0. The AVX-512 matmul reads these rows as stored for
+ * any token count, where the plain types' batched matmul repacks the rows every call.
+ * Q4_KX is Q4_K with the same bytes per block and the same d, dmin
  * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
  * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
  * so one vector of sub-block scales serves all 8 steps. Its activation (Q8_KX) is reordered the
@@ -55,8 +63,9 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
  */
 enum kq_type kq_repack_type(enum kq_type t);
 /* Rows of src (type `from`) rewritten as type `to` in dst (same size): from == to copies, and
- * (Q4_K, Q4_KX) either way converts; false (nothing written) for any other pair. n elements per
- * row, rows kq_row_bytes apart. */
+ * (Q4_K, Q4_KX), (Q8_0, Q8_0X), (Q4_0, Q4_0X) either way convert; false (nothing written) for
+ * any other pair. The X layouts are whole-row formats: dequantise and dot whole rows only. n
+ * elements per row, rows kq_row_bytes apart. */
 bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
                     int64_t rows);
 
@@ -80,7 +89,8 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
  * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 / Q4_K (and on
- * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token. The
+ * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token; on
+ * AVX-512, Q8_0X / Q4_0X run one kernel for every nt, so their outputs never depend on nt. The
  * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,

@@ -920,6 +920,181 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
     return true;
 }
 
+/*
+ * Q8_0X / Q4_0X weights (kq.h: groups of 16 blocks, 16 f16 scales then the levels + 128 in the
+ * packed order of pk_levels_q8_0, or Q4_0's nibble bytes in that order, low nibbles giving
+ * words 0-3 and high ones 4-7) read as they are stored: no per-step packing of the weights.
+ * The activation of each token is packed once per call (px_act: s8 levels in the same order,
+ * the scales, and -128 * the sum of each block's levels, which takes the + 128 back out
+ * exactly; Q4_0X: -8 * the sum, its offset). A row's sum over its groups is then, per group, 8
+ * vpdpbusd from the offsets, one convert and one FMA with the product of the scales; the
+ * blocks past the last full group (plain) are packed per call into one more group. Calls take
+ * 4 rows x up to 4 tokens, each row's levels loaded once for the tokens, and prefetch the next
+ * 4 rows. The same kernel runs one token (decode) and many; an output depends only on its row
+ * and token.
+ */
+#define PX_MAX_T 16 /* tokens per activation chunk */
+#define PX_R 4      /* rows per kernel call */
+
+struct px_act {
+    __m512i q[8];  /* s8 levels */
+    __m512 d;      /* block scales */
+    __m512i corr;  /* -128 (Q4_0X: -8) * sum of the block's levels */
+};
+struct px_tail {
+    __m512i q[8]; /* u8 levels + 128 (Q4_0X: the nibbles) */
+    __m512 d;
+};
+
+static _Thread_local struct px_act px_act_tls[PX_MAX_T * PK_MAX_GROUPS];
+static _Thread_local struct px_tail px_tail_tls[PX_R];
+
+/* Group g of a Q8_0 activation row of nb blocks (lanes past nb: zero levels and scales), for
+ * weights whose levels are stored + 2^sh. */
+static void px_pack_act(const struct kq__q8_0 *row, int64_t nb, int64_t g, int sh,
+                        struct px_act *o)
+{
+    const __mmask16 m = pk_lanes(16 * g, nb);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)sizeof(struct kq__q8_0)));
+    pk_levels_q8_0(row, 16 * g, nb, o->q);
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k++)
+        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
+    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sllv_epi32(sum, _mm512_set1_epi32(sh)));
+    o->d = pk_scales(m, idx, (const uint8_t *)(row + 16 * g));
+}
+
+/* The plain blocks [16 gf, nb) of a Q8_0X (q4: Q4_0X) row as one group of u8 levels (the
+ * activation's lanes past nb are zero, so these lanes' values do not matter). */
+static void px_pack_tail(bool q4, const uint8_t *row, int64_t nb, int64_t gf, struct px_tail *o)
+{
+    const size_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
+    const __mmask16 m = pk_lanes(16 * gf, nb);
+    const uint8_t *base = row + 16 * gf * (int64_t)bb;
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                             11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)bb));
+    if (!q4)
+        pk_levels_q8_0((const struct kq__q8_0 *)row, 16 * gf, nb, o->q);
+    for (int k = 0; k < 8; k++) {
+        if (q4) { /* elements 4k..4k+3: low nibbles of qs[4k..] for k < 4, high ones after */
+            const __m512i q = pk_gather(m, idx, base, 2 + 4 * (k & 3));
+            o->q[k] = _mm512_and_si512(k < 4 ? q : _mm512_srli_epi32(q, 4), _mm512_set1_epi8(15));
+        } else {
+            o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
+        }
+    }
+    o->d = pk_scales(m, idx, base);
+}
+
+/* y[t * ys + r] = row r . token t for r < R, t < TT: the levels of each row's group are loaded
+ * once for all TT tokens (packed A[t * G + g]), the activations are memory operands; pf (or
+ * NULL): the rows after these, whose groups are asked for group by group. */
+INLINE void px_tile(bool q4, int R, int TT, int64_t G, int64_t GF, const uint8_t *W,
+                    size_t ws, const struct px_tail *T, const struct px_act *A, const uint8_t *pf,
+                    float *y, int64_t ys)
+{
+    __m512 acc[4][4];
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < TT; t++)
+            acc[r][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512i wq[8];
+            __m512 wd;
+            if (g < GF) {
+                const int64_t gb = q4 ? 16 * 18 : 16 * 34; /* bytes of a group */
+                const uint8_t *grp = W + r * ws + g * gb;
+                UNROLL for (int k = 0; k < 8; k++) { /* Q4_0X: 4 vectors of nibbles */
+                    if (!q4)
+                        wq[k] = _mm512_loadu_si512(grp + 32 + 64 * k);
+                    else if (k < 4)
+                        wq[k] = _mm512_loadu_si512(grp + 32 + 64 * k);
+                    else
+                        wq[k] = _mm512_and_si512(_mm512_srli_epi16(wq[k - 4], 4),
+                                                 _mm512_set1_epi8(15));
+                }
+                UNROLL for (int k = 0; k < 4; k++)
+                    if (q4)
+                        wq[k] = _mm512_and_si512(wq[k], _mm512_set1_epi8(15));
+                wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)grp));
+                UNROLL for (int l = 0; l < 9; l++) /* the same group of the next rows */
+                    if (pf && 64 * l < gb)
+                        _mm_prefetch((const char *)pf + (grp - W) + 64 * l, _MM_HINT_T1);
+            } else { /* the tail group */
+                UNROLL for (int k = 0; k < 8; k++)
+                    wq[k] = _mm512_load_si512(&T[r].q[k]);
+                wd = T[r].d;
+            }
+            UNROLL for (int t = 0; t < TT; t++) {
+                const struct px_act *a = &A[t * G + g];
+                __m512i s = _mm512_load_si512(&a->corr);
+                UNROLL for (int k = 0; k < 8; k++)
+                    s = _mm512_dpbusd_epi32(s, wq[k], _mm512_load_si512(&a->q[k]));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd, a->d),
+                                            acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < TT; t++)
+            y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* px_tile for the shapes it is compiled for: R in {4, 1}, TT in 1..4, both types. */
+static void px_tiles(bool q4, int R, int TT, int64_t G, int64_t GF, const uint8_t *W, size_t ws,
+                     const struct px_tail *T, const struct px_act *A, const uint8_t *pf, float *y,
+                     int64_t ys)
+{
+#define PX_T(q, r, tt)                                                                             \
+    if (q4 == q && R == r && TT == tt)                                                             \
+        return px_tile(q, r, tt, G, GF, W, ws, T, A, pf, y, ys);
+    PX_T(false, 4, 4) PX_T(false, 4, 3) PX_T(false, 4, 2) PX_T(false, 4, 1)
+    PX_T(false, 1, 4) PX_T(false, 1, 3) PX_T(false, 1, 2) PX_T(false, 1, 1)
+    PX_T(true, 4, 4) PX_T(true, 4, 3) PX_T(true, 4, 2) PX_T(true, 4, 1)
+    PX_T(true, 1, 4) PX_T(true, 1, 3) PX_T(true, 1, 2) PX_T(true, 1, 1)
+#undef PX_T
+}
+
+/* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or over
+ * 65536. */
+static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
+                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+{
+    const int64_t nb = n / KQ__QK, GF = nb / 16, G = (nb + 15) / 16;
+    if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
+        return false;
+    const bool tail = G > GF, q4 = wt == KQ_Q4_0X;
+    for (int64_t t0 = 0; t0 < nt; t0 += PX_MAX_T) {
+        const int64_t t1 = t0 + PX_MAX_T < nt ? t0 + PX_MAX_T : nt;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t g = 0; g < G; g++)
+                px_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, q4 ? 3 : 7,
+                            &px_act_tls[(t - t0) * G + g]);
+        for (int64_t r = r0; r < r1; r += PX_R) {
+            const int rr = (int)(r1 - r < PX_R ? r1 - r : PX_R);
+            const uint8_t *Wr = W + r * ws;
+            for (int i = 0; tail && i < rr; i++)
+                px_pack_tail(q4, Wr + i * ws, nb, GF, &px_tail_tls[i]);
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int tt = (int)(t1 - t < 4 ? t1 - t : 4);
+                const struct px_act *A = &px_act_tls[(t - t0) * G];
+                /* the first token tile asks for the next row block */
+                const uint8_t *pf = t == t0 && r + 2 * PX_R <= r1 ? Wr + PX_R * ws : NULL;
+                if (rr == PX_R)
+                    px_tiles(q4, PX_R, tt, G, GF, Wr, ws, px_tail_tls, A, pf, y + t * ys + r, ys);
+                else
+                    for (int i = 0; i < rr; i++)
+                        px_tiles(q4, 1, tt, G, GF, Wr + i * ws, ws, px_tail_tls + i, A, NULL,
+                                 y + t * ys + r + i, ys);
+            }
+        }
+    }
+    return true;
+}
+
 /* ================================ activation quantisers ===================================== */
 
 /* nb Q8_0 blocks from x [32 nb]; the same arithmetic as the scalar reference, step by step
@@ -1003,6 +1178,8 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
                        int64_t y_stride)
 {
     const struct kq__tileset *ts;
+    if (w == KQ_Q8_0X || w == KQ_Q4_0X)
+        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
     if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
         decode_prepared(w, n, W, w_stride, r0, r1, act, y);
         return true;

@@ -244,7 +244,7 @@ TEST(block_q4_kx)
     CHECK_EQ(kq_act_type(KQ_Q4_KX), KQ_Q8_KX);
     CHECK_EQ(kq_row_bytes(KQ_Q4_KX, 512), 288);
     CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : KQ_Q4_K);
-    CHECK_EQ(kq_repack_type(KQ_Q8_0), KQ_Q8_0);
+    CHECK_EQ(kq_repack_type(KQ_Q8_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q8_0X : KQ_Q8_0);
     uint8_t b[2][144], x[2][144], back[2][144];
     for (int r = 0; r < 2; r++) {
         put16(b[r], 0x3c00);
@@ -288,6 +288,99 @@ TEST(block_q4_kx)
     CHECK_EQ(bad, 0);
     const float dk = kq_dot(KQ_Q4_K, 512, b, ak), dx = kq_dot(KQ_Q4_KX, 512, x, akx);
     CHECK(dk == dx);
+    kq_isa_force(isa);
+}
+
+/* Q8_0X (kq.h): a row of 19 blocks = one group of 16 (16 f16 scales, then byte i of word k of
+ * block l at 32 + 64 k + 4 l + i, stored + 128) and 3 plain Q8_0 blocks; round trip, the
+ * dequantised values and the reference dot equal Q8_0's bit for bit. */
+TEST(block_q8_0x)
+{
+    enum { NB = 19, N = 32 * NB, RB = 34 * NB };
+    CHECK(!kq_type_supported(KQ_Q8_0X));
+    CHECK_STR_EQ(kq_type_name(KQ_Q8_0X), "q8_0x");
+    CHECK_EQ(kq_act_type(KQ_Q8_0X), KQ_Q8_0);
+    CHECK_EQ(kq_row_bytes(KQ_Q8_0X, N), RB);
+    uint8_t b[2][RB], x[2][RB], back[2][RB];
+    for (int r = 0; r < 2; r++)
+        for (int blk = 0; blk < NB; blk++) {
+            put16(b[r] + 34 * blk, (uint16_t)(0x3c00 + blk + 32 * r));
+            for (int i = 0; i < 32; i++) /* -128 included */
+                b[r][34 * blk + 2 + i] = (uint8_t)(i * 29 + blk * 7 + r);
+        }
+    CHECK(kq_repack_rows(KQ_Q8_0, KQ_Q8_0X, b, x, N, 2));
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        for (int l = 0; l < 16; l++) {
+            bad += memcmp(x[r] + 2 * l, b[r] + 34 * l, 2) != 0;
+            for (int e = 0; e < 32; e++)
+                bad += x[r][32 + 64 * (e / 4) + 4 * l + e % 4] !=
+                       (uint8_t)(b[r][34 * l + 2 + e] ^ 0x80);
+        }
+        bad += memcmp(x[r] + 34 * 16, b[r] + 34 * 16, 34 * 3) != 0; /* the plain tail */
+    }
+    CHECK_EQ(bad, 0);
+    float yb[2 * N], yx[2 * N];
+    kq_dequantize_row(KQ_Q8_0, b, yb, 2 * N);
+    for (int r = 0; r < 2; r++)
+        kq_dequantize_row(KQ_Q8_0X, x[r], yx + r * N, N);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(KQ_Q8_0X, KQ_Q8_0, x, back, N, 2));
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(!kq_repack_rows(KQ_Q8_0X, KQ_Q4_K, x, back, 256, 1));
+    float a[N];
+    uint8_t aq[RB];
+    for (int i = 0; i < N; i++)
+        a[i] = (float)((i * 37) % 101 - 50) / 7.0f;
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    kq_quantize_act(KQ_Q8_0X, a, aq, N);
+    for (int r = 0; r < 2; r++)
+        CHECK(kq_dot(KQ_Q8_0, N, b[r], aq) == kq_dot(KQ_Q8_0X, N, x[r], aq));
+    kq_isa_force(isa);
+}
+
+/* Q4_0X (kq.h): a row of 17 blocks = one group of 16 (16 f16 scales, then byte j of block l's
+ * qs at 32 + 64 (j / 4) + 4 l + j % 4, unchanged) and one plain Q4_0 block; round trip, the
+ * dequantised values and the reference dot equal Q4_0's bit for bit. */
+TEST(block_q4_0x)
+{
+    enum { NB = 17, N = 32 * NB, RB = 18 * NB };
+    CHECK(!kq_type_supported(KQ_Q4_0X));
+    CHECK_STR_EQ(kq_type_name(KQ_Q4_0X), "q4_0x");
+    CHECK_EQ(kq_act_type(KQ_Q4_0X), KQ_Q8_0);
+    CHECK_EQ(kq_row_bytes(KQ_Q4_0X, N), RB);
+    CHECK_EQ(kq_repack_type(KQ_Q4_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q4_0X : KQ_Q4_0);
+    uint8_t b[RB], x[RB], back[RB];
+    for (int blk = 0; blk < NB; blk++) {
+        put16(b + 18 * blk, (uint16_t)(0x3c00 + 3 * blk));
+        for (int i = 0; i < 16; i++)
+            b[18 * blk + 2 + i] = (uint8_t)(i * 37 + blk * 11);
+    }
+    CHECK(kq_repack_rows(KQ_Q4_0, KQ_Q4_0X, b, x, N, 1));
+    int bad = 0;
+    for (int l = 0; l < 16; l++) {
+        bad += memcmp(x + 2 * l, b + 18 * l, 2) != 0;
+        for (int j = 0; j < 16; j++)
+            bad += x[32 + 64 * (j / 4) + 4 * l + j % 4] != b[18 * l + 2 + j];
+    }
+    bad += memcmp(x + 18 * 16, b + 18 * 16, 18) != 0; /* the plain tail */
+    CHECK_EQ(bad, 0);
+    float yb[N], yx[N];
+    kq_dequantize_row(KQ_Q4_0, b, yb, N);
+    kq_dequantize_row(KQ_Q4_0X, x, yx, N);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(KQ_Q4_0X, KQ_Q4_0, x, back, N, 1));
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(!kq_repack_rows(KQ_Q4_0, KQ_Q8_0X, b, back, N, 1));
+    float a[N];
+    uint8_t aq[34 * NB];
+    for (int i = 0; i < N; i++)
+        a[i] = (float)((i * 41) % 97 - 48) / 5.0f;
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    kq_quantize_act(KQ_Q4_0X, a, aq, N);
+    CHECK(kq_dot(KQ_Q4_0, N, b, aq) == kq_dot(KQ_Q4_0X, N, x, aq));
     kq_isa_force(isa);
 }
 
@@ -412,8 +505,8 @@ TEST(round_trip)
 
 /* ================================ dot products ============================================== */
 
-static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0, KQ_Q4_0,
-                                      KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX};
+static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16,  KQ_Q8_0,  KQ_Q4_0, KQ_Q4_K,
+                                      KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
 /* Test problem: rows x n weights of type t and nt activation rows, quantised. */
@@ -562,13 +655,14 @@ TEST(simd_matmul_vs_scalar)
     kq_isa_force(best);
 }
 
-/* Batch invariance of the packed types: from 2 tokens on, every output of Q8_0 / Q4_0 / Q4_K
- * (and Q4_KX) depends on its own row and token only, so the first tokens of a 40-token matmul
- * equal, bit for bit, a matmul of just them (2 and 7 tokens), over any row range. */
+/* Batch invariance of the packed types: from 2 tokens on (Q8_0X: from 1), every output of Q8_0 /
+ * Q4_0 / Q4_K (and Q4_KX, Q8_0X) depends on its own row and token only, so the first tokens of a
+ * 40-token matmul equal, bit for bit, a matmul of just them (2 and 7 tokens), over any row range.
+ */
 TEST(packed_batch_invariance)
 {
     const enum kq_isa best = kq_isa_best();
-    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX};
+    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         kq_isa_force((enum kq_isa)isa);
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -577,7 +671,9 @@ TEST(packed_batch_invariance)
             float *all = malloc(sizeof(float) * 37 * 40), *few = malloc(sizeof(float) * 37 * 7);
             kq_matmul(p.t, p.n, p.w, p.ws, 0, 37, p.a, p.as, 40, all, 37);
             int bad = 0;
-            for (int nt = 2; nt <= 7; nt += 5)
+            /* Q8_0X / Q4_0X decode with the same kernel: one token too */
+            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X;
+            for (int nt = x ? 1 : 2; nt <= 7; nt += nt == 1 ? 1 : 5)
                 for (int r0 = 0; r0 <= 16; r0 += 16) {
                     kq_matmul(p.t, p.n, p.w, p.ws, r0, 37, p.a, p.as, nt, few, 37);
                     for (int t = 0; t < nt; t++)
@@ -704,6 +800,8 @@ int main(void)
     RUN(block_q4_0);
     RUN(block_q4_k);
     RUN(block_q4_kx);
+    RUN(block_q8_0x);
+    RUN(block_q4_0x);
     RUN(block_q5_k);
     RUN(block_q6_k);
     RUN(block_q8_k);
