@@ -858,14 +858,21 @@ static bool merge_one(struct sg *g, const cJSON *x, bool member, cJSON *props, c
         kw(x, "anyOf") || kw(x, "oneOf") || (member && kw(x, "allOf")) || kw(x, "enum") ||
         kw(x, "const") || (member && kw(x, "$ref")))
         return false;
-    const cJSON *p;
-    cJSON_ArrayForEach(p, kw(x, "properties"))
+    const cJSON *p, *pr = kw(x, "properties"), *rq = kw(x, "required");
+    if ((pr && !cJSON_IsObject(pr)) || (rq && !cJSON_IsArray(rq)))
+        return false; /* an array's members have no names to merge by (found by fuzz_gram) */
+    cJSON_ArrayForEach(p, pr)
     {
         if (cJSON_GetObjectItemCaseSensitive(props, p->string))
             return false;
         cJSON_AddItemToObject(props, p->string, cJSON_Duplicate(p, true));
     }
-    cJSON_ArrayForEach(p, kw(x, "required")) cJSON_AddItemToArray(req, cJSON_Duplicate(p, true));
+    cJSON_ArrayForEach(p, rq)
+    {
+        if (!cJSON_IsString(p))
+            return false;
+        cJSON_AddItemToArray(req, cJSON_Duplicate(p, true));
+    }
     *closed = *closed || cJSON_IsFalse(kw(x, "additionalProperties"));
     return true;
 }

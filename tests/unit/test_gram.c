@@ -555,6 +555,20 @@ TEST(one_of_decided)
     s = cJSON_Parse("{\"type\":\"string\",\"const\":1}");
     CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), -1);
     cJSON_Delete(s);
+    /* allOf members whose properties is not an object or whose required holds a non-string:
+     * refused with the allOf message (before: their copies leaked, found by fuzz_gram) */
+    static const char *const bad_all_of[] = {
+        "{\"allOf\":[{\"properties\":[\"a\",\"b\"]}]}",
+        "{\"allOf\":[{\"properties\":{\"a\":{}},\"required\":[1]}]}",
+        "{\"allOf\":[{\"required\":\"a\"}]}",
+    };
+    for (size_t k = 0; k < sizeof bad_all_of / sizeof *bad_all_of; k++) {
+        s = cJSON_Parse(bad_all_of[k]);
+        dd_buf_truncate(&b, 0);
+        CHECK_EQ(schema_to_gbnf(s, &b, err, sizeof err), -1);
+        CHECK(strstr(err, "'allOf' is supported for object schemas") != NULL);
+        cJSON_Delete(s);
+    }
     dd_buf_free(&b);
 }
 
