@@ -80,6 +80,17 @@ struct sg {
     enum schema_text text; /* JSON, or JSON inside the XML tool-call form */
 };
 
+/* What a generator owns: the $ref names it numbered and the merged allOf schemas. */
+static void sg_release(struct sg *g)
+{
+    for (int k = 0; k < g->n_refs; k++)
+        free(g->refs[k].ptr);
+    free(g->refs);
+    for (int k = 0; k < g->n_owned; k++)
+        cJSON_Delete(g->owned[k]);
+    free(g->owned);
+}
+
 __attribute__((format(printf, 2, 3))) static int fail(struct sg *g, const char *fmt, ...)
 {
     if (g->failed)
@@ -1398,12 +1409,7 @@ int schema_xml_params(const cJSON *schema, const char *prefix, struct dd_buf *ou
     else
         dd_buf_truncate(out, at);
     dd_buf_free(&e);
-    for (int k = 0; k < g.n_refs; k++)
-        free(g.refs[k].ptr);
-    free(g.refs);
-    for (int k = 0; k < g.n_owned; k++)
-        cJSON_Delete(g.owned[k]);
-    free(g.owned);
+    sg_release(&g);
     return rc || g.failed ? -1 : 0;
 }
 
@@ -1454,12 +1460,7 @@ int schema_rules(const cJSON *schema, const char *prefix, struct dd_buf *out, ch
         dd_buf_printf(out, "%s ::= %s\n", prefix, top);
     else
         dd_buf_truncate(out, at);
-    for (int k = 0; k < g.n_refs; k++)
-        free(g.refs[k].ptr);
-    free(g.refs);
-    for (int k = 0; k < g.n_owned; k++)
-        cJSON_Delete(g.owned[k]);
-    free(g.owned);
+    sg_release(&g);
     return rc ? -1 : 0;
 }
 
