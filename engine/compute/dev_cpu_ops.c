@@ -144,18 +144,7 @@ void dev_cpu__argmax(struct dev *d, const float *x, int64_t rows, int64_t n, int
                      float *mass)
 {
     (void)d;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        int64_t best = 0;
-        for (int64_t i = 1; i < n; i++)
-            best = xr[i] > xr[best] ? i : best;
-        out[r] = (int32_t)best;
-        double sum = 0.0; /* the order and precision of the engine's host top_prob */
-        for (int64_t i = 0; mass && i < n; i++)
-            sum += exp((double)xr[i] - xr[best]);
-        if (mass)
-            mass[r] = (float)sum;
-    }
+    kop_argmax_rows(x, rows, n, out, mass);
 }
 
 /* ============================================================================================

@@ -32,12 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"        // defines: comm_create_host, comm_create, comm_create_dist
-#include "dist.h"        // defines: dist_xfer, dist_rank, dist_size, struct dist_cmd
-#include "engine/util.h" // defines: xcalloc, dd_errf
-#include "fwd_impl.h"    // defines: fwd__dev_*
-#include "shard.h"       // defines: shard_build, shard_relayout
-#include "tpool.h"       // defines: tpool_run
+#include "comm.h"            // defines: comm_create_host, comm_create, comm_create_dist
+#include "dist.h"            // defines: dist_xfer, dist_rank, dist_size, struct dist_cmd
+#include "engine/util.h"     // defines: xcalloc, dd_errf
+#include "fwd_impl.h"        // defines: fwd__dev_*
+#include "kernels/cpu/kop.h" // defines: kop_argmax_rows
+#include "shard.h"           // defines: shard_build, shard_relayout
+#include "tpool.h"           // defines: tpool_run
 
 /* ============================================================================================
  * Steps
@@ -171,21 +172,9 @@ static void slice_argmax(void *ctx, int d, int nth)
  * argmax (the first largest) and its softmax probability come from those host rows. */
 static void host_argmax(struct fwd_ctx *f, bool mass)
 {
-    const int64_t V = f->m->hp.n_vocab;
-    for (int64_t r = 0; r < f->n_logits; r++) {
-        const float *l = f->logits + r * V;
-        int32_t best = 0;
-        for (int64_t v = 1; v < V; v++)
-            if (l[v] > l[best])
-                best = (int32_t)v;
-        f->amax[r] = best;
-        if (mass) {
-            double sum = 0.0;
-            for (int64_t v = 0; v < V; v++)
-                sum += exp((double)l[v] - l[best]);
-            f->prob[r] = (float)(1.0 / sum);
-        }
-    }
+    kop_argmax_rows(f->logits, f->n_logits, f->m->hp.n_vocab, f->amax, mass ? f->amax_m : NULL);
+    for (int64_t r = 0; mass && r < f->n_logits; r++)
+        f->prob[r] = (float)(1.0 / f->amax_m[r]);
     f->amax_fresh = true;
     f->prob_fresh = mass;
 }

@@ -340,3 +340,19 @@ void kop_gdn_step(float *M, const float *M_in, const float *restrict q, const fl
     for (int64_t j = 0; j < S; j++)
         out[j] *= scale;
 }
+
+void kop_argmax_rows(const float *x, int64_t rows, int64_t n, int32_t *out, float *mass)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            best = xr[i] > xr[best] ? i : best;
+        out[r] = (int32_t)best;
+        double sum = 0.0;
+        for (int64_t i = 0; mass && i < n; i++)
+            sum += exp((double)xr[i] - xr[best]);
+        if (mass)
+            mass[r] = (float)sum;
+    }
+}

@@ -98,4 +98,9 @@ void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_
 void kop_gdn_step(float *M, const float *M_in, const float *q, const float *k, const float *v,
                   float decay, float beta, float scale, int64_t S, float *out);
 
+/* For each of rows rows of x [rows][n]: out[r] = the index of the largest value (the first
+ * among ties); with mass, mass[r] = sum_i exp(x[r][i] - x[r][out[r]]) summed in double, so the
+ * argmax's softmax probability is 1 / mass[r]. */
+void kop_argmax_rows(const float *x, int64_t rows, int64_t n, int32_t *out, float *mass);
+
 #endif
