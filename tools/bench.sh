@@ -26,6 +26,7 @@
 # tok/s, B1 efficiency, the fractions of the bandwidth roofline and of the compute peak.
 #   BENCH_PARALLEL ("1,2,3,4,6,8,12,16,32"; empty skips the section)
 set -euo pipefail
+kv_awk=$(cat "$(dirname "$0")/bench_kv.awk")
 B=${1:?usage: tools/bench.sh BUILD_DIR}
 M=$B/bench-models
 mkdir -p "$M"
@@ -95,12 +96,7 @@ fi
 echo
 echo "== summary: medians of $reps runs; decode $ngen tokens per run; $(( $(date +%s) - start )) s"
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-awk '
-function kv(line, key,   n, i, a, f) {
-  n = split(line, f, " ")
-  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
-  return ""
-}
+awk "$kv_awk"'
 BEGIN {
   printf "%-6s %3s | %9s %6s %7s | %6s %9s %8s %6s %6s %7s\n", "model", "thr", "prefill", "%peak",
          "peak", "depth", "decode", "roofline", "%roof", "MiB/t", "triad"
@@ -134,12 +130,7 @@ if [ -s "$tpres" ]; then
   echo
   echo "tensor parallel: $(basename "$(model_file q8_0)"), prefill $prompt, decode at the depth shown;"
   echo "allreduce per decode token (wait = waiting for the other devices to arrive):"
-  awk '
-function kv(line, key,   n, i, a, f) {
-  n = split(line, f, " ")
-  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
-  return ""
-}
+  awk "$kv_awk"'
 BEGIN {
   printf "%7s %7s | %9s %9s | %6s %9s %8s | %9s %9s %7s\n", "devices", "threads", "prefill",
          "speedup", "depth", "decode", "speedup", "allreduce", "wait", "%decode"

@@ -9,6 +9,7 @@
 # do not get).
 #   BENCH_PROMPT (128)  BENCH_GEN (16)  BENCH_REPS (5)  BUSY_CPU (1)  BUSY_DEPTH (128)
 set -euo pipefail
+kv_awk=$(cat "$(dirname "$0")/bench_kv.awk")
 B=${1:?usage: tools/bench_busy.sh BUILD_DIR}
 M=$B/bench-models
 mkdir -p "$M"
@@ -46,17 +47,7 @@ for r in $(seq "$reps"); do
   echo "rep $r/$reps done"
 done
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-awk '
-function kv(line, key,   n, i, a, f) {
-  n = split(line, f, " ")
-  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
-  return ""
-}
-function median(arr, n,   i, j, t) {
-  for (i = 2; i <= n; i++)
-    for (j = i; j > 1 && arr[j - 1] > arr[j]; j--) { t = arr[j]; arr[j] = arr[j - 1]; arr[j - 1] = t }
-  return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
-}
+awk "$kv_awk"'
 {
   c = kv($0, "case"); n[c]++
   if (c == "quiet1") { pq[n[c]] = kv($0, "pp_tok"); tq[n[c]] = kv($0, "tg_tok") }

@@ -21,6 +21,7 @@
 #   BENCH_SPEC_MODELS ("synthetic demo proof")  BENCH_SPEC_AGREE ("1 0.8 0.65")  BENCH_SPEC_ROLLBACK (both: snapshot|recompute|both)
 #   BENCH_SPEC_DEMO (models/demo.gguf: the demo model file)  BENCH_SPEC_DEMO_REPS (15)
 set -euo pipefail
+kv_awk=$(cat "$(dirname "$0")/bench_kv.awk")
 B=${1:?usage: tools/bench_spec.sh BUILD_DIR}
 M=$B/bench-models
 mkdir -p "$M"
@@ -115,12 +116,7 @@ echo "== summary: batch 1, greedy, up to $ngen tokens per run, medians of $reps 
      "${BENCH_SPEC_DEMO_REPS:-15}), $threads" \
      "thread(s); $(( $(date +%s) - start )) s; load average $load0 before, $load1 after" \
      "($(nproc) cores)"
-awk '
-function kv(line, key,   n, i, a, f) {
-  n = split(line, f, " ")
-  for (i = 1; i <= n; i++) { split(f[i], a, "="); if (a[1] == key) return a[2] }
-  return ""
-}
+awk "$kv_awk"'
 BEGIN {
   printf "%-9s %-6s %-9s | %8s %8s %7s %7s | %7s %7s %6s | %8s %7s %9s\n", "model", "prompt",
          "drafts", "base", "spec", "speedup", "by CPU", "drafted", "accept", "len", "recomp",
