@@ -1180,6 +1180,8 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
     const struct kq__tileset *ts;
     if (w == KQ_Q8_0X || w == KQ_Q4_0X)
         return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    if (w == KQ_Q4_KX || w == KQ_Q5_KX || w == KQ_Q6_KX)
+        return kq__avx512_kx_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
     if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
         decode_prepared(w, n, W, w_stride, r0, r1, act, y);
         return true;
