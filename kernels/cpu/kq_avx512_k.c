@@ -32,8 +32,9 @@
 
 #include <immintrin.h>
 
-#define KX_R 4                   /* rows per tile */
-#define KX_T 2                   /* tokens per tile at most */
+#define KX_R 4                   /* rows per block (and per decode tile) */
+#define KX_T 4                   /* tokens per tile at most (tiles of 2 rows) */
+#define KX_MAX_G 256             /* groups of a row: n <= 65536 */
 #define KX_ACT_BYTES (256u << 10) /* packed activations of one token chunk */
 
 /* One token's group, in the step order: 8 steps (Q6_KX: 4), the scales per lane. */
@@ -44,7 +45,14 @@ struct kx_act {
     __m512i corr;  /* Q6: -32 times the sub-block's level sum; Q4/Q5: 0 */
 };
 
+/* One row's group scales, per lane (sub-block), unpacked once per row block and call. */
+struct kx_wsc {
+    __m512 wd; /* d * sub-block scale */
+    __m512 mn; /* Q4/Q5: dmin * sub-block min */
+};
+
 static _Thread_local struct kx_act kx_act_tls[KX_ACT_BYTES / sizeof(struct kx_act)];
+static _Thread_local struct kx_wsc kx_wsc_tls[KX_R * KX_MAX_G];
 
 /* 32 bytes at lo then 32 at hi; with hi NULL the upper half is zero. */
 INLINE __m512i load_2x32(const void *lo, const void *hi)
@@ -166,12 +174,13 @@ INLINE void kx_dots(int R, int T, const __m512i w[KX_R], const struct kx_act *A,
 
 /*
  * Group g of R rows (row r at W + r * ws) against T tokens (packed, token t's groups at
- * A[t * G]) into acc; two: a Q4_KX / Q5_KX group of two super-blocks (else one, the row's last).
- * pf (or NULL): the rows after these, whose group g is asked for into the cache.
+ * A[t * G]) into acc, with row r's scales at S[r * G]; two: a Q4_KX / Q5_KX group of two
+ * super-blocks (else one, the row's last). pf (or NULL): the rows to ask for into the cache
+ * (row r at pf + r * ws), group by group.
  */
 INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, size_t ws,
-                     int64_t g, const struct kx_act *A, int64_t G, const uint8_t *pf,
-                     __m512 acc[KX_R][KX_T])
+                     int64_t g, const struct kx_wsc *S, const struct kx_act *A, int64_t G,
+                     const uint8_t *pf, __m512 acc[KX_R][KX_T])
 {
     const size_t gb = KX_GB(wt), bb = wt == KQ_Q6_KX ? gb : gb / 2;
     __m512i ia[KX_R][KX_T], w[KX_R];
@@ -221,21 +230,38 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
         }
     }
     UNROLL for (int r = 0; r < R; r++) {
-        const uint8_t *b = W + r * ws + g * gb;
+        struct kx_wsc own; /* S NULL: this row's scales, unpacked here */
+        const struct kx_wsc *sc = S ? &S[r * G + g] : &own;
+        if (!S && wt == KQ_Q6_KX)
+            own.wd = kx_scales_q6((const struct kq__q6_k *)(W + r * ws + g * gb));
+        else if (!S)
+            kx_scales_pair(W + r * ws + g * gb, two ? W + r * ws + g * gb + bb : NULL, &own.wd,
+                           &own.mn);
         if (pf)
             UNROLL for (size_t l = 0; l < gb; l += 64)
-                _mm_prefetch((const char *)pf + (b - W) + l, _MM_HINT_T1);
-        __m512 wd, mn = _mm512_setzero_ps();
-        if (wt == KQ_Q6_KX)
-            wd = kx_scales_q6((const struct kq__q6_k *)b);
-        else
-            kx_scales_pair(b, two ? b + bb : NULL, &wd, &mn);
+                _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T1);
         UNROLL for (int t = 0; t < T; t++) {
             const struct kx_act *a = &A[t * G + g];
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(wd, a->d),
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(sc->wd, a->d),
                                         acc[r][t]);
             if (wt != KQ_Q6_KX)
-                acc[r][t] = _mm512_fnmadd_ps(mn, a->s, acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(sc->mn, a->s, acc[r][t]);
+        }
+    }
+}
+
+/* The scales of the G groups of one row (GF of them full) into S[0..G). */
+static void kx_prep_scales(enum kq_type wt, const uint8_t *row, int64_t G, int64_t GF,
+                           struct kx_wsc *S)
+{
+    const size_t gb = KX_GB(wt), bb = wt == KQ_Q6_KX ? gb : gb / 2;
+    for (int64_t g = 0; g < G; g++) {
+        const uint8_t *b = row + g * gb;
+        if (wt == KQ_Q6_KX) {
+            S[g].wd = kx_scales_q6((const struct kq__q6_k *)b);
+            S[g].mn = _mm512_setzero_ps();
+        } else {
+            kx_scales_pair(b, g < GF ? b + bb : NULL, &S[g].wd, &S[g].mn);
         }
     }
 }
@@ -243,29 +269,35 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
 /* y[t * ys + r] = row r . token t for r < R, t < T: the GF full groups, then the lone
  * super-block of a Q4_KX / Q5_KX row with an odd count (G > GF). */
 INLINE void kx_tile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                    size_t ws, const struct kx_act *A, const uint8_t *pf, float *y, int64_t ys)
+                    size_t ws, const struct kx_wsc *S, const struct kx_act *A, const uint8_t *pf,
+                    float *y, int64_t ys)
 {
     __m512 acc[KX_R][KX_T];
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < T; t++)
             acc[r][t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < GF; g++)
-        kx_group(wt, R, T, true, W, ws, g, A, G, pf, acc);
+        kx_group(wt, R, T, true, W, ws, g, S, A, G, pf, acc);
     if (GF < G)
-        kx_group(wt, R, T, false, W, ws, GF, A, G, NULL, acc);
+        kx_group(wt, R, T, false, W, ws, GF, S, A, G, NULL, acc);
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < T; t++)
             y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* kx_tile for the shapes it is compiled for: R in {KX_R, 1}, T in 1..KX_T, the three types. */
+/* kx_tile for the shapes it is compiled for: KX_R x 1 (decode), 2 x 2..KX_T, 1 x 1..KX_T. */
 static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                     size_t ws, const struct kx_act *A, const uint8_t *pf, float *y, int64_t ys)
+                     size_t ws, const struct kx_wsc *S, const struct kx_act *A, const uint8_t *pf,
+                     float *y, int64_t ys)
 {
 #define KX_TILE(w, r, tt)                                                                         \
     if (wt == w && R == r && T == tt)                                                             \
-        return kx_tile(w, r, tt, G, GF, W, ws, A, pf, y, ys);
-#define KX_TYPE(w) KX_TILE(w, KX_R, 2) KX_TILE(w, KX_R, 1) KX_TILE(w, 1, 2) KX_TILE(w, 1, 1)
+        return S ? kx_tile(w, r, tt, G, GF, W, ws, S, A, pf, y, ys)                               \
+                 : kx_tile(w, r, tt, G, GF, W, ws, NULL, A, pf, y, ys);
+#define KX_TYPE(w)                                                                                \
+    KX_TILE(w, KX_R, 1)                                                                           \
+    KX_TILE(w, 2, 4) KX_TILE(w, 2, 3) KX_TILE(w, 2, 2) KX_TILE(w, 2, 1)                           \
+    KX_TILE(w, 1, 4) KX_TILE(w, 1, 3) KX_TILE(w, 1, 2) KX_TILE(w, 1, 1)
     KX_TYPE(KQ_Q4_KX)
     KX_TYPE(KQ_Q5_KX)
     KX_TYPE(KQ_Q6_KX)
@@ -282,7 +314,7 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
     const bool pair = wt != KQ_Q6_KX;
     const int64_t nsb = n / KQ__QK_K, G = pair ? (nsb + 1) / 2 : nsb, GF = pair ? nsb / 2 : nsb;
     const int64_t cap = (int64_t)(sizeof kx_act_tls / sizeof kx_act_tls[0]);
-    if ((wt != KQ_Q4_KX && wt != KQ_Q5_KX && wt != KQ_Q6_KX) || G == 0 || G > cap ||
+    if ((wt != KQ_Q4_KX && wt != KQ_Q5_KX && wt != KQ_Q6_KX) || G == 0 || G > KX_MAX_G ||
         n % KQ__QK_K)
         return false;
     const int64_t chunk = cap / G;
@@ -301,17 +333,26 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
         for (int64_t r = r0; r < r1; r += KX_R) {
             const int rr = (int)(r1 - r < KX_R ? r1 - r : KX_R);
             const uint8_t *Wr = w8 + r * ws;
+            struct kx_wsc *S = nt > 1 ? kx_wsc_tls : NULL; /* decode: unpacked in the tile */
+            for (int i = 0; S && i < rr; i++)
+                kx_prep_scales(wt, Wr + i * ws, G, GF, &S[i * G]);
             for (int64_t t = t0; t < t1; t += KX_T) {
                 const int tt = (int)(t1 - t < KX_T ? t1 - t : KX_T);
                 const struct kx_act *A = &kx_act_tls[(t - t0) * G];
+                float *yt = y + t * ys + r;
                 /* the first token tile asks for the next row block */
                 const uint8_t *pf = t == t0 && r + 2 * KX_R <= r1 ? Wr + KX_R * ws : NULL;
-                if (rr == KX_R)
-                    kx_tiles(wt, KX_R, tt, G, GF, Wr, ws, A, pf, y + t * ys + r, ys);
-                else
-                    for (int i = 0; i < rr; i++)
-                        kx_tiles(wt, 1, tt, G, GF, Wr + i * ws, ws, A, NULL, y + t * ys + r + i,
-                                 ys);
+                if (rr == KX_R && nt == 1) {
+                    kx_tiles(wt, KX_R, 1, G, GF, Wr, ws, NULL, A, pf, yt, ys);
+                    continue;
+                }
+                int i = 0;
+                for (; rr == KX_R && i < KX_R; i += 2)
+                    kx_tiles(wt, 2, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, A,
+                             pf ? pf + i * ws : NULL, yt + i, ys);
+                for (; i < rr; i++)
+                    kx_tiles(wt, 1, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, A, NULL,
+                             yt + i, ys);
             }
         }
     }
