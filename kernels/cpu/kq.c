@@ -330,11 +330,16 @@ static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock 
 static enum kq_type kx_plain(enum kq_type t)
 {
     switch (t) {
-    case KQ_Q4_KX: return KQ_Q4_K;
-    case KQ_Q5_KX: return KQ_Q5_K;
-    case KQ_Q6_KX: return KQ_Q6_K;
-    case KQ_Q8_KX: return KQ_Q8_K;
-    default: return t;
+    case KQ_Q4_KX:
+        return KQ_Q4_K;
+    case KQ_Q5_KX:
+        return KQ_Q5_K;
+    case KQ_Q6_KX:
+        return KQ_Q6_K;
+    case KQ_Q8_KX:
+        return KQ_Q8_K;
+    default:
+        return t;
     }
 }
 
@@ -386,12 +391,18 @@ enum kq_type kq_repack_type(enum kq_type t)
     const enum kq_isa isa = kq_isa_active();
     if (isa == KQ_ISA_AVX512) {
         switch (t) {
-        case KQ_Q8_0: return KQ_Q8_0X;
-        case KQ_Q4_0: return KQ_Q4_0X;
-        case KQ_Q4_K: return KQ_Q4_KX;
-        case KQ_Q5_K: return KQ_Q5_KX;
-        case KQ_Q6_K: return KQ_Q6_KX;
-        default: return t;
+        case KQ_Q8_0:
+            return KQ_Q8_0X;
+        case KQ_Q4_0:
+            return KQ_Q4_0X;
+        case KQ_Q4_K:
+            return KQ_Q4_KX;
+        case KQ_Q5_K:
+            return KQ_Q5_KX;
+        case KQ_Q6_K:
+            return KQ_Q6_KX;
+        default:
+            return t;
         }
     }
     return t == KQ_Q4_K && isa == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
@@ -403,8 +414,8 @@ bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *d
     const bool swap = (from == KQ_Q4_K && to == KQ_Q4_KX) || (from == KQ_Q4_KX && to == KQ_Q4_K);
     const bool xq = (from == KQ_Q8_0 && to == KQ_Q8_0X) || (from == KQ_Q8_0X && to == KQ_Q8_0) ||
                     (from == KQ_Q4_0 && to == KQ_Q4_0X) || (from == KQ_Q4_0X && to == KQ_Q4_0);
-    const bool kx = from != to && (from == KQ_Q5_K || from == KQ_Q5_KX || from == KQ_Q6_K ||
-                                   from == KQ_Q6_KX) &&
+    const bool kx = from != to &&
+                    (from == KQ_Q5_K || from == KQ_Q5_KX || from == KQ_Q6_K || from == KQ_Q6_KX) &&
                     kx_plain(from) == kx_plain(to);
     if (from != to && !swap && !xq && !kx)
         return false;
@@ -955,8 +966,8 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             union kq__kblock tw, ta;
-            const struct kq__q4_k *q =
-                (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw, 0);
+            const struct kq__q4_k *q = (const void *)x_swap(
+                w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw, 0);
             const struct kq__q8_k *a =
                 (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta, false);
             s += dot_kaffine(q->d, q->dmin, q->scales, NULL, q->qs, a);
@@ -965,8 +976,8 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q5_KX: /* Q5_K's dot of the plain blocks, as for Q4_KX */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             union kq__kblock tw, ta;
-            const struct kq__q5_k *q =
-                (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q5_k), &tw, 0);
+            const struct kq__q5_k *q = (const void *)x_swap(
+                w, (const uint8_t *)wrow + b * sizeof(struct kq__q5_k), &tw, 0);
             const struct kq__q8_k *a =
                 (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta, false);
             s += dot_kaffine(q->d, q->dmin, q->scales, q->qh, q->qs, a);
@@ -975,8 +986,8 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q6_KX: /* Q6_K's dot of the plain blocks (the activation is plain Q8_K) */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             union kq__kblock tw;
-            s += dot_q6_k((const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q6_k),
-                                               &tw, false),
+            s += dot_q6_k((const void *)x_swap(
+                              w, (const uint8_t *)wrow + b * sizeof(struct kq__q6_k), &tw, false),
                           ak + b);
         }
         return s;

@@ -17,12 +17,16 @@
  *   acc[r][t] -= (dmin * m_j) * (d_act * sum of a_j)     (Q4/Q5 mins, one FMA)
  * and the row's sum is acc's 16 lanes, reduced once at the end.
  *
- * Register blocking: a tile is KX_R rows x up to KX_T tokens. Per step it unpacks R weight
- * vectors (kept in registers), then each of T activation vectors (a memory operand) meets all
- * R: R * T vpdpbusd per R + T vectors read; int32 partials live in R * T registers for one
- * group, float accumulators in another R * T. The activations are packed once per call into
- * the step order (kx_act, thread-local), a chunk of tokens at a time; each block of R rows is
- * then read from memory once per chunk and met by all its tokens while it sits in L1.
+ * Register blocking: a tile is R rows x T tokens. Per step it unpacks R weight vectors (kept in
+ * registers), then each of T activation vectors (a memory operand) meets all R: R * T vpdpbusd
+ * per R + T vectors read. int32 partials live in R * T registers for one group, float
+ * accumulators in another R * T. Batched tiles are 2 rows x up to 4 tokens (0.75 vector reads
+ * per vpdpbusd; 4 x 4 would need 32 accumulators + the weights: more than the 32 registers), the
+ * scales of a block of 4 rows unpacked once per call into kx_wsc; decode tiles are 4 rows x 1
+ * token with the scales unpacked in the tile (a separate pass over the rows cost decode ~30%).
+ * The activations are packed once per call into the step order (kx_act, thread-local), a chunk
+ * of tokens at a time; each block of 4 rows is then read from memory once per chunk and met by
+ * all its tokens while it sits in L1, and the next block is prefetched group by group.
  *
  * Threads: any number may call concurrently; the only state is the thread-local activation
  * scratch, filled and used within one call.

@@ -467,8 +467,9 @@ static int k6_level(const uint8_t *b, int e)
 /* Three random blocks of plain type t (bytes bb, a row of 768) repacked to x: the non-level
  * bytes stay, every level sits where `xl` says, dequantised values and the reference dot are
  * the plain type's bit for bit, and the way back gives the same bytes. */
-static void check_kx_layout(enum kq_type t, enum kq_type x, size_t bb, int (*pl)(const uint8_t *, int),
-                            int (*xl)(const uint8_t *, int), size_t lv0, size_t lv1)
+static void check_kx_layout(enum kq_type t, enum kq_type x, size_t bb,
+                            int (*pl)(const uint8_t *, int), int (*xl)(const uint8_t *, int),
+                            size_t lv0, size_t lv1)
 {
     enum { NB = 3, N = 256 * NB };
     uint8_t b[NB * 210 + 176 * NB], xb[sizeof b], back[sizeof b];
@@ -480,7 +481,8 @@ static void check_kx_layout(enum kq_type t, enum kq_type x, size_t bb, int (*pl)
         if (t == KQ_Q6_K)
             put16(b + k * bb + 208, (uint16_t)(0x2c00 + k));
         else
-            put16(b + k * bb, (uint16_t)(0x2c00 + k)), put16(b + k * bb + 2, (uint16_t)(0x2400 + k));
+            put16(b + k * bb, (uint16_t)(0x2c00 + k)),
+                put16(b + k * bb + 2, (uint16_t)(0x2400 + k));
     CHECK(!kq_type_supported(x));
     CHECK_EQ(kq_block_bytes(x), bb);
     CHECK(kq_repack_rows(t, x, b, xb, 256, NB));
@@ -608,8 +610,8 @@ TEST(round_trip)
 
 /* ================================ dot products ============================================== */
 
-static const enum kq_type wtypes[] = {KQ_F32,   KQ_F16,   KQ_BF16,  KQ_Q8_0,  KQ_Q4_0,
-                                      KQ_Q4_K,  KQ_Q5_K,  KQ_Q6_K,  KQ_Q4_KX, KQ_Q5_KX,
+static const enum kq_type wtypes[] = {KQ_F32,   KQ_F16,   KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
+                                      KQ_Q4_K,  KQ_Q5_K,  KQ_Q6_K, KQ_Q4_KX, KQ_Q5_KX,
                                       KQ_Q6_KX, KQ_Q8_0X, KQ_Q4_0X};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
