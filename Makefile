@@ -215,6 +215,10 @@ $(B)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
 
+$(B)/obj/%_avx512_k.o: %_avx512_k.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -c $< -o $@
+
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -428,7 +432,8 @@ fuzz: fuzz-build
 # their loops carry a pragma macro in front (`UNROLL for (...)`), and clang-format 14 (Debian 12)
 # can only treat such a macro as an identifier or a statement, which mangles nested loops; the
 # `Macros:` option that fixes this needs clang-format 17.
-FORMAT_SKIP := $(wildcard kernels/cpu/*_avx2.c kernels/cpu/*_avx512.c kernels/cpu/simd*.h)
+FORMAT_SKIP := $(wildcard kernels/cpu/*_avx2.c kernels/cpu/*_avx512.c kernels/cpu/*_avx512_k.c \
+                 kernels/cpu/simd*.h)
 FORMAT_SRC  := $(filter-out $(FORMAT_SKIP),$(sort $(wildcard engine/*.[ch] engine/*/*.[ch] \
                kernels/*.h kernels/cpu/*.[ch] kernels/cuda/*.cu kernels/cuda/*.h kernels/cuda/*.cuh \
                server/*/*.[ch] tools/*.c tests/unit/*.[ch] tests/fuzz/*.c \

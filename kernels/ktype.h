@@ -21,7 +21,9 @@ enum kq_type {
     KQ_BF16 = 30,
     /* Internal layouts (never in a file; kq_type_supported is false for them). */
     KQ_Q4_KX = 1012, /* Q4_K with its levels transposed: see kq_repack_type */
-    KQ_Q8_KX = 1015, /* activation of Q4_KX: Q8_K with its levels transposed the same way */
+    KQ_Q5_KX = 1013, /* Q5_K with its levels transposed like Q4_KX: see kq_repack_type */
+    KQ_Q6_KX = 1014, /* Q6_K with its levels transposed per 16-element sub-block: see there */
+    KQ_Q8_KX = 1015, /* activation of Q4_KX, Q5_KX: Q8_K with its levels transposed the same way */
     KQ_Q4_0X = 1002, /* Q4_0 in groups of 16 blocks, levels interleaved: see kq_repack_type */
     KQ_Q8_0X = 1008, /* Q8_0 in groups of 16 blocks, levels interleaved: see kq_repack_type */
 };

@@ -261,8 +261,9 @@ static void bench_type(enum kq_type t, int64_t rows, int64_t n, double *a, const
 
 static int parse_type(const char *s, enum kq_type *t)
 {
-    static const enum kq_type all[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
-                                       KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q8_0X, KQ_Q4_0X};
+    static const enum kq_type all[] = {KQ_F32,   KQ_F16,   KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
+                                       KQ_Q4_K,  KQ_Q5_K,  KQ_Q6_K, KQ_Q8_0X, KQ_Q4_0X,
+                                       KQ_Q4_KX, KQ_Q5_KX, KQ_Q6_KX};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, kq_type_name(all[i])) == 0)
             return *t = all[i], 0;

@@ -267,7 +267,8 @@ static void cpu_memset(struct dev *d, void *dst, int byte, size_t bytes)
 static bool cpu_supports(const struct dev *d, enum dev_op op, enum kq_type t)
 {
     (void)d, (void)op;
-    return t == KQ_F32 || kq_type_supported(t) || t == KQ_Q4_KX || t == KQ_Q8_0X || t == KQ_Q4_0X;
+    return t == KQ_F32 || kq_type_supported(t) || t == KQ_Q4_KX || t == KQ_Q5_KX || t == KQ_Q6_KX ||
+           t == KQ_Q8_0X || t == KQ_Q4_0X;
 }
 
 static void cpu_parallel(struct dev *d, dev_task_fn fn, void *ctx)

@@ -59,6 +59,10 @@ static struct type_info type_info(uint32_t t)
         return (struct type_info){"q8_K", KQ__QK_K, sizeof(struct kq__q8_k)};
     case KQ_Q4_KX:
         return (struct type_info){"q4_Kx", KQ__QK_K, sizeof(struct kq__q4_k)};
+    case KQ_Q5_KX:
+        return (struct type_info){"q5_Kx", KQ__QK_K, sizeof(struct kq__q5_k)};
+    case KQ_Q6_KX:
+        return (struct type_info){"q6_Kx", KQ__QK_K, sizeof(struct kq__q6_k)};
     case KQ_Q8_KX:
         return (struct type_info){"q8_Kx", KQ__QK_K, sizeof(struct kq__q8_k)};
     case KQ_Q8_0X:
@@ -73,8 +77,9 @@ static struct type_info type_info(uint32_t t)
 /* Q8_K is an activation format only, and the X layouts are internal: no file may use them. */
 bool kq_type_supported(uint32_t type)
 {
-    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q8_KX && type != KQ_Q8_0X &&
-           type != KQ_Q4_0X && type_info(type).block_elems > 0;
+    return type != KQ_Q8_K && type != KQ_Q4_KX && type != KQ_Q5_KX && type != KQ_Q6_KX &&
+           type != KQ_Q8_KX && type != KQ_Q8_0X && type != KQ_Q4_0X &&
+           type_info(type).block_elems > 0;
 }
 
 const char *kq_type_name(uint32_t type)
@@ -109,8 +114,10 @@ enum kq_type kq_act_type(enum kq_type w)
     case KQ_Q4_K:
     case KQ_Q5_K:
     case KQ_Q6_K:
+    case KQ_Q6_KX:
         return KQ_Q8_K;
     case KQ_Q4_KX:
+    case KQ_Q5_KX:
         return KQ_Q8_KX;
     default:
         return KQ_F32;
@@ -233,10 +240,74 @@ static void transpose_nibbles(const uint8_t in[128], uint8_t out[128])
         }
 }
 
-/* Block p of an X type t rewritten in the other layout into *tmp, which is returned (both maps
- * are their own inverses: X bytes give the plain block, plain bytes the X one); p itself for
- * any other type. */
-static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock *tmp)
+static int knib(const uint8_t qs[128], int e);
+static int q6_get(const struct kq__q6_k *b, int e);
+
+/*
+ * Q5_KX / Q6_KX (kq.h): Q5_K / Q6_K with only the level bytes reordered. Level e of a block
+ * (0..31 / 0..63) in the plain layout or (x) the X one; the X formulas are kq.h's: element
+ * 4s + i of sub-block j (32 elements for Q5_K, 16 for Q6_K) at byte 4j + i of step s.
+ */
+static int kx_level(enum kq_type t, const uint8_t *p, int e, bool x)
+{
+    if (t == KQ_Q5_KX) {
+        const struct kq__q5_k *b = (const void *)p;
+        const int j = e / 32, s = e % 32 / 4, i = e % 4;
+        if (!x)
+            return knib(b->qs, e) | ((b->qh[e % 32] >> j) & 1) << 4;
+        return ((b->qs[32 * (s / 2) + 4 * j + i] >> (4 * (s % 2))) & 15) |
+               ((b->qh[4 * j + i] >> s) & 1) << 4;
+    }
+    const struct kq__q6_k *b = (const void *)p;
+    const int j = e / 16, s = e % 16 / 4, i = e % 4;
+    if (!x)
+        return q6_get(b, e);
+    return ((b->ql[64 * (s / 2) + 4 * j + i] >> (4 * (s % 2))) & 15) |
+           ((b->qh[4 * j + i] >> (2 * s)) & 3) << 4;
+}
+
+/* OR level q of element e into a block of type t (plain or x layout, as kx_level). */
+static void kx_put_level(enum kq_type t, uint8_t *p, int e, int q, bool x)
+{
+    if (t == KQ_Q5_KX) {
+        struct kq__q5_k *b = (void *)p;
+        const int j = e / 32, s = e % 32 / 4, i = e % 4, l = e % 64;
+        if (!x) {
+            b->qs[32 * (e / 64) + l % 32] |= (uint8_t)((q & 15) << (l < 32 ? 0 : 4));
+            b->qh[e % 32] |= (uint8_t)((q >> 4) << j);
+        } else {
+            b->qs[32 * (s / 2) + 4 * j + i] |= (uint8_t)((q & 15) << (4 * (s % 2)));
+            b->qh[4 * j + i] |= (uint8_t)((q >> 4) << s);
+        }
+        return;
+    }
+    struct kq__q6_k *b = (void *)p;
+    if (!x) {
+        const int h = e / 128, c = e % 128 / 32, l = e % 32;
+        b->ql[64 * h + 32 * (c & 1) + l] |= (uint8_t)((q & 15) << (4 * (c >> 1)));
+        b->qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * c));
+    } else {
+        const int j = e / 16, s = e % 16 / 4, i = e % 4;
+        b->ql[64 * (s / 2) + 4 * j + i] |= (uint8_t)((q & 15) << (4 * (s % 2)));
+        b->qh[4 * j + i] |= (uint8_t)((q >> 4) << (2 * s));
+    }
+}
+
+/* A Q5_K / Q6_K block (t: its X type) rewritten into out: to the X layout or (!to_x) back. */
+static void kx_convert(enum kq_type t, const uint8_t *in, uint8_t *out, bool to_x)
+{
+    const size_t lv = t == KQ_Q5_KX ? offsetof(struct kq__q5_k, qh) : 0; /* level bytes start */
+    const size_t nlv = t == KQ_Q5_KX ? 32 + 128 : 128 + 64;              /* and count */
+    memcpy(out, in, t == KQ_Q5_KX ? sizeof(struct kq__q5_k) : sizeof(struct kq__q6_k));
+    memset(out + lv, 0, nlv);
+    for (int e = 0; e < KQ__QK_K; e++)
+        kx_put_level(t, out, e, kx_level(t, in, e, !to_x), to_x);
+}
+
+/* Block p of an X type t rewritten into *tmp, which is returned: in the plain layout, or
+ * (to_x) from the plain layout into the X one. Q4_KX and Q8_KX maps are their own inverses,
+ * so for them to_x does not matter. p itself for any other type. */
+static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock *tmp, bool to_x)
 {
     if (t == KQ_Q4_KX) {
         memcpy(&tmp->q4, p, sizeof tmp->q4);
@@ -248,7 +319,28 @@ static const uint8_t *x_swap(enum kq_type t, const uint8_t *p, union kq__kblock 
         transpose_levels8(((const struct kq__q8_k *)p)->qs, tmp->q8.qs);
         return (const uint8_t *)&tmp->q8;
     }
+    if (t == KQ_Q5_KX || t == KQ_Q6_KX) {
+        kx_convert(t, p, (uint8_t *)tmp, to_x);
+        return (const uint8_t *)tmp;
+    }
     return p;
+}
+
+/* The plain type of an X K-quant layout; t itself for any other. */
+static enum kq_type kx_plain(enum kq_type t)
+{
+    switch (t) {
+    case KQ_Q4_KX:
+        return KQ_Q4_K;
+    case KQ_Q5_KX:
+        return KQ_Q5_K;
+    case KQ_Q6_KX:
+        return KQ_Q6_K;
+    case KQ_Q8_KX:
+        return KQ_Q8_K;
+    default:
+        return t;
+    }
 }
 
 /*
@@ -292,15 +384,27 @@ static void xq_put(enum kq_type t, uint8_t *row, int64_t nb, int64_t b, const vo
         grp[32 + 64 * (j / 4) + 4 * l + j % 4] = (uint8_t)(p[2 + j] ^ flip);
 }
 
-/* Q8_0X / Q4_0X where the AVX-512 kernels run (their batched matmul then reads the weights as
- * they are, and their decode is faster on them too); Q4_KX on AVX2. */
+/* Q8_0X / Q4_0X and the K-quant X layouts where the AVX-512 kernels run (their batched matmul
+ * then reads the weights as they are, and their decode is as fast on them); Q4_KX on AVX2. */
 enum kq_type kq_repack_type(enum kq_type t)
 {
     const enum kq_isa isa = kq_isa_active();
-    if (t == KQ_Q8_0 && isa == KQ_ISA_AVX512)
-        return KQ_Q8_0X;
-    if (t == KQ_Q4_0 && isa == KQ_ISA_AVX512)
-        return KQ_Q4_0X;
+    if (isa == KQ_ISA_AVX512) {
+        switch (t) {
+        case KQ_Q8_0:
+            return KQ_Q8_0X;
+        case KQ_Q4_0:
+            return KQ_Q4_0X;
+        case KQ_Q4_K:
+            return KQ_Q4_KX;
+        case KQ_Q5_K:
+            return KQ_Q5_KX;
+        case KQ_Q6_K:
+            return KQ_Q6_KX;
+        default:
+            return t;
+        }
+    }
     return t == KQ_Q4_K && isa == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
 }
 
@@ -310,8 +414,19 @@ bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *d
     const bool swap = (from == KQ_Q4_K && to == KQ_Q4_KX) || (from == KQ_Q4_KX && to == KQ_Q4_K);
     const bool xq = (from == KQ_Q8_0 && to == KQ_Q8_0X) || (from == KQ_Q8_0X && to == KQ_Q8_0) ||
                     (from == KQ_Q4_0 && to == KQ_Q4_0X) || (from == KQ_Q4_0X && to == KQ_Q4_0);
-    if (from != to && !swap && !xq)
+    const bool kx = from != to &&
+                    (from == KQ_Q5_K || from == KQ_Q5_KX || from == KQ_Q6_K || from == KQ_Q6_KX) &&
+                    kx_plain(from) == kx_plain(to);
+    if (from != to && !swap && !xq && !kx)
         return false;
+    if (kx) { /* block by block, each a permutation of its level bits */
+        const enum kq_type xt = from == KQ_Q5_K || from == KQ_Q6_K ? to : from;
+        const size_t bb = kq_block_bytes(from);
+        const int64_t nblk = n / KQ__QK_K * rows;
+        for (int64_t b = 0; b < nblk; b++)
+            kx_convert(xt, (const uint8_t *)src + b * bb, (uint8_t *)dst + b * bb, to == xt);
+        return true;
+    }
     if (xq) {
         const int64_t nb = n / KQ__QK, bb = (int64_t)kq_block_bytes(from);
         const size_t rb = kq_row_bytes(from, n);
@@ -385,8 +500,8 @@ static void deq_kaffine(uint16_t hd, uint16_t hdmin, const uint8_t *scales, cons
 static void deq_block(enum kq_type t, const uint8_t *p, float *y)
 {
     union kq__kblock tmp;
-    p = x_swap(t, p, &tmp);
-    t = t == KQ_Q4_KX ? KQ_Q4_K : t == KQ_Q8_KX ? KQ_Q8_K : t;
+    p = x_swap(t, p, &tmp, false);
+    t = kx_plain(t);
     if (t == KQ_Q8_0) {
         const struct kq__q8_0 *b = (const void *)p;
         for (int i = 0; i < KQ__QK; i++)
@@ -690,10 +805,12 @@ static void quant_block(enum kq_type t, const float *x, uint8_t *p)
         quant_q8_k(x, (void *)p);
         break;
     case KQ_Q4_KX:
-    case KQ_Q8_KX: { /* the plain block, transposed in place */
+    case KQ_Q5_KX:
+    case KQ_Q6_KX:
+    case KQ_Q8_KX: { /* the plain block, then its levels reordered */
         union kq__kblock tmp;
-        quant_block(t == KQ_Q4_KX ? KQ_Q4_K : KQ_Q8_K, x, p);
-        memcpy(p, x_swap(t, p, &tmp), kq_block_bytes(t));
+        quant_block(kx_plain(t), x, p);
+        memcpy(p, x_swap(t, p, &tmp, true), kq_block_bytes(t));
         break;
     }
     default:
@@ -849,11 +966,29 @@ static float dot_scalar(enum kq_type w, int64_t n, const void *wrow, const void 
     case KQ_Q4_KX: /* Q4_K's dot of the plain blocks: the same result bit for bit */
         for (int64_t b = 0; b < n / KQ__QK_K; b++) {
             union kq__kblock tw, ta;
-            const struct kq__q4_k *q =
-                (const void *)x_swap(w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw);
+            const struct kq__q4_k *q = (const void *)x_swap(
+                w, (const uint8_t *)wrow + b * sizeof(struct kq__q4_k), &tw, 0);
             const struct kq__q8_k *a =
-                (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta);
+                (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta, false);
             s += dot_kaffine(q->d, q->dmin, q->scales, NULL, q->qs, a);
+        }
+        return s;
+    case KQ_Q5_KX: /* Q5_K's dot of the plain blocks, as for Q4_KX */
+        for (int64_t b = 0; b < n / KQ__QK_K; b++) {
+            union kq__kblock tw, ta;
+            const struct kq__q5_k *q = (const void *)x_swap(
+                w, (const uint8_t *)wrow + b * sizeof(struct kq__q5_k), &tw, 0);
+            const struct kq__q8_k *a =
+                (const void *)x_swap(KQ_Q8_KX, (const uint8_t *)(ak + b), &ta, false);
+            s += dot_kaffine(q->d, q->dmin, q->scales, q->qh, q->qs, a);
+        }
+        return s;
+    case KQ_Q6_KX: /* Q6_K's dot of the plain blocks (the activation is plain Q8_K) */
+        for (int64_t b = 0; b < n / KQ__QK_K; b++) {
+            union kq__kblock tw;
+            s += dot_q6_k((const void *)x_swap(
+                              w, (const uint8_t *)wrow + b * sizeof(struct kq__q6_k), &tw, false),
+                          ak + b);
         }
         return s;
     default:

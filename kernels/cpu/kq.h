@@ -47,25 +47,34 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 /* ---- repacked layouts -------------------------------------------------------------------- */
 /*
  * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
- * for Q8_0 / Q4_0 on AVX-512, KQ_Q4_KX for Q4_K on AVX2, t itself otherwise.
+ * / KQ_Q4_KX / KQ_Q5_KX / KQ_Q6_KX for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX-512, KQ_Q4_KX for
+ * Q4_K on AVX2, t itself otherwise. Every X layout keeps the bytes per block and a row's size.
  *
- * Q8_0X and Q4_0X keep the bytes per block and a row's size; a row's blocks go in groups of 16,
+ * Q8_0X and Q4_0X: a row's blocks go in groups of 16,
  * each group's 16 f16 scales first, then the quants of its 16 blocks interleaved a 4-byte word
  * at a time (word k of block l at byte 32 + 64 k + 4 l of the group): Q8_0X stores its levels
  * + 128 (unsigned), Q4_0X its nibble bytes as they are. The blocks after the last full group
  * stay plain. The activation is plain Q8_0. The AVX-512 matmul reads these rows as stored for
  * any token count, where the plain types' batched matmul repacks the rows every call.
- * Q4_KX is Q4_K with the same bytes per block and the same d, dmin
- * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
- * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
- * so one vector of sub-block scales serves all 8 steps. Its activation (Q8_KX) is reordered the
- * same way. Every function here accepts both types; the results equal Q4_K's on the same data.
+ *
+ * The K-quant X layouts keep every super-block's own bytes (d, dmin, scales) and reorder only
+ * its levels, so that 4 consecutive levels of one sub-block share a 4-byte word and word j of
+ * every step belongs to sub-block j: one vpdpbusd per step gives each sub-block's partial sum
+ * in its own int32 lane. Element 4s + i of sub-block j ("step s"):
+ *   Q4_KX  (sub-blocks of 32, 8 steps) low 4 bits in qs[32 (s / 2) + 4 j + i], the low
+ *          nibble for even s, the high one for odd s;
+ *   Q5_KX  the same in qs, and bit 4 in bit s of qh[4 j + i];
+ *   Q6_KX  (sub-blocks of 16, 4 steps) low 4 bits in ql[64 (s / 2) + 4 j + i], low nibble for
+ *          even s, high for odd; bits 4-5 in bits 2s, 2s + 1 of qh[4 j + i].
+ * Their activation: Q8_KX for Q4_KX and Q5_KX (Q8_K with its levels reordered the same way,
+ * element 4s + i of sub-block j at qs[32 s + 4 j + i]), plain Q8_K for Q6_KX.
+ * Every function here accepts the X types; the results equal the plain type's on the same data.
  */
 enum kq_type kq_repack_type(enum kq_type t);
 /* Rows of src (type `from`) rewritten as type `to` in dst (same size): from == to copies, and
- * (Q4_K, Q4_KX), (Q8_0, Q8_0X), (Q4_0, Q4_0X) either way convert; false (nothing written) for
- * any other pair. The X layouts are whole-row formats: dequantise and dot whole rows only. n
- * elements per row, rows kq_row_bytes apart. */
+ * (Q4_K, Q4_KX), (Q5_K, Q5_KX), (Q6_K, Q6_KX), (Q8_0, Q8_0X), (Q4_0, Q4_0X) either way convert;
+ * false (nothing written) for any other pair. The X layouts are whole-row formats: dequantise and
+ * dot whole rows only. n elements per row, rows kq_row_bytes apart. */
 bool kq_repack_rows(enum kq_type from, enum kq_type to, const void *src, void *dst, int64_t n,
                     int64_t rows);
 
@@ -88,10 +97,11 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  *
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
- * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 / Q4_K (and on
- * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token; on
- * AVX-512, Q8_0X / Q4_0X run one kernel for every nt, so their outputs never depend on nt. The
- * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
+ * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 (and on AVX2
+ * Q4_K, Q4_KX) runs a packed kernel whose every output depends only on its row and token; on
+ * AVX-512, Q8_0X / Q4_0X / Q4_KX / Q5_KX / Q6_KX run one kernel for every nt, so their outputs
+ * never depend on nt. The differences are rounding-level (all are within 2e-6 of the scalar
+ * reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);

@@ -278,6 +278,8 @@ TILESET(q4_0, 4, 4);
 /* ================================ K-quant weights =========================================== */
 
 /*
+ * Plain Q4_K / Q5_K / Q6_K rows (the engine stores them as Q4_KX / Q5_KX / Q6_KX on AVX-512, run
+ * by kq_avx512_k.c; these tiles serve callers that keep the plain types).
  * A K-quant super-block meets the activations in 4 steps of 64 elements. Per step and row the
  * levels q (64 bytes, activation order) and the per-lane int16 scales; the super-block's integer
  * sum builds up in iacc[r][t] and becomes float once, with the row's d and the token's d.
@@ -536,102 +538,11 @@ static void decode_prepared(enum kq_type wt, int64_t n, const uint8_t *W, size_t
                              : prep_dot(KQ_Q4_0, n / KQ__QK, W + r * ws, p);
 }
 
-/*
- * Q4_K decode with a prepared activation. The tile kernel spends most of a super-block's
- * instructions on unpacking (32-byte halves, per-step scale permutes, the scale bytes' bit
- * fields in vector registers). Here, per super-block: two 64-byte loads give all 256 levels as
- * four vectors of low / high nibbles, i.e. sub-blocks (0|2), (1|3), (4|6), (5|7); the
- * activation is rearranged once per call into the same order; the 6-bit scales and mins are
- * unpacked in general-purpose registers (kq__unpack_scales) and spread to the int16 lanes with
- * one vpermw per vector. Sums as in ksb: q . a with vpmaddubsw, times the scale with
- * vpdpwssd, the min term from the activation's 32-element sums.
- */
-struct prep_k {
-    _Alignas(64) int8_t qs[PREP_MAX_N]; /* per super-block: a[0..31] a[64..95] a[32..63] ... */
-    int16_t b32[PREP_MAX_N / KQ__QK_K][8]; /* sums of each 32 levels */
-    float d[PREP_MAX_N / KQ__QK_K];
-};
-
-static _Thread_local struct prep_k prep_k_tls;
-
-static void prep_act_q8_k(const struct kq__q8_k *a, int64_t nsb, struct prep_k *p)
-{
-    for (int64_t ib = 0; ib < nsb; ib++) {
-        const int8_t *q = a[ib].qs;
-        int8_t *o = p->qs + KQ__QK_K * ib;
-        for (int h = 0; h < 2; h++) { /* vector 2h: sub-blocks 4h, 4h + 2; 2h + 1: 4h + 1, 4h + 3 */
-            _mm512_store_si512(o + 128 * h, load_2x32(q + 128 * h, q + 128 * h + 64));
-            _mm512_store_si512(o + 128 * h + 64, load_2x32(q + 128 * h + 32, q + 128 * h + 96));
-        }
-        for (int j = 0; j < 8; j++)
-            p->b32[ib][j] = (int16_t)(a[ib].bsums[2 * j] + a[ib].bsums[2 * j + 1]);
-        p->d[ib] = a[ib].d;
-    }
-}
-
-/* int16 lanes: scale word lo of sc in the first 16, word hi in the rest. */
-INLINE __m512i spread_scales(__m512i sc, short lo, short hi)
-{
-    return _mm512_permutexvar_epi16(split16(lo, hi), sc);
-}
-
-/* iacc + scales . (levels . a) for the 64 levels of v's low (hi == false) or high nibbles:
- * sub-blocks lo (first 32 bytes of v) and hi_sb (the rest). */
-INLINE __m512i q4_k_part(__m512i iacc, __m512i v, bool high, const int8_t *a, __m512i scw,
-                         short lo, short hi_sb)
-{
-    const __m512i q = _mm512_and_si512(high ? _mm512_srli_epi16(v, 4) : v, _mm512_set1_epi8(15));
-    const __m512i p = _mm512_maddubs_epi16(q, _mm512_load_si512(a));
-    return _mm512_dpwssd_epi32(iacc, p, spread_scales(scw, lo, hi_sb));
-}
-
-static float q4_k_dot_prepared(const struct kq__q4_k *w, int64_t nsb, const struct prep_k *p)
-{
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nsb; ib++) {
-        const struct kq__q4_k *b = &w[ib];
-        const char *pf = (const char *)b + PF_DIST;
-        _mm_prefetch(pf, _MM_HINT_T0);
-        _mm_prefetch(pf + 64, _MM_HINT_T0);
-        _mm_prefetch(pf + 128, _MM_HINT_T0);
-        uint64_t sc, mn;
-        kq__unpack_scales(b->scales, &sc, &mn);
-        const __m128i scb = _mm_cvtsi64_si128((long long)sc);
-        const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(scb));
-        const __m512i v0 = _mm512_loadu_si512(b->qs), v1 = _mm512_loadu_si512(b->qs + 64);
-        const int8_t *a = p->qs + KQ__QK_K * ib;
-        __m512i i0 = q4_k_part(_mm512_setzero_si512(), v0, false, a, scw, 0, 2);
-        __m512i i1 = q4_k_part(_mm512_setzero_si512(), v0, true, a + 64, scw, 1, 3);
-        i0 = q4_k_part(i0, v1, false, a + 128, scw, 4, 6);
-        i1 = q4_k_part(i1, v1, true, a + 192, scw, 5, 7);
-        const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
-        const __m128i mt = _mm_madd_epi16(mw, _mm_loadu_si128((const void *)p->b32[ib]));
-        uint32_t ddmin; /* d and dmin, adjacent f16, converted together */
-        memcpy(&ddmin, &b->d, 4);
-        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)ddmin)),
-                                     _mm_set1_ps(p->d[ib]));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                              _mm512_broadcastss_ps(dd), acc);
-        accm = _mm512_fmadd_ps(_mm512_castps128_ps512(_mm_cvtepi32_ps(mt)),
-                               _mm512_broadcastss_ps(_mm_movehdup_ps(dd)), accm);
-    }
-    return _mm512_reduce_add_ps(acc) - _mm512_mask_reduce_add_ps(0x000f, accm);
-}
-
-/* Rows [r0, r1) of Q4_K weights against one token: prepare, then stream the rows. */
-static void decode_q4_k(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
-                        const void *act, float *y)
-{
-    struct prep_k *p = &prep_k_tls;
-    prep_act_q8_k(act, n / KQ__QK_K, p);
-    for (int64_t r = r0; r < r1; r++)
-        y[r] = q4_k_dot_prepared((const struct kq__q4_k *)(W + r * ws), n / KQ__QK_K, p);
-}
-
 /* ================================ prefill with packed groups ================================ */
 
 /*
- * Prefill (many tokens) of Q8_0 / Q4_0 weights. The tile kernels above spend three multiply-
+ * Prefill (many tokens) of plain Q8_0 / Q4_0 weights (the engine stores them as Q8_0X / Q4_0X
+ * on AVX-512; these serve callers that keep the plain types). The tile kernels above spend three multiply-
  * class instructions per vpdpbusd, because each vector of products mixes two blocks that need
  * their own scales. Here a group of 16 blocks is packed lane-wise: dword k (elements 4k..4k+3)
  * of block b goes to lane b of vector k, so 8 vpdpbusd give the group's 16 exact integer block
@@ -639,9 +550,6 @@ static void decode_q4_k(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int6
  *   activations: u8 = a + 128 (in registers, reused by every row), f32 block scales
  *   weights:     s8 (Q4_0: q - 8) as vpdpbusd's memory operand, f32 block scales, and the
  *                correction -128 * sum(w) per block that takes the +128 back out exactly
- * Q4_K runs the same way with its 32-element sub-blocks as the blocks (two super-blocks per
- * group): levels 0..15, scale d * sc_j, and the min term dmin * m_j * sum(a) per sub-block
- * from the Q8_K activation's block sums; one more FMA per group.
  * Each thread packs a chunk of tokens' activations once, then each block of R rows once per
  * chunk, and runs R rows against one token at a time. A row's arithmetic (its chain of groups)
  * depends on nothing but its own data: not on R, the token count or the thread split.
@@ -659,13 +567,11 @@ static void decode_q4_k(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int6
 struct pk_act {
     __m512i q[8]; /* u8 levels + 128 */
     __m512 d;     /* block scales */
-    __m512 s;     /* Q4_K: block sums times the scale */
 };
 struct pk_w {
     __m512i q[8]; /* s8 levels */
-    __m512 d;     /* block scales (Q4_K: d * sub-block scale) */
+    __m512 d;     /* block scales */
     __m512i corr; /* -128 * sum of the block's levels */
-    __m512 mn;    /* Q4_K: dmin * sub-block min */
 };
 
 static _Thread_local struct pk_act pk_act_tls[PK_ACT_BYTES / sizeof(struct pk_act)];
@@ -762,65 +668,8 @@ INLINE void pk_transpose(__m512i v[8])
         }
 }
 
-/* Group g (super-blocks 2g, 2g + 1) of a Q8_K activation row of nsb super-blocks. */
-static void pk_pack_act_q8_k(const struct kq__q8_k *row, int64_t nsb, int64_t g, struct pk_act *o)
-{
-    const bool two = 2 * g + 1 < nsb;
-    const struct kq__q8_k *b0 = &row[2 * g], *b1 = two ? &row[2 * g + 1] : NULL;
-    for (int i = 0; i < 8; i++) { /* sub-blocks 2i, 2i + 1: 64 contiguous levels */
-        const struct kq__q8_k *b = i < 4 ? b0 : b1;
-        o->q[i] = b ? _mm512_loadu_si512(b->qs + 64 * (i & 3)) : _mm512_setzero_si512();
-    }
-    pk_transpose(o->q);
-    for (int k = 0; k < 8; k++)
-        o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
-    const __m512 d =
-        _mm512_insertf32x8(_mm512_set1_ps(b0->d), _mm256_set1_ps(two ? b1->d : 0.0f), 1);
-    const __m256i one = _mm256_set1_epi16(1);
-    const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b0->bsums), one);
-    const __m256i s1 = two ? _mm256_madd_epi16(_mm256_loadu_si256((const void *)b1->bsums), one)
-                           : _mm256_setzero_si256();
-    const __m512i s32 = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
-    o->d = d;
-    o->s = _mm512_mul_ps(_mm512_cvtepi32_ps(s32), d);
-}
-
-/* Group g (super-blocks 2g, 2g + 1) of a Q4_K weight row of nsb super-blocks. */
-static void pk_pack_w_q4_k(const struct kq__q4_k *row, int64_t nsb, int64_t g, struct pk_w *o)
-{
-    float d[16], mn[16];
-    for (int h = 0; h < 2; h++) {
-        const int64_t ib = 2 * g + h;
-        for (int i = 0; i < 4; i++) { /* step i: sub-block 2i low nibbles, 2i + 1 high ones */
-            const __m256i v = ib < nsb ? _mm256_loadu_si256((const void *)(row[ib].qs + 32 * i))
-                                       : _mm256_setzero_si256();
-            const __m512i q =
-                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-            o->q[4 * h + i] = _mm512_and_si512(q, _mm512_set1_epi8(15));
-        }
-        uint64_t sc = 0, m = 0;
-        float dd = 0.0f, dmin = 0.0f;
-        if (ib < nsb) {
-            kq__unpack_scales(row[ib].scales, &sc, &m);
-            dd = h2f(row[ib].d), dmin = h2f(row[ib].dmin);
-        }
-        for (int j = 0; j < 8; j++) {
-            d[8 * h + j] = dd * (float)((sc >> (8 * j)) & 0xff);
-            mn[8 * h + j] = dmin * (float)((m >> (8 * j)) & 0xff);
-        }
-    }
-    pk_transpose(o->q);
-    __m512i sum = _mm512_setzero_si512();
-    for (int k = 0; k < 8; k++)
-        sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), o->q[k]);
-    o->corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
-    o->d = _mm512_loadu_ps(d);
-    o->mn = _mm512_loadu_ps(mn);
-}
-
 /* y[r] = row r . token for r < R: R packed rows of G groups (row-major) against one token. */
-INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
-                      float *y)
+INLINE void pk_kernel(int R, int64_t G, const struct pk_w *W, const struct pk_act *A, float *y)
 {
     __m512 acc[PK_R];
     UNROLL for (int r = 0; r < R; r++)
@@ -836,8 +685,6 @@ INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const str
             UNROLL for (int k = 0; k < 8; k++)
                 s = _mm512_dpbusd_epi32(s, av[k], _mm512_load_si512(&w->q[k]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w->d, a->d), acc[r]);
-            if (kq)
-                acc[r] = _mm512_fnmadd_ps(w->mn, a->s, acc[r]);
         }
     }
     UNROLL for (int r = 0; r < R; r++)
@@ -846,23 +693,15 @@ INLINE void pk_kernel(bool kq, int R, int64_t G, const struct pk_w *W, const str
 
 /* The row counts pk_kernel is compiled for; any other count runs as several calls.
  * y[0..R): the outputs of the R rows for this token. */
-static void pk_rows(bool kq, int R, int64_t G, const struct pk_w *W, const struct pk_act *A,
-                    float *y)
+static void pk_rows(int R, int64_t G, const struct pk_w *W, const struct pk_act *A, float *y)
 {
-    if (kq && R == 8)
-        pk_kernel(true, 8, G, W, A, y);
-    else if (kq && R == 4)
-        pk_kernel(true, 4, G, W, A, y);
-    else if (kq)
-        for (int r = 0; r < R; r++)
-            pk_kernel(true, 1, G, W + r * G, A, y + r);
-    else if (R == 8)
-        pk_kernel(false, 8, G, W, A, y);
+    if (R == 8)
+        pk_kernel(8, G, W, A, y);
     else if (R == 4)
-        pk_kernel(false, 4, G, W, A, y);
+        pk_kernel(4, G, W, A, y);
     else
         for (int r = 0; r < R; r++)
-            pk_kernel(false, 1, G, W + r * G, A, y + r);
+            pk_kernel(1, G, W + r * G, A, y + r);
 }
 
 /* Ask for bytes [lo, hi) of a row ahead of its packing; the packing itself stalls on DRAM. Asked
@@ -875,16 +714,14 @@ static void pk_prefetch_row(const uint8_t *row, size_t lo, size_t hi)
         _mm_prefetch((const char *)row + o, _MM_HINT_T1);
 }
 
-/* Same contract as kq_matmul for Q8_0 / Q4_0 / Q4_K weights and nt >= PK_MIN_T; false when n
- * is 0 or too long for the packing buffers (the caller then uses the tiles). */
+/* Same contract as kq_matmul for Q8_0 / Q4_0 weights and nt >= PK_MIN_T; false when n is 0 or
+ * too long for the packing buffers (the caller then uses the tiles). */
 static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
                           int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
                           int64_t ys)
 {
-    const bool kq = wt == KQ_Q4_K;
-    const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
-    const int64_t G = kq ? (nb + 1) / 2 : (nb + 15) / 16;
-    if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
+    const int64_t nb = n / KQ__QK, G = (nb + 15) / 16;
+    if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
         return false;
     int64_t chunk = (int64_t)(PK_ACT_BYTES / sizeof(struct pk_act)) / G;
     int64_t R = (int64_t)(PK_W_BYTES / sizeof(struct pk_w)) / G;
@@ -894,10 +731,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
         for (int64_t t = t0; t < t1; t++)
             for (int64_t g = 0; g < G; g++) {
                 struct pk_act *o = &pk_act_tls[(t - t0) * G + g];
-                if (kq)
-                    pk_pack_act_q8_k((const struct kq__q8_k *)(act + t * as), nb, g, o);
-                else
-                    pk_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, o);
+                pk_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, o);
             }
         for (int64_t r = r0; r < r1; r += R) {
             const int rr = (int)(r1 - r < R ? r1 - r : R);
@@ -906,15 +740,11 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                     if (r + R + i < r1) /* the next block's row i, group by group */
                         pk_prefetch_row(W + (r + R + i) * ws, (size_t)g * ws / G,
                                         (size_t)(g + 1) * ws / G);
-                    struct pk_w *o = &pk_w_tls[i * G + g];
-                    if (kq)
-                        pk_pack_w_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), nb, g, o);
-                    else
-                        pk_pack_w(wt, W + (r + i) * ws, nb, g, o);
+                    pk_pack_w(wt, W + (r + i) * ws, nb, g, &pk_w_tls[i * G + g]);
                 }
             }
             for (int64_t t = t0; t < t1; t++) /* y[t][r..]: rows are columns of y */
-                pk_rows(kq, rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
+                pk_rows(rr, G, pk_w_tls, &pk_act_tls[(t - t0) * G], y + t * ys + r);
         }
     }
     return true;
@@ -1180,15 +1010,13 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
     const struct kq__tileset *ts;
     if (w == KQ_Q8_0X || w == KQ_Q4_0X)
         return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    if (w == KQ_Q4_KX || w == KQ_Q5_KX || w == KQ_Q6_KX)
+        return kq__avx512_kx_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
     if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
         decode_prepared(w, n, W, w_stride, r0, r1, act, y);
         return true;
     }
-    if (nt == 1 && w == KQ_Q4_K && n <= PREP_MAX_N) {
-        decode_q4_k(n, W, w_stride, r0, r1, act, y);
-        return true;
-    }
-    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0) &&
         packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
         return true;
     switch (w) {

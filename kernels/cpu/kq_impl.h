@@ -68,6 +68,8 @@ struct kq__q8_k {
 /* Room for one K-quant weight or activation block (the X layouts convert through it). */
 union kq__kblock {
     struct kq__q4_k q4;
+    struct kq__q5_k q5;
+    struct kq__q6_k q6;
     struct kq__q8_k q8;
 };
 
@@ -135,6 +137,11 @@ bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                        int64_t y_stride);
 bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
+/* The matmul of Q4_KX / Q5_KX / Q6_KX weights on AVX-512 (kq_avx512_k.c), any nt; false for
+ * any other type or an n it does not take (0, or past 65536 elements). */
+bool kq__avx512_kx_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                          int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                          int64_t y_stride);
 
 /*
  * Peak loops for kq_peak_ops: n_iter rounds of independent accumulator chains (24 on AVX-512,

@@ -243,7 +243,7 @@ TEST(block_q4_kx)
     CHECK_STR_EQ(kq_type_name(KQ_Q4_KX), "q4_Kx");
     CHECK_EQ(kq_act_type(KQ_Q4_KX), KQ_Q8_KX);
     CHECK_EQ(kq_row_bytes(KQ_Q4_KX, 512), 288);
-    CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_AVX2 ? KQ_Q4_KX : KQ_Q4_K);
+    CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_SCALAR ? KQ_Q4_K : KQ_Q4_KX);
     CHECK_EQ(kq_repack_type(KQ_Q8_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q8_0X : KQ_Q8_0);
     uint8_t b[2][144], x[2][144], back[2][144];
     for (int r = 0; r < 2; r++) {
@@ -430,6 +430,111 @@ TEST(block_q6_k)
     CHECK_EQ(bad, 0);
 }
 
+/*
+ * Q5_KX and Q6_KX (kq.h): element 4s + i of sub-block j (32 elements for Q5, 16 for Q6) has its
+ * low 4 bits in byte 4j + i of step s (Q5: qs[32 (s / 2) ..], Q6: ql[64 (s / 2) ..]; low nibble
+ * for even s, high for odd) and its high bits in byte 4j + i of qh: Q5 bit s, Q6 bits 2s..2s+1.
+ */
+static void fill(float *x, int n, int kind);
+
+static int kx5_level(const uint8_t *b, int e)
+{
+    const int j = e / 32, s = e % 32 / 4, i = e % 4;
+    return ((b[48 + 32 * (s / 2) + 4 * j + i] >> (4 * (s % 2))) & 15) |
+           ((b[16 + 4 * j + i] >> s) & 1) << 4;
+}
+
+static int kx6_level(const uint8_t *b, int e)
+{
+    const int j = e / 16, s = e % 16 / 4, i = e % 4;
+    return ((b[64 * (s / 2) + 4 * j + i] >> (4 * (s % 2))) & 15) |
+           ((b[128 + 4 * j + i] >> (2 * s)) & 3) << 4;
+}
+
+/* Plain level e of a Q5_K / Q6_K block (the layouts of block_q5_k / block_q6_k). */
+static int k5_level(const uint8_t *b, int e)
+{
+    return k_nibble(b + 48, e) + 16 * ((b[16 + e % 32] >> (e / 32)) & 1);
+}
+
+static int k6_level(const uint8_t *b, int e)
+{
+    const int h = e / 128, c = (e % 128) / 32, l = e % 32;
+    const uint8_t qlb = b[64 * h + (c == 1 || c == 3 ? 32 : 0) + l];
+    return (c < 2 ? qlb & 15 : qlb >> 4) | ((b[128 + 32 * h + l] >> (2 * c)) & 3) << 4;
+}
+
+/* Three random blocks of plain type t (bytes bb, a row of 768) repacked to x: the non-level
+ * bytes stay, every level sits where `xl` says, dequantised values and the reference dot are
+ * the plain type's bit for bit, and the way back gives the same bytes. */
+static void check_kx_layout(enum kq_type t, enum kq_type x, size_t bb,
+                            int (*pl)(const uint8_t *, int), int (*xl)(const uint8_t *, int),
+                            size_t lv0, size_t lv1)
+{
+    enum { NB = 3, N = 256 * NB };
+    uint8_t b[NB * 210 + 176 * NB], xb[sizeof b], back[sizeof b];
+    float yb[N], yx[N];
+    memset(b, 0, sizeof b);
+    for (size_t i = 0; i < NB * bb; i++)
+        b[i] = (uint8_t)(test_rng_next(&rng) >> 24);
+    for (int k = 0; k < NB; k++) /* finite scales: d (and dmin) small f16 */
+        if (t == KQ_Q6_K)
+            put16(b + k * bb + 208, (uint16_t)(0x2c00 + k));
+        else
+            put16(b + k * bb, (uint16_t)(0x2c00 + k)),
+                put16(b + k * bb + 2, (uint16_t)(0x2400 + k));
+    CHECK(!kq_type_supported(x));
+    CHECK_EQ(kq_block_bytes(x), bb);
+    CHECK(kq_repack_rows(t, x, b, xb, 256, NB));
+    int bad = 0;
+    for (int k = 0; k < NB; k++) {
+        const uint8_t *p = b + k * bb, *q = xb + k * bb;
+        bad += memcmp(p, q, lv0) != 0 || memcmp(p + lv1, q + lv1, bb - lv1) != 0;
+        for (int e = 0; e < 256; e++)
+            bad += xl(q, e) != pl(p, e);
+    }
+    CHECK_EQ(bad, 0);
+    kq_dequantize_row(t, b, yb, N);
+    kq_dequantize_row(x, xb, yx, N);
+    CHECK(memcmp(yb, yx, sizeof yb) == 0);
+    CHECK(kq_repack_rows(x, t, xb, back, N, 1));
+    CHECK(memcmp(back, b, NB * bb) == 0);
+    CHECK(!kq_repack_rows(t, KQ_Q4_KX, b, back, 256, 1));
+    CHECK(!kq_repack_rows(x, KQ_Q4_K, xb, back, 256, 1));
+    /* quantise straight into x = quantise plain, then repack */
+    float w[N], a[N];
+    fill(w, N, 1);
+    fill(a, N, 0);
+    kq_quantize_row(t, w, b, N);
+    kq_quantize_row(x, w, back, N);
+    CHECK(kq_repack_rows(t, x, b, xb, N, 1));
+    CHECK(memcmp(back, xb, NB * bb) == 0);
+    /* the reference dots agree bit for bit, each on its own activation type */
+    const enum kq_isa isa = kq_isa_active();
+    kq_isa_force(KQ_ISA_SCALAR);
+    uint8_t ap[NB * 292], ax[NB * 292];
+    kq_quantize_act(t, a, ap, N);
+    kq_quantize_act(x, a, ax, N);
+    CHECK(kq_dot(t, N, b, ap) == kq_dot(x, N, xb, ax));
+    kq_isa_force(isa);
+}
+
+TEST(block_q5_kx)
+{
+    check_kx_layout(KQ_Q5_K, KQ_Q5_KX, 176, k5_level, kx5_level, 16, 176);
+    CHECK_STR_EQ(kq_type_name(KQ_Q5_KX), "q5_Kx");
+    CHECK_EQ(kq_act_type(KQ_Q5_KX), KQ_Q8_KX);
+    CHECK_EQ(kq_repack_type(KQ_Q5_K), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q5_KX : KQ_Q5_K);
+}
+
+TEST(block_q6_kx)
+{
+    check_kx_layout(KQ_Q6_K, KQ_Q6_KX, 210, k6_level, kx6_level, 0, 192);
+    CHECK_STR_EQ(kq_type_name(KQ_Q6_KX), "q6_Kx");
+    CHECK_EQ(kq_act_type(KQ_Q6_KX), KQ_Q8_K);
+    CHECK_EQ(kq_repack_type(KQ_Q6_K), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q6_KX : KQ_Q6_K);
+}
+
 TEST(block_q8_k)
 {
     uint8_t b[292];
@@ -505,8 +610,9 @@ TEST(round_trip)
 
 /* ================================ dot products ============================================== */
 
-static const enum kq_type wtypes[] = {KQ_F32,  KQ_F16,  KQ_BF16,  KQ_Q8_0,  KQ_Q4_0, KQ_Q4_K,
-                                      KQ_Q5_K, KQ_Q6_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
+static const enum kq_type wtypes[] = {KQ_F32,   KQ_F16,   KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
+                                      KQ_Q4_K,  KQ_Q5_K,  KQ_Q6_K, KQ_Q4_KX, KQ_Q5_KX,
+                                      KQ_Q6_KX, KQ_Q8_0X, KQ_Q4_0X};
 #define N_WTYPES (sizeof wtypes / sizeof wtypes[0])
 
 /* Test problem: rows x n weights of type t and nt activation rows, quantised. */
@@ -628,7 +734,8 @@ TEST(simd_matmul_vs_scalar)
         printf("  (no SIMD ISA on this CPU)\n");
         return;
     }
-    static const int ns[] = {32, 256, 4352, 8448, 96, 17};
+    /* K-quant X groups: 256 and 4352 end in a lone super-block of Q4_KX / Q5_KX, 2048 does not */
+    static const int ns[] = {32, 256, 4352, 8448, 96, 17, 2048};
     /* 2..7: batched decode (packed Q8_0/Q4_0/Q4_K; the other types' 4 x 2 and 4 x 3 tails after
      * a full tile at 6 and 7); 40: several token chunks of the packed prefill */
     static const int nts[] = {1, 2, 3, 6, 7, 8, 13, 40};
@@ -662,7 +769,8 @@ TEST(simd_matmul_vs_scalar)
 TEST(packed_batch_invariance)
 {
     const enum kq_isa best = kq_isa_best();
-    static const enum kq_type types[] = {KQ_Q8_0, KQ_Q4_0, KQ_Q4_K, KQ_Q4_KX, KQ_Q8_0X, KQ_Q4_0X};
+    static const enum kq_type types[] = {KQ_Q8_0,  KQ_Q4_0,  KQ_Q4_K,  KQ_Q4_KX,
+                                         KQ_Q5_KX, KQ_Q6_KX, KQ_Q8_0X, KQ_Q4_0X};
     for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
         kq_isa_force((enum kq_isa)isa);
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
@@ -671,8 +779,10 @@ TEST(packed_batch_invariance)
             float *all = malloc(sizeof(float) * 37 * 40), *few = malloc(sizeof(float) * 37 * 7);
             kq_matmul(p.t, p.n, p.w, p.ws, 0, 37, p.a, p.as, 40, all, 37);
             int bad = 0;
-            /* Q8_0X / Q4_0X decode with the same kernel: one token too */
-            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X;
+            /* Q8_0X / Q4_0X and, on AVX-512, the K-quant X types decode with the same kernel: one
+             * token too (Q5_KX, Q6_KX elsewhere: the scalar reference, per row and token too) */
+            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X || types[k] == KQ_Q5_KX ||
+                           types[k] == KQ_Q6_KX || (types[k] == KQ_Q4_KX && isa == KQ_ISA_AVX512);
             for (int nt = x ? 1 : 2; nt <= 7; nt += nt == 1 ? 1 : 5)
                 for (int r0 = 0; r0 <= 16; r0 += 16) {
                     kq_matmul(p.t, p.n, p.w, p.ws, r0, 37, p.a, p.as, nt, few, 37);
@@ -804,6 +914,8 @@ int main(void)
     RUN(block_q4_0x);
     RUN(block_q5_k);
     RUN(block_q6_k);
+    RUN(block_q5_kx);
+    RUN(block_q6_kx);
     RUN(block_q8_k);
     RUN(round_trip);
     RUN(scalar_dot_vs_dequantised);
