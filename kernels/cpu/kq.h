@@ -49,12 +49,15 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
  * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
  * for Q8_0 / Q4_0 on AVX-512, KQ_Q4_KX for Q4_K on AVX2, t itself otherwise.
  *
- * Q8_0X and Q4_0X keep the bytes per block and a row's size; a row's blocks go in groups of 16,
- * each group's 16 f16 scales first, then the quants of its 16 blocks interleaved a 4-byte word
- * at a time (word k of block l at byte 32 + 64 k + 4 l of the group): Q8_0X stores its levels
- * + 128 (unsigned), Q4_0X its nibble bytes as they are. The blocks after the last full group
- * stay plain. The activation is plain Q8_0. The AVX-512 matmul reads these rows as stored for
- * any token count, where the plain types' batched matmul repacks the rows every call.
+ * Q8_0X and Q4_0X keep the bytes per block and a row's size. A row of nb blocks holds the nb f16
+ * block scales first (block b's at byte 2 b), then the quants (32 bytes a block for Q8_0X, 16
+ * for Q4_0X) in groups of 16 blocks, the last group holding the nb % 16 blocks left if any:
+ * group g starts at 2 nb + 16 g * (quant bytes a block), and in a group of m blocks word k (4
+ * bytes) of block l lies at 4 m k + 4 l. Q8_0X stores its levels + 128 (unsigned), Q4_0X its
+ * nibble bytes as they are. A row of 64 blocks (n = 2048) thus has its scales on two cache
+ * lines and every group's quants on whole lines. The activation is plain Q8_0. The AVX-512
+ * matmul reads these rows as stored for any token count and any n, where the plain types'
+ * batched matmul repacks the rows every call.
  * Q4_KX is Q4_K with the same bytes per block and the same d, dmin
  * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
  * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
