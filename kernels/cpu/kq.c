@@ -344,44 +344,42 @@ static enum kq_type kx_plain(enum kq_type t)
 }
 
 /*
- * Q8_0X / Q4_0X (kq.h): block b of a row of nb blocks, b < 16 * (nb / 16), lies in group
- * g = b / 16 (16 blocks' bytes from its start): the group's 16 f16 scales first, then byte j of
- * the block's quants (Q8_0: qs[j] + 128; Q4_0: qs[j] as it is) at 32 + 64 (j / 4) + 4 (b % 16) +
- * j % 4. The blocks past the last full group are plain. Block b of such a row (type t) into out.
+ * Q8_0X / Q4_0X (kq.h): in a row of nb blocks, block b's f16 scale at byte 2 b; its levels in
+ * group g = b / 16 of m = min(16, nb - 16 g) blocks, which starts at 2 nb + 16 g nq (nq level
+ * bytes per block): byte j of the block's quants (Q8_0: qs[j] + 128; Q4_0: qs[j] as it is) at
+ * 4 m (j / 4) + 4 (b % 16) + j % 4 of the group. Where block b's bytes go: scale at *sc, byte j
+ * of its quants at qoff + 4 m (j / 4) + j % 4.
  */
+static void xq_place(enum kq_type t, int64_t nb, int64_t b, int64_t *sc, int64_t *qoff, int64_t *m)
+{
+    const int64_t nq = t == KQ_Q4_0X ? 16 : 32, g = b / 16;
+    *sc = 2 * b;
+    *m = nb - 16 * g < 16 ? nb - 16 * g : 16;
+    *qoff = 2 * nb + 16 * g * nq + 4 * (b % 16);
+}
+
+/* Block b of a Q8_0X / Q4_0X row (type t) of nb blocks, as a plain block into out. */
 static void xq_get(enum kq_type t, const uint8_t *row, int64_t nb, int64_t b, void *out)
 {
-    const bool q4 = t == KQ_Q4_0X;
-    const int64_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
-    const int nq = q4 ? 16 : 32, flip = q4 ? 0 : 0x80;
-    if (b >= nb / 16 * 16) {
-        memcpy(out, row + b * bb, (size_t)bb);
-        return;
-    }
-    const uint8_t *grp = row + b / 16 * 16 * bb;
-    const int l = (int)(b % 16);
+    const int nq = t == KQ_Q4_0X ? 16 : 32, flip = t == KQ_Q4_0X ? 0 : 0x80;
+    int64_t sc, qo, m;
+    xq_place(t, nb, b, &sc, &qo, &m);
     uint8_t *o = out;
-    memcpy(o, grp + 2 * l, 2);
+    memcpy(o, row + sc, 2);
     for (int j = 0; j < nq; j++)
-        o[2 + j] = (uint8_t)(grp[32 + 64 * (j / 4) + 4 * l + j % 4] ^ flip);
+        o[2 + j] = (uint8_t)(row[qo + 4 * m * (j / 4) + j % 4] ^ flip);
 }
 
 /* The inverse of xq_get: plain block in as block b of a row of type t. */
 static void xq_put(enum kq_type t, uint8_t *row, int64_t nb, int64_t b, const void *in)
 {
-    const bool q4 = t == KQ_Q4_0X;
-    const int64_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
-    const int nq = q4 ? 16 : 32, flip = q4 ? 0 : 0x80;
-    if (b >= nb / 16 * 16) {
-        memcpy(row + b * bb, in, (size_t)bb);
-        return;
-    }
-    uint8_t *grp = row + b / 16 * 16 * bb;
-    const int l = (int)(b % 16);
+    const int nq = t == KQ_Q4_0X ? 16 : 32, flip = t == KQ_Q4_0X ? 0 : 0x80;
+    int64_t sc, qo, m;
+    xq_place(t, nb, b, &sc, &qo, &m);
     const uint8_t *p = in;
-    memcpy(grp + 2 * l, p, 2);
+    memcpy(row + sc, p, 2);
     for (int j = 0; j < nq; j++)
-        grp[32 + 64 * (j / 4) + 4 * l + j % 4] = (uint8_t)(p[2 + j] ^ flip);
+        row[qo + 4 * m * (j / 4) + j % 4] = (uint8_t)(p[2 + j] ^ flip);
 }
 
 /* Q8_0X / Q4_0X and the K-quant X layouts where the AVX-512 kernels run (their batched matmul

@@ -50,12 +50,15 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
  * / KQ_Q4_KX / KQ_Q5_KX / KQ_Q6_KX for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX-512, KQ_Q4_KX for
  * Q4_K on AVX2, t itself otherwise. Every X layout keeps the bytes per block and a row's size.
  *
- * Q8_0X and Q4_0X: a row's blocks go in groups of 16,
- * each group's 16 f16 scales first, then the quants of its 16 blocks interleaved a 4-byte word
- * at a time (word k of block l at byte 32 + 64 k + 4 l of the group): Q8_0X stores its levels
- * + 128 (unsigned), Q4_0X its nibble bytes as they are. The blocks after the last full group
- * stay plain. The activation is plain Q8_0. The AVX-512 matmul reads these rows as stored for
- * any token count, where the plain types' batched matmul repacks the rows every call.
+ * Q8_0X and Q4_0X: a row of nb blocks holds the nb f16
+ * block scales first (block b's at byte 2 b), then the quants (32 bytes a block for Q8_0X, 16
+ * for Q4_0X) in groups of 16 blocks, the last group holding the nb % 16 blocks left if any:
+ * group g starts at 2 nb + 16 g * (quant bytes a block), and in a group of m blocks word k (4
+ * bytes) of block l lies at 4 m k + 4 l. Q8_0X stores its levels + 128 (unsigned), Q4_0X its
+ * nibble bytes as they are. A row of 64 blocks (n = 2048) thus has its scales on two cache
+ * lines and every group's quants on whole lines. The activation is plain Q8_0. The AVX-512
+ * matmul reads these rows as stored for any token count and any n, where the plain types'
+ * batched matmul repacks the rows every call.
  *
  * The K-quant X layouts keep every super-block's own bytes (d, dmin, scales) and reorder only
  * its levels, so that 4 consecutive levels of one sub-block share a 4-byte word and word j of

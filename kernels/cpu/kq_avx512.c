@@ -751,33 +751,54 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
 }
 
 /*
- * Q8_0X / Q4_0X weights (kq.h: groups of 16 blocks, 16 f16 scales then the levels + 128 in the
- * packed order of pk_levels_q8_0, or Q4_0's nibble bytes in that order, low nibbles giving
- * words 0-3 and high ones 4-7) read as they are stored: no per-step packing of the weights.
+ * Q8_0X / Q4_0X weights (kq.h: a row's f16 scales first, then its levels in groups of 16 blocks
+ * (the last group may hold fewer), word k of every block of a group side by side; Q8_0X levels
+ * + 128, Q4_0X nibble bytes with the low nibbles giving words 0-3 and the high ones 4-7) read
+ * as they are stored, for any token count: no call repacks a weight.
  * The activation of each token is packed once per call (px_act: s8 levels in the same order,
  * the scales, and -128 * the sum of each block's levels, which takes the + 128 back out
- * exactly; Q4_0X: -8 * the sum, its offset). A row's sum over its groups is then, per group, 8
- * vpdpbusd from the offsets, one convert and one FMA with the product of the scales; the
- * blocks past the last full group (plain) are packed per call into one more group. Calls take
- * 4 rows x up to 4 tokens, each row's levels loaded once for the tokens, and prefetch the next
- * 4 rows. The same kernel runs one token (decode) and many; an output depends only on its row
- * and token.
+ * exactly; Q4_0X: -8 * the sum, its offset). Per group, (row, token) pair and lane (block):
+ * an int32 sum of the correction and 8 vpdpbusd, converted, times (weight scale * activation
+ * scale), added to a float accumulator by one FMA; at the end each accumulator's 16 lanes are
+ * summed by the tree of _mm512_reduce_add_ps. That arithmetic is the same for every tile shape,
+ * token count and thread split, so an output depends only on its row and token.
+ *
+ * Register tiles: PX_R rows x PX_T tokens, k-outer. For each of the 8 words of a group the tile
+ * loads R weight vectors and T activation vectors and issues R x T vpdpbusd, so loads per
+ * vpdpbusd are (R + T) / (R T) (7 / 12) instead of more than one when each (row, token) pair
+ * ran its own chain with the activation as a memory operand (that kernel reached 39% of the
+ * vpdpbusd peak at 8 tokens). 3 x 4 fills the register file: 12 int32 sums, 12 float
+ * accumulators, 3 weight and 4 activation vectors. The 12 accumulators are summed together
+ * (px_store): 45 shuffles and adds for 16 outputs instead of about 9 instructions per output.
+ * Each call packs a chunk of tokens, then walks super-blocks of rows (whole tiles, about
+ * PX_L1_W bytes): token tile by token tile, each against every row tile of the super-block, so
+ * the super-block's rows stay in L1 across token tiles and each token tile's activations are
+ * read once per super-block (row tile by row tile for all tokens left 16 tokens' activations,
+ * 40 KB at n = 2048, to come from L2 for every 3 rows: 1.06 vpdpbusd a cycle in cache against
+ * 1.19). Every tile asks for its share of the next super-block's rows, group by group.
  */
-#define PX_MAX_T 16 /* tokens per activation chunk */
-#define PX_R 4      /* rows per kernel call */
+#define PX_R 3                    /* rows of a tile */
+#define PX_T 4                    /* tokens of a tile */
+#define PX_ACT_BYTES (512u << 10) /* a thread's packed activations: tokens x groups */
+#define PX_L1_W (20u << 10)       /* weight bytes of a super-block's panel, kept in L1 */
+#define PX_SR_MIN 9               /* rows of a super-block at least, where panels split rows */
+
+/* Keeps v in a register: GCC otherwise folds a load back into each of its R (or T) uses. */
+#define PX_IN_REG(v) __asm__("" : "+v"(v))
 
 struct px_act {
-    __m512i q[8];  /* s8 levels */
-    __m512 d;      /* block scales */
-    __m512i corr;  /* -128 (Q4_0X: -8) * sum of the block's levels */
-};
-struct px_tail {
-    __m512i q[8]; /* u8 levels + 128 (Q4_0X: the nibbles) */
-    __m512 d;
+    __m512i q[8]; /* s8 levels */
+    __m512 d;     /* block scales */
+    __m512i corr; /* -128 (Q4_0X: -8) * sum of the block's levels */
 };
 
-static _Thread_local struct px_act px_act_tls[PX_MAX_T * PK_MAX_GROUPS];
-static _Thread_local struct px_tail px_tail_tls[PX_R];
+/* The float accumulators of a tile between panels. */
+struct px_acc {
+    float v[PX_R * PX_T * 16] __attribute__((aligned(64)));
+};
+
+static _Thread_local struct px_act px_act_tls[PX_ACT_BYTES / sizeof(struct px_act)];
+static _Thread_local struct px_acc px_acc_tls[(128u << 10) / sizeof(struct px_acc)];
 
 /* Group g of a Q8_0 activation row of nb blocks (lanes past nb: zero levels and scales), for
  * weights whose levels are stored + 2^sh. */
@@ -796,96 +817,160 @@ static void px_pack_act(const struct kq__q8_0 *row, int64_t nb, int64_t g, int s
     o->d = pk_scales(m, idx, (const uint8_t *)(row + 16 * g));
 }
 
-/* The plain blocks [16 gf, nb) of a Q8_0X (q4: Q4_0X) row as one group of u8 levels (the
- * activation's lanes past nb are zero, so these lanes' values do not matter). */
-static void px_pack_tail(bool q4, const uint8_t *row, int64_t nb, int64_t gf, struct px_tail *o)
+/* 64 bytes of a full group's word, or a partial group's 4 m bytes (mask mk, zeros after). */
+INLINE __m512i px_word(bool part, __mmask16 mk, const uint8_t *p)
 {
-    const size_t bb = q4 ? sizeof(struct kq__q4_0) : sizeof(struct kq__q8_0);
-    const __mmask16 m = pk_lanes(16 * gf, nb);
-    const uint8_t *base = row + 16 * gf * (int64_t)bb;
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-                                                             11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)bb));
-    if (!q4)
-        pk_levels_q8_0((const struct kq__q8_0 *)row, 16 * gf, nb, o->q);
-    for (int k = 0; k < 8; k++) {
-        if (q4) { /* elements 4k..4k+3: low nibbles of qs[4k..] for k < 4, high ones after */
-            const __m512i q = pk_gather(m, idx, base, 2 + 4 * (k & 3));
-            o->q[k] = _mm512_and_si512(k < 4 ? q : _mm512_srli_epi32(q, 4), _mm512_set1_epi8(15));
-        } else {
-            o->q[k] = _mm512_xor_si512(o->q[k], _mm512_set1_epi8((char)0x80));
-        }
-    }
-    o->d = pk_scales(m, idx, base);
+    return part ? _mm512_maskz_loadu_epi32(mk, p) : _mm512_loadu_si512(p);
 }
 
-/* y[t * ys + r] = row r . token t for r < R, t < TT: the levels of each row's group are loaded
- * once for all TT tokens (packed A[t * G + g]), the activations are memory operands; pf (or
- * NULL): the rows after these, whose groups are asked for group by group. */
-INLINE void px_tile(bool q4, int R, int TT, int64_t G, int64_t GF, const uint8_t *W,
-                    size_t ws, const struct px_tail *T, const struct px_act *A, const uint8_t *pf,
-                    float *y, int64_t ys)
+/* The f16 scales of a group as f32 (part: the first m lanes, zeros after). */
+INLINE __m512 px_scales(bool part, __mmask16 mk, const uint8_t *p)
 {
-    __m512 acc[4][4];
+    return _mm512_cvtph_ps(part ? _mm256_maskz_loadu_epi16(mk, p) : _mm256_loadu_si256((const void *)p));
+}
+
+/*
+ * One group of m blocks (part: m < 16, lanes mk) of R rows x T tokens: q / sc point at row 0's
+ * levels / scales of the group (rows ws bytes apart), A at token 0's packed group (tokens
+ * consecutive). acc[r][t] += per block: (corr + levels . levels) * (weight * activation scale).
+ */
+INLINE void px_group(bool q4, bool part, int R, int T, int m, __mmask16 mk, const uint8_t *q,
+                     const uint8_t *sc, size_t ws, const struct px_act *A,
+                     __m512 acc[PX_R][PX_T])
+{
+    __m512i s[PX_R][PX_T], a[PX_T];
     UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < TT; t++)
-            acc[r][t] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < G; g++) {
+        UNROLL for (int t = 0; t < T; t++)
+            s[r][t] = _mm512_load_si512(&A[t].corr);
+    UNROLL for (int k = 0; k < 8; k++) {
+        UNROLL for (int t = 0; t < T; t++) {
+            a[t] = _mm512_load_si512(&A[t].q[k]);
+            PX_IN_REG(a[t]);
+        }
         UNROLL for (int r = 0; r < R; r++) {
-            __m512i wq[8];
-            __m512 wd;
-            if (g < GF) {
-                const int64_t gb = q4 ? 16 * 18 : 16 * 34; /* bytes of a group */
-                const uint8_t *grp = W + r * ws + g * gb;
-                UNROLL for (int k = 0; k < 8; k++) { /* Q4_0X: 4 vectors of nibbles */
-                    if (!q4)
-                        wq[k] = _mm512_loadu_si512(grp + 32 + 64 * k);
-                    else if (k < 4)
-                        wq[k] = _mm512_loadu_si512(grp + 32 + 64 * k);
-                    else
-                        wq[k] = _mm512_and_si512(_mm512_srli_epi16(wq[k - 4], 4),
-                                                 _mm512_set1_epi8(15));
-                }
-                UNROLL for (int k = 0; k < 4; k++)
-                    if (q4)
-                        wq[k] = _mm512_and_si512(wq[k], _mm512_set1_epi8(15));
-                wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)grp));
-                UNROLL for (int l = 0; l < 9; l++) /* the same group of the next rows */
-                    if (pf && 64 * l < gb)
-                        _mm_prefetch((const char *)pf + (grp - W) + 64 * l, _MM_HINT_T1);
-            } else { /* the tail group */
-                UNROLL for (int k = 0; k < 8; k++)
-                    wq[k] = _mm512_load_si512(&T[r].q[k]);
-                wd = T[r].d;
-            }
-            UNROLL for (int t = 0; t < TT; t++) {
-                const struct px_act *a = &A[t * G + g];
-                __m512i s = _mm512_load_si512(&a->corr);
-                UNROLL for (int k = 0; k < 8; k++)
-                    s = _mm512_dpbusd_epi32(s, wq[k], _mm512_load_si512(&a->q[k]));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd, a->d),
-                                            acc[r][t]);
-            }
+            /* Q4_0X: word k & 3 holds words k (low nibbles) and k + 4 (high ones) */
+            __m512i w = px_word(part, mk, q + r * ws + (size_t)(4 * m * (q4 ? k & 3 : k)));
+            if (q4)
+                w = _mm512_and_si512(k < 4 ? w : _mm512_srli_epi16(w, 4), _mm512_set1_epi8(15));
+            PX_IN_REG(w);
+            UNROLL for (int t = 0; t < T; t++)
+                s[r][t] = _mm512_dpbusd_epi32(s[r][t], w, a[t]);
         }
     }
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < TT; t++)
-            y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+    UNROLL for (int r = 0; r < R; r++) {
+        const __m512 wd = px_scales(part, mk, sc + r * ws);
+        UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][t]), _mm512_mul_ps(wd, A[t].d),
+                                        acc[r][t]);
+    }
 }
 
-/* px_tile for the shapes it is compiled for: R in {4, 1}, TT in 1..4, both types. */
-static void px_tiles(bool q4, int R, int TT, int64_t G, int64_t GF, const uint8_t *W, size_t ws,
-                     const struct px_tail *T, const struct px_act *A, const uint8_t *pf, float *y,
-                     int64_t ys)
+/* [a_i + a_i+8 | b_i + b_i+8] for i < 8: the first step of a lane sum, for two vectors. */
+INLINE __m512 px_fold8(__m512 a, __m512 b)
 {
-#define PX_T(q, r, tt)                                                                             \
-    if (q4 == q && R == r && TT == tt)                                                             \
-        return px_tile(q, r, tt, G, GF, W, ws, T, A, pf, y, ys);
-    PX_T(false, 4, 4) PX_T(false, 4, 3) PX_T(false, 4, 2) PX_T(false, 4, 1)
-    PX_T(false, 1, 4) PX_T(false, 1, 3) PX_T(false, 1, 2) PX_T(false, 1, 1)
-    PX_T(true, 4, 4) PX_T(true, 4, 3) PX_T(true, 4, 2) PX_T(true, 4, 1)
-    PX_T(true, 1, 4) PX_T(true, 1, 3) PX_T(true, 1, 2) PX_T(true, 1, 1)
-#undef PX_T
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+}
+
+/* 128-bit lanes [x0 + x1, x2 + x3, y0 + y1, y2 + y3] from x = fold8(a, b), y = fold8(c, d):
+ * lane j then holds the 4 partial sums of a, b, c, d in turn (i + i+4). */
+INLINE __m512 px_fold4(__m512 x, __m512 y)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xdd));
+}
+
+/*
+ * y[t * ys + r] = the lane sum of acc[r][t], by the additions of _mm512_reduce_add_ps (lane i +
+ * i+8, then i + i+4, then (0 + 2) + (1 + 3)) so a tile's outputs equal a lone output's bit for
+ * bit, done for the tile at once: accumulator v = 4 r + t of 16 (zero where r >= R or t >= T)
+ * ends in lane 4 t + r, so each token's R outputs leave in one masked store.
+ */
+INLINE void px_store(int R, int T, __m512 acc[PX_R][PX_T], float *y, int64_t ys)
+{
+    if (T == 1) { /* decode: nothing to share */
+        UNROLL for (int r = 0; r < R; r++)
+            y[r] = _mm512_reduce_add_ps(acc[r][0]);
+        return;
+    }
+    const __m512 z = _mm512_setzero_ps();
+    __m512 f8[8], f4[4];
+    UNROLL for (int r = 0; r < 4; r++)
+        UNROLL for (int h = 0; h < 2; h++) {
+            const int t = 2 * h;
+            f8[2 * r + h] = r >= R || t >= T ? z
+                                             : px_fold8(acc[r][t], t + 1 < T ? acc[r][t + 1] : z);
+        }
+    /* 128-bit lane t of f4[r]: 4 partial sums of acc[r][t]; of f2a: 2 of acc[0][t], then 2 of
+     * acc[1][t] (f2b: rows 2, 3); of f1: the sums of acc[0..3][t] */
+    UNROLL for (int r = 0; r < 4; r++)
+        f4[r] = px_fold4(f8[2 * r], f8[2 * r + 1]);
+    const __m512 f2a = _mm512_add_ps(_mm512_shuffle_ps(f4[0], f4[1], 0x44),
+                                     _mm512_shuffle_ps(f4[0], f4[1], 0xee));
+    const __m512 f2b = _mm512_add_ps(_mm512_shuffle_ps(f4[2], f4[3], 0x44),
+                                     _mm512_shuffle_ps(f4[2], f4[3], 0xee));
+    const __m512 f1 = _mm512_add_ps(_mm512_shuffle_ps(f2a, f2b, 0x88),
+                                    _mm512_shuffle_ps(f2a, f2b, 0xdd));
+    UNROLL for (int t = 0; t < T; t++)
+        _mm_mask_storeu_ps(y + t * ys, (__mmask8)((1u << R) - 1), _mm512_extractf32x4_ps(f1, t));
+}
+
+/* Ask for the part of bytes pf[0..len) that group g of G covers. */
+INLINE void px_prefetch(const uint8_t *pf, size_t len, int64_t g, int64_t G)
+{
+    const size_t hi = (size_t)(g + 1) * len / (size_t)G;
+    for (size_t o = (size_t)g * len / (size_t)G & ~(size_t)63; o < hi; o += 64)
+        _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+}
+
+/*
+ * Groups [g0, g1) of y[t * ys + r] = row r . token t for r < R, t < T: rows of nb blocks from W
+ * (ws bytes apart), tokens' packed groups at A[g * as + t]; pf[0..npf): bytes to ask for,
+ * group by group. A panel that does not start the row takes its accumulators from ab (16
+ * floats for each (r, t), r * PX_T + t), one that does not end it leaves them there.
+ */
+INLINE void px_tile(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, const uint8_t *W,
+                    size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf, size_t npf,
+                    float *ab, float *y, int64_t ys)
+{
+    const int64_t GF = nb / 16, G = (nb + 15) / 16;
+    const int mt = (int)(nb % 16);
+    const size_t gq = q4 ? 16 * 16 : 16 * 32; /* level bytes of a full group */
+    const uint8_t *q = W + 2 * nb;            /* the levels after the row's scales */
+    __m512 acc[PX_R][PX_T];
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < T; t++)
+            acc[r][t] = g0 ? _mm512_load_ps(ab + 16 * (r * PX_T + t)) : _mm512_setzero_ps();
+    const int64_t gf = g1 < GF ? g1 : GF;
+    for (int64_t g = g0; g < gf; g++) {
+        px_prefetch(pf, npf, g - g0, g1 - g0);
+        px_group(q4, false, R, T, 16, 0xffff, q + g * gq, W + 32 * g, ws, A + g * as, acc);
+    }
+    if (mt && g1 == G) {
+        px_prefetch(pf, npf, GF - g0, g1 - g0);
+        px_group(q4, true, R, T, mt, (__mmask16)((1u << mt) - 1), q + GF * gq, W + 32 * GF, ws,
+                 A + GF * as, acc);
+    }
+    if (g1 == G) {
+        px_store(R, T, acc, y, ys);
+        return;
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < T; t++)
+            _mm512_store_ps(ab + 16 * (r * PX_T + t), acc[r][t]);
+}
+
+/* px_tile for the shapes it is compiled for: R in 1..PX_R, T in 1..PX_T, both types. */
+static void px_tiles(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, const uint8_t *W,
+                     size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf, size_t npf,
+                     float *ab, float *y, int64_t ys)
+{
+#define PX_SHAPE(q, r, t)                                                                          \
+    if (q4 == q && R == r && T == t)                                                               \
+        return px_tile(q, r, t, nb, g0, g1, W, ws, A, as, pf, npf, ab, y, ys);
+#define PX_ROWS(q, r) PX_SHAPE(q, r, 4) PX_SHAPE(q, r, 3) PX_SHAPE(q, r, 2) PX_SHAPE(q, r, 1)
+    PX_ROWS(false, 3) PX_ROWS(false, 2) PX_ROWS(false, 1)
+    PX_ROWS(true, 3) PX_ROWS(true, 2) PX_ROWS(true, 1)
+#undef PX_ROWS
+#undef PX_SHAPE
 }
 
 /* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or over
@@ -893,32 +978,54 @@ static void px_tiles(bool q4, int R, int TT, int64_t G, int64_t GF, const uint8_
 static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
                       const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
 {
-    const int64_t nb = n / KQ__QK, GF = nb / 16, G = (nb + 15) / 16;
+    const int64_t nb = n / KQ__QK, G = (nb + 15) / 16;
     if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
         return false;
-    const bool tail = G > GF, q4 = wt == KQ_Q4_0X;
-    for (int64_t t0 = 0; t0 < nt; t0 += PX_MAX_T) {
-        const int64_t t1 = t0 + PX_MAX_T < nt ? t0 + PX_MAX_T : nt;
-        for (int64_t t = t0; t < t1; t++)
+    const bool q4 = wt == KQ_Q4_0X;
+    const size_t rb = kq_row_bytes(wt, n), gb = q4 ? 16 * 18 : 16 * 34; /* bytes of a group */
+    /* groups of a panel: PX_SR_MIN rows of them fill PX_L1_W (all of a short row, and of any
+     * row for one token, which reads each weight once: panels only broke up its stream, 2048 x
+     * 6144 decode 0.27-0.32 ms against 0.20-0.23, noisy); rows of a super-block: whole tiles of
+     * such panels that fill PX_L1_W */
+    int64_t gp = nt == 1 ? G : (int64_t)(PX_L1_W / (PX_SR_MIN * gb));
+    gp = gp < 1 ? 1 : gp > G ? G : gp;
+    const size_t pb = gp == G ? rb : (size_t)gp * gb;
+    const int64_t sr = ((int64_t)(PX_L1_W / pb) / PX_R > 1 ? (int64_t)(PX_L1_W / pb) / PX_R : 1) * PX_R;
+    /* tokens per chunk: as many whole tiles as the activation buffer holds (at least one: G <=
+     * 128) and, with several panels, the accumulator buffer */
+    int64_t chunk = (int64_t)(PX_ACT_BYTES / sizeof(struct px_act)) / G / PX_T * PX_T;
+    if (gp < G) {
+        const int64_t c = (int64_t)(sizeof px_acc_tls / sizeof(struct px_acc)) / (sr / PX_R) * PX_T;
+        chunk = c < chunk ? c : chunk;
+    }
+    chunk = chunk < nt ? chunk : nt;
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t tc = t0 + chunk < nt ? chunk : nt - t0, ntt = (tc + PX_T - 1) / PX_T;
+        for (int64_t t = 0; t < tc; t++)
             for (int64_t g = 0; g < G; g++)
-                px_pack_act((const struct kq__q8_0 *)(act + t * as), nb, g, q4 ? 3 : 7,
-                            &px_act_tls[(t - t0) * G + g]);
-        for (int64_t r = r0; r < r1; r += PX_R) {
-            const int rr = (int)(r1 - r < PX_R ? r1 - r : PX_R);
-            const uint8_t *Wr = W + r * ws;
-            for (int i = 0; tail && i < rr; i++)
-                px_pack_tail(q4, Wr + i * ws, nb, GF, &px_tail_tls[i]);
-            for (int64_t t = t0; t < t1; t += 4) {
-                const int tt = (int)(t1 - t < 4 ? t1 - t : 4);
-                const struct px_act *A = &px_act_tls[(t - t0) * G];
-                /* the first token tile asks for the next row block */
-                const uint8_t *pf = t == t0 && r + 2 * PX_R <= r1 ? Wr + PX_R * ws : NULL;
-                if (rr == PX_R)
-                    px_tiles(q4, PX_R, tt, G, GF, Wr, ws, px_tail_tls, A, pf, y + t * ys + r, ys);
-                else
-                    for (int i = 0; i < rr; i++)
-                        px_tiles(q4, 1, tt, G, GF, Wr + i * ws, ws, px_tail_tls + i, A, NULL,
-                                 y + t * ys + r + i, ys);
+                px_pack_act((const struct kq__q8_0 *)(act + (t0 + t) * as), nb, g, q4 ? 3 : 7,
+                            &px_act_tls[g * tc + t]);
+        for (int64_t rs = r0; rs < r1; rs += sr) {
+            const int64_t re = rs + sr < r1 ? rs + sr : r1, nrt = (re - rs + PX_R - 1) / PX_R;
+            /* the next super-block's rows, asked for across this one's tiles */
+            const int64_t pe = re + sr < r1 ? re + sr : r1;
+            const size_t pn = pe > re ? (size_t)(pe - re - 1) * ws + rb : 0;
+            const int64_t ntile = ntt * nrt * ((G + gp - 1) / gp);
+            int64_t i = 0;
+            for (int64_t g0 = 0; g0 < G; g0 += gp) {
+                const int64_t g1 = g0 + gp < G ? g0 + gp : G;
+                for (int64_t t = 0; t < tc; t += PX_T) {
+                    const int tt = (int)(tc - t < PX_T ? tc - t : PX_T);
+                    for (int64_t r = rs; r < re; r += PX_R, i++) {
+                        const int rr = (int)(re - r < PX_R ? re - r : PX_R);
+                        const size_t lo = pn * (size_t)i / (size_t)ntile,
+                                     hi = pn * (size_t)(i + 1) / (size_t)ntile;
+                        float *ab = px_acc_tls[t / PX_T * nrt + (r - rs) / PX_R].v;
+                        px_tiles(q4, rr, tt, nb, g0, g1, W + r * ws, ws, px_act_tls + t, tc,
+                                 pn ? W + re * ws + lo : NULL, hi - lo, ab,
+                                 y + (t0 + t) * ys + r, ys);
+                    }
+                }
             }
         }
     }

@@ -291,9 +291,9 @@ TEST(block_q4_kx)
     kq_isa_force(isa);
 }
 
-/* Q8_0X (kq.h): a row of 19 blocks = one group of 16 (16 f16 scales, then byte i of word k of
- * block l at 32 + 64 k + 4 l + i, stored + 128) and 3 plain Q8_0 blocks; round trip, the
- * dequantised values and the reference dot equal Q8_0's bit for bit. */
+/* Q8_0X (kq.h): a row of 19 blocks = 19 f16 scales, then a group of 16 blocks (byte i of word
+ * k of block l at 38 + 64 k + 4 l + i, stored + 128) and one of 3 (at 38 + 512 + 12 k + 4 l +
+ * i); round trip, the dequantised values and the reference dot equal Q8_0's bit for bit. */
 TEST(block_q8_0x)
 {
     enum { NB = 19, N = 32 * NB, RB = 34 * NB };
@@ -310,15 +310,14 @@ TEST(block_q8_0x)
         }
     CHECK(kq_repack_rows(KQ_Q8_0, KQ_Q8_0X, b, x, N, 2));
     int bad = 0;
-    for (int r = 0; r < 2; r++) {
-        for (int l = 0; l < 16; l++) {
-            bad += memcmp(x[r] + 2 * l, b[r] + 34 * l, 2) != 0;
+    for (int r = 0; r < 2; r++)
+        for (int blk = 0; blk < NB; blk++) {
+            const int l = blk % 16, m = blk < 16 ? 16 : 3, g0 = 2 * NB + 512 * (blk / 16);
+            bad += memcmp(x[r] + 2 * blk, b[r] + 34 * blk, 2) != 0;
             for (int e = 0; e < 32; e++)
-                bad += x[r][32 + 64 * (e / 4) + 4 * l + e % 4] !=
-                       (uint8_t)(b[r][34 * l + 2 + e] ^ 0x80);
+                bad += x[r][g0 + 4 * m * (e / 4) + 4 * l + e % 4] !=
+                       (uint8_t)(b[r][34 * blk + 2 + e] ^ 0x80);
         }
-        bad += memcmp(x[r] + 34 * 16, b[r] + 34 * 16, 34 * 3) != 0; /* the plain tail */
-    }
     CHECK_EQ(bad, 0);
     float yb[2 * N], yx[2 * N];
     kq_dequantize_row(KQ_Q8_0, b, yb, 2 * N);
@@ -340,9 +339,9 @@ TEST(block_q8_0x)
     kq_isa_force(isa);
 }
 
-/* Q4_0X (kq.h): a row of 17 blocks = one group of 16 (16 f16 scales, then byte j of block l's
- * qs at 32 + 64 (j / 4) + 4 l + j % 4, unchanged) and one plain Q4_0 block; round trip, the
- * dequantised values and the reference dot equal Q4_0's bit for bit. */
+/* Q4_0X (kq.h): a row of 17 blocks = 17 f16 scales, then a group of 16 (byte j of block l's
+ * qs at 34 + 64 (j / 4) + 4 l + j % 4, unchanged) and one of 1 block (at 34 + 256 + 4 (j / 4) +
+ * j % 4); round trip, the dequantised values and the reference dot equal Q4_0's bit for bit. */
 TEST(block_q4_0x)
 {
     enum { NB = 17, N = 32 * NB, RB = 18 * NB };
@@ -359,12 +358,12 @@ TEST(block_q4_0x)
     }
     CHECK(kq_repack_rows(KQ_Q4_0, KQ_Q4_0X, b, x, N, 1));
     int bad = 0;
-    for (int l = 0; l < 16; l++) {
-        bad += memcmp(x + 2 * l, b + 18 * l, 2) != 0;
+    for (int blk = 0; blk < NB; blk++) {
+        const int l = blk % 16, m = blk < 16 ? 16 : 1, g0 = 2 * NB + 256 * (blk / 16);
+        bad += memcmp(x + 2 * blk, b + 18 * blk, 2) != 0;
         for (int j = 0; j < 16; j++)
-            bad += x[32 + 64 * (j / 4) + 4 * l + j % 4] != b[18 * l + 2 + j];
+            bad += x[g0 + 4 * m * (j / 4) + 4 * l + j % 4] != b[18 * blk + 2 + j];
     }
-    bad += memcmp(x + 18 * 16, b + 18 * 16, 18) != 0; /* the plain tail */
     CHECK_EQ(bad, 0);
     float yb[N], yx[N];
     kq_dequantize_row(KQ_Q4_0, b, yb, N);
@@ -735,7 +734,7 @@ TEST(simd_matmul_vs_scalar)
         return;
     }
     /* K-quant X groups: 256 and 4352 end in a lone super-block of Q4_KX / Q5_KX, 2048 does not */
-    static const int ns[] = {32, 256, 4352, 8448, 96, 17, 2048};
+    static const int ns[] = {32, 256, 4352, 8448, 96, 17, 2048, 32768};
     /* 2..7: batched decode (packed Q8_0/Q4_0/Q4_K; the other types' 4 x 2 and 4 x 3 tails after
      * a full tile at 6 and 7); 40: several token chunks of the packed prefill */
     static const int nts[] = {1, 2, 3, 6, 7, 8, 13, 40};
@@ -796,6 +795,42 @@ TEST(packed_batch_invariance)
         }
     }
     kq_isa_force(best);
+}
+
+/* Q8_0X / Q4_0X on AVX-512: every tile shape (rows 1..3 x tokens 1..4), super-block and token
+ * chunk edge gives an output the same bits as any other: rows with and without a partial last
+ * group and shorter than one group (n = 256), row ranges starting and ending anywhere, token
+ * counts 1..7, and a row long enough (n = 32768) that 40 tokens take several chunks. */
+TEST(xq_shape_invariance)
+{
+    if (kq_isa_best() != KQ_ISA_AVX512) {
+        printf("  (no AVX-512 on this CPU)\n");
+        return;
+    }
+    kq_isa_force(KQ_ISA_AVX512);
+    static const enum kq_type types[] = {KQ_Q8_0X, KQ_Q4_0X};
+    static const int ns[] = {256, 2048, 4352, 32768};
+    static const int spans[][2] = {{0, 37}, {1, 37}, {2, 35}, {17, 36}, {5, 6}};
+    enum { ROWS = 37, NT = 40 };
+    for (size_t k = 0; k < 2; k++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            struct prob p;
+            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
+            float *all = malloc(sizeof(float) * ROWS * NT), *few = malloc(sizeof(float) * ROWS * 7);
+            kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
+            int bad = 0;
+            for (int nt = 1; nt <= 7; nt++)
+                for (size_t q = 0; q < sizeof spans / sizeof spans[0]; q++) {
+                    const int r0 = spans[q][0], r1 = spans[q][1];
+                    kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = r0; r < r1; r++)
+                            bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
+                }
+            CHECK_EQ(bad, 0);
+            free(all), free(few);
+            prob_free(&p);
+        }
 }
 
 /* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
@@ -923,6 +958,7 @@ int main(void)
     RUN(simd_dot_vs_scalar);
     RUN(simd_matmul_vs_scalar);
     RUN(packed_batch_invariance);
+    RUN(xq_shape_invariance);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
     TEST_MAIN_END("test_kq");
