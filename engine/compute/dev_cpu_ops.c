@@ -401,15 +401,21 @@ void dev_cpu__moe_combine(struct dev *d, const struct dev_moe *m)
     dev_cpu__par_items(dev_cpu__of(d), m->T, m->E * (m->k + 1), combine_items, m);
 }
 
-/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX. */
+/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX; the
+ * experts with slots are counted in the device's stats. */
 void dev_cpu__matmul_id(struct dev *d, const struct dev_mm_id *p)
 {
+    struct cpu_dev *cd = dev_cpu__of(d);
     struct dev_mm mm[DEV_MM_MAX];
     int n = 0;
+    cd->moe.calls++;
     for (int64_t e = 0; e < p->n_expert; e++) {
         const int64_t s0 = p->e_off[e], ns = p->e_off[e + 1] - s0;
         if (ns == 0)
             continue;
+        cd->moe.experts++;
+        for (int i = 0; i < p->n_w; i++)
+            cd->moe.bytes += (double)p->w[i].row_bytes * (double)p->w[i].n_out;
         if (n + 2 > DEV_MM_MAX) {
             dev_cpu__matmul_multi(d, mm, n);
             n = 0;
