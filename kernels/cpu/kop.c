@@ -283,8 +283,8 @@ void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t
     }
 }
 
-void kop_conv_state_window_cols(const float *state, const float *u, int64_t T, int64_t C,
-                                int64_t K, int64_t back, int64_t c0, int64_t c1, float *dst)
+void kop_conv_state_window_cols(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
+                                int64_t back, int64_t c0, int64_t c1, float *dst)
 {
     /* The virtual matrix has K-1+T rows; the window of K-1 rows ending `back` rows before the
      * end starts at row T - back (clamped at 0). Source row start + r >= r, so copying oldest
