@@ -45,7 +45,7 @@ struct mm_plan {
     int n, n_src;
     int src_of[DEV_MM_MAX];
     struct mm_src src[DEV_MM_MAX];
-    double cost[DEV_MM_MAX];        /* per output row: weight bytes x (tokens + MM_COST_T0) */
+    double cost[DEV_MM_MAX];        /* per output row: weight bytes x tokens */
     double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
     int64_t q_rows, n_q;            /* phase one: chunks of q_rows source rows, n_q of them */
     int64_t n_out;                  /* phase two: chunks of equal cost */
@@ -65,15 +65,6 @@ static struct cpu_dev *cpu_of(struct dev *d)
 /* Fewer activation elements than this are quantised by the calling thread before the dispatch
  * (a few microseconds: a worker descheduled while holding that phase would stall the step). */
 #define MM_MIN_Q_ELEMS (1 << 16)
-
-/* The cost of an output row of a product of T tokens is its weight bytes x (T + MM_COST_T0):
- * at decode-sized T the kernels stream the row from memory whatever T is, and their time
- * grows only slowly with it (one kernel, 2 threads: 1.02 / 1.11 / 1.85 / 2.8 x the one-token
- * time at T = 2 / 4 / 8 / 16, close to (T + 8) / 9). Products of one T split the same as by
- * bytes alone; this matters where T differs, the experts of a MoE step (1 to a few tokens each,
- * beside the shared expert's T): by bytes x T a chunk of one-token experts covered up to T times
- * the rows, and the time, of a chunk of the shared expert. */
-#define MM_COST_T0 8
 
 /* Row granularity of the output split: keeps every thread's rows on whole cache lines of y,
  * and every thread's first row a multiple of 4, so the kernels' row tiles (and so the
@@ -165,7 +156,7 @@ void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
     for (int j = 0; j < n; j++) {
         p.src_of[j] = plan_source(&p, &mm[j], &off);
         /* + 64: a row of an empty slice (n_in == 0) still costs its store of 0 */
-        p.cost[j] = (double)(mm[j].w.row_bytes + 64) * (double)(mm[j].T + MM_COST_T0);
+        p.cost[j] = (double)(mm[j].w.row_bytes + 64) * (double)(mm[j].T > 0 ? mm[j].T : 1);
         p.cost_at[j + 1] = p.cost_at[j] + p.cost[j] * (double)mm[j].w.n_out;
     }
     ASSERT(off <= cd->act_cap); /* reserve() / reserve_multi() sized it for the worst case */
