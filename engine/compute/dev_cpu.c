@@ -286,6 +286,11 @@ static int cpu_n_threads(const struct dev *d)
     return tpool_size(((const struct cpu_dev *)d)->pool);
 }
 
+static void cpu_moe_stats(const struct dev *d, struct dev_moe_stats *s)
+{
+    *s = ((const struct cpu_dev *)d)->moe;
+}
+
 static void cpu_bind_host(struct dev *d)
 {
     if (tpool_bind_caller(cpu_of(d)->pool))
@@ -346,6 +351,7 @@ static const struct dev_ops cpu_ops = {
     .gather_rows = dev_cpu__gather_rows,
     .scatter_rows = dev_cpu__scatter_rows,
     .argmax = dev_cpu__argmax,
+    .moe_stats = cpu_moe_stats,
 };
 
 int dev_cpu_create(int n_threads, const topo_coreset *cores, struct dev **out, char *err,

@@ -15,8 +15,9 @@ struct cpu_dev {
     int n_threads;
     void *act; /* matmul activation scratch, act_cap bytes */
     size_t act_cap;
-    float *attn_scratch;    /* [n_threads][attn_scratch_n] attention scores */
-    int64_t attn_scratch_n; /* n_ctx <= it <= grp * n_ctx, at most DEV_CPU_ATTN_SCRATCH */
+    float *attn_scratch;      /* [n_threads][attn_scratch_n] attention scores */
+    int64_t attn_scratch_n;   /* n_ctx <= it <= grp * n_ctx, at most DEV_CPU_ATTN_SCRATCH */
+    struct dev_moe_stats moe; /* matmul_id's expert reads so far (dev_moe_stats) */
 };
 
 /* Attention scores per thread (floats): a whole query-head group at the usual depths, one head

@@ -3,8 +3,9 @@
  * kernels/cpu and the device's thread pool. The per-row elementwise ops (norms, gates, SwiGLU,
  * the MoE gather and sum) split rows across the threads when a step has enough of them
  * (dev_cpu__par_items) and run on the calling thread for decode-sized steps; attention and the
- * gated delta rule always dispatch; the small sequential parts (rope tables, routing, the
- * conv-state snapshots) run on the calling thread.
+ * gated delta rule always dispatch; the causal conv carries its conv-state snapshots (each
+ * item its channel block's columns); the small sequential parts (rope tables, routing) run on
+ * the calling thread.
  *
  * Every parallel op is a chunked dispatch (tpool_run_chunks): threads claim items as they go.
  *
@@ -251,8 +252,29 @@ void dev_cpu__gdn_gates(struct dev *d, const struct dev_gdn *g)
         }
 }
 
-/* Items = (run, block of S channels): the causal conv of the block over the run's rows, then
- * the L2 norm of the block's q or k head in every row (the v blocks have none). */
+/* The conv-state snapshot windows of run ru over channels [c0, c1): groups other than the
+ * source first, the source group last, so every window still reads an intact source. */
+static void conv_snapshots(const struct dev_gdn *g, const struct dev_run *ru, int64_t c0,
+                           int64_t c1)
+{
+    const int64_t C = g->C, K = g->conv_k, G = g->st.n_groups;
+    const int64_t T = ru->t1 - ru->t0, src_g = ru->src;
+    const float *src = gdn_conv(&g->st, src_g, ru->seq);
+    const int64_t n_snap = T < G ? T : G;
+    for (int64_t pass = 0; pass < 2; pass++)
+        for (int64_t k = n_snap - 1; k >= 0; k--) {
+            if ((k == src_g) != (pass == 1))
+                continue;
+            kop_conv_state_window_cols(src, g->u + ru->t0 * C, T, C, K, k, c0, c1,
+                                       gdn_conv(&g->st, k, ru->seq));
+        }
+}
+
+/* Items = (run, block of S channels): the causal conv of the block over the run's rows, the
+ * L2 norm of the block's q or k head in every row (the v blocks have none), then the block's
+ * columns of the run's conv-state snapshots. An item reads and writes only its run's state and
+ * its block's columns, and reads the source state before it writes it, so the items need no
+ * order among themselves. */
 static void conv_items(const void *arg, int64_t i0, int64_t i1)
 {
     const struct dev_gdn *g = arg;
@@ -265,26 +287,7 @@ static void conv_items(const void *arg, int64_t i0, int64_t i1)
                         g->y + ru->t0 * C);
         for (int64_t t = ru->t0; blk < 2 * g->Hk && t < ru->t1; t++)
             kop_l2norm(g->y + t * C + c0, S, g->eps);
-    }
-}
-
-/* The conv-state snapshot windows of every run: groups other than the source first, the
- * source group last, so every window still reads an intact source. */
-static void conv_snapshots(const struct dev_gdn *g)
-{
-    const int64_t C = g->C, K = g->conv_k, G = g->st.n_groups;
-    for (int64_t ri = 0; ri < g->b->n_runs; ri++) {
-        const struct dev_run *ru = &g->b->runs[ri];
-        const int64_t T = ru->t1 - ru->t0, src_g = ru->src;
-        const float *src = gdn_conv(&g->st, src_g, ru->seq);
-        int64_t n_snap = T < G ? T : G;
-        for (int64_t pass = 0; pass < 2; pass++)
-            for (int64_t k = n_snap - 1; k >= 0; k--) {
-                if ((k == src_g) != (pass == 1))
-                    continue;
-                kop_conv_state_window(src, g->u + ru->t0 * C, T, C, K, k,
-                                      gdn_conv(&g->st, k, ru->seq));
-            }
+        conv_snapshots(g, ru, c0, c0 + S);
     }
 }
 
@@ -292,9 +295,9 @@ void dev_cpu__conv1d(struct dev *d, const struct dev_gdn *g)
 {
     const int64_t T = g->b->T, n_runs = g->b->n_runs;
     const int64_t run_len = (T + n_runs - 1) / n_runs; /* rows per run, on average */
-    dev_cpu__par_items(dev_cpu__of(d), n_runs * (g->C / g->S), run_len * g->S * g->conv_k,
-                       conv_items, g);
-    conv_snapshots(g);
+    /* work per item: the conv's multiply-adds plus the snapshot copies */
+    const int64_t work = run_len * g->S * g->conv_k + (g->conv_k - 1) * g->S;
+    dev_cpu__par_items(dev_cpu__of(d), n_runs * (g->C / g->S), work, conv_items, g);
 }
 
 /* Chunks = items (run, value head); each runs the recurrence over its run's tokens, then the
@@ -401,15 +404,21 @@ void dev_cpu__moe_combine(struct dev *d, const struct dev_moe *m)
     dev_cpu__par_items(dev_cpu__of(d), m->T, m->E * (m->k + 1), combine_items, m);
 }
 
-/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX. */
+/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX; the
+ * experts with slots are counted in the device's stats. */
 void dev_cpu__matmul_id(struct dev *d, const struct dev_mm_id *p)
 {
+    struct cpu_dev *cd = dev_cpu__of(d);
     struct dev_mm mm[DEV_MM_MAX];
     int n = 0;
+    cd->moe.calls++;
     for (int64_t e = 0; e < p->n_expert; e++) {
         const int64_t s0 = p->e_off[e], ns = p->e_off[e + 1] - s0;
         if (ns == 0)
             continue;
+        cd->moe.experts++;
+        for (int i = 0; i < p->n_w; i++)
+            cd->moe.bytes += (double)p->w[i].row_bytes * (double)p->w[i].n_out;
         if (n + 2 > DEV_MM_MAX) {
             dev_cpu__matmul_multi(d, mm, n);
             n = 0;

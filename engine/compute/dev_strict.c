@@ -169,6 +169,11 @@ static int strict_n_threads(const struct dev *d)
     return dev_n_threads(((const struct strict_dev *)d)->inner);
 }
 
+static void strict_moe_stats(const struct dev *d, struct dev_moe_stats *s)
+{
+    dev_moe_stats(((const struct strict_dev *)d)->inner, s);
+}
+
 static void strict_bind_host(struct dev *d)
 {
     dev_bind_host(strict_of(d)->inner);
@@ -269,6 +274,7 @@ static const struct dev_ops strict_ops = {
     .gather_rows = strict_gather_rows,
     .scatter_rows = strict_scatter_rows,
     .argmax = strict_argmax,
+    .moe_stats = strict_moe_stats,
     .allreduce = strict_allreduce,
 };
 

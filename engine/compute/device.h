@@ -38,7 +38,7 @@
 #include "kernels/cpu/kq.h" // defines: enum kq_type, kq_act_row_bytes
 #include "tpool.h"          // defines: tpool_split, topo_coreset
 
-#define DEV_API_VERSION 4
+#define DEV_API_VERSION 5
 
 /* The forward ops, for supports() (X-macro: name). */
 #define DEV_OP_LIST(X)                                                                             \
@@ -190,6 +190,16 @@ struct dev_mm_id {
     int n_extra;
 };
 
+/* What a device's matmul_id calls have read so far (cumulative since the device was created):
+ * calls made, the experts with at least one slot summed over the calls, and the bytes of those
+ * experts' matrices (each active expert's matrices counted once per call, read once whatever
+ * its slot count). A MoE layer's step makes two calls over the same experts (gate/up, down), so
+ * experts / calls is the mean number of distinct experts a layer's step reads. */
+struct dev_moe_stats {
+    int64_t calls, experts;
+    double bytes;
+};
+
 /* The device buffer handle (opaque). */
 struct dev_buf;
 /* A recorded sequence of a device's ops (opaque; graph_begin .. graph_end). */
@@ -294,6 +304,8 @@ struct dev_ops {
      * probability of the largest is 1 / mass; f32, summed in any order). */
     void (*argmax)(struct dev *d, const float *x, int64_t rows, int64_t n, int32_t *out,
                    float *mass);
+    /* The expert reads of matmul_id so far (struct dev_moe_stats). NULL: not counted. */
+    void (*moe_stats)(const struct dev *d, struct dev_moe_stats *s);
     /* Free and total bytes of the device's memory (a GPU: from the driver). NULL: unknown. */
     int (*mem_info)(const struct dev *d, size_t *free_bytes, size_t *total_bytes);
     /* The CUDA ordinal of the GPU this device runs on; NULL: not a GPU (groups of such
@@ -616,6 +628,16 @@ static inline bool dev_host_weights(const struct dev *d)
 }
 
 /* Free and total bytes of the device's memory: 0, or -1 when the device cannot tell. */
+/* The device's expert-read counters into *s; false (and *s zeroed) where it keeps none. */
+static inline bool dev_moe_stats(const struct dev *d, struct dev_moe_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!d->ops->moe_stats)
+        return false;
+    d->ops->moe_stats(d, s);
+    return true;
+}
+
 static inline int dev_mem_info(const struct dev *d, size_t *free_bytes, size_t *total_bytes)
 {
     return d->ops->mem_info ? d->ops->mem_info(d, free_bytes, total_bytes) : -1;

@@ -109,6 +109,10 @@ void fwd_comm_stats(const struct fwd_ctx *f, double *seconds, int64_t *calls);
 /* Of those seconds, the time spent waiting for the other devices to arrive (see comm.h). */
 double fwd_comm_wait_seconds(const struct fwd_ctx *f);
 void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *replicated);
+/* The expert reads of the MoE layers so far (device.h struct dev_moe_stats): calls and
+ * experts of device 0 (every device of a group runs the same experts, each its slice), bytes
+ * summed over this process's devices. False (and *s zeroed) where the devices keep none. */
+bool fwd_moe_stats(const struct fwd_ctx *f, struct dev_moe_stats *s);
 
 /* Trunk forward. Afterwards fwd_logits holds one row per requested token, in batch order,
  * and fwd_hidden the post-output_norm hidden state of every batch row (the MTP input). */

@@ -536,6 +536,18 @@ void fwd_device_bytes(const struct fwd_ctx *f, int d, size_t *owned, size_t *rep
     shard_bytes(f->shard[d], owned, replicated);
 }
 
+bool fwd_moe_stats(const struct fwd_ctx *f, struct dev_moe_stats *s)
+{
+    if (!dev_moe_stats(fwd__dev_device(f->dev[0]), s))
+        return false;
+    for (int d = 1; d < f->n; d++) {
+        struct dev_moe_stats o;
+        dev_moe_stats(fwd__dev_device(f->dev[d]), &o);
+        s->bytes += o.bytes;
+    }
+    return true;
+}
+
 void fwd_graph_stats(const struct fwd_ctx *f, int64_t *captures, int64_t *replays)
 {
     fwd__dev_graph_stats(f->dev[0], captures, replays);

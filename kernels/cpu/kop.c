@@ -283,8 +283,8 @@ void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t
     }
 }
 
-void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
-                           int64_t back, float *dst)
+void kop_conv_state_window_cols(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
+                                int64_t back, int64_t c0, int64_t c1, float *dst)
 {
     /* The virtual matrix has K-1+T rows; the window of K-1 rows ending `back` rows before the
      * end starts at row T - back (clamped at 0). Source row start + r >= r, so copying oldest
@@ -295,8 +295,14 @@ void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_
     for (int64_t r = 0; r < K - 1; r++) {
         const float *src = conv_row(state, u, C, K, start + r);
         if (src != dst + r * C)
-            memmove(dst + r * C, src, (size_t)C * sizeof *dst);
+            memmove(dst + r * C + c0, src + c0, (size_t)(c1 - c0) * sizeof *dst);
     }
+}
+
+void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
+                           int64_t back, float *dst)
+{
+    kop_conv_state_window_cols(state, u, T, C, K, back, 0, C, dst);
 }
 
 void kop_gdn_step(float *M, const float *M_in, const float *restrict q, const float *restrict k,

@@ -85,6 +85,9 @@ void kop_conv1d_silu(const float *state, const float *u, const float *w, int64_t
  * (back = 0: the newest window). dst may alias state (the copy runs front to back). */
 void kop_conv_state_window(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
                            int64_t back, float *dst);
+/* The same for channels [c0, c1) of every row only (the other columns of dst untouched). */
+void kop_conv_state_window_cols(const float *state, const float *u, int64_t T, int64_t C, int64_t K,
+                                int64_t back, int64_t c0, int64_t c1, float *dst);
 
 /*
  * One step of the gated delta rule for one value head.

@@ -169,10 +169,12 @@ static double mat_params(const struct model_w *w)
 }
 
 /* Per decode token: the weight bytes read and the multiply-adds done (params touched) by the
- * trunk, and the same for the LM head. MoE counts the routed experts' share only. */
+ * trunk, and the same for the LM head. MoE counts the routed experts' share only (exp_bytes
+ * of trunk_bytes: k of n_expert experts per layer, what one token reads). */
 struct tok_cost {
     double trunk_bytes, trunk_params;
     double head_bytes, head_params;
+    double exp_bytes;
 };
 
 static struct tok_cost per_token_cost(const struct model *m)
@@ -194,6 +196,7 @@ static struct tok_cost per_token_cost(const struct model *m)
         }
         for (size_t i = 0; i < 3; i++) {
             c.trunk_bytes += frac * mat_bytes(experts[i]);
+            c.exp_bytes += frac * mat_bytes(experts[i]);
             c.trunk_params += frac * mat_params(experts[i]);
         }
     }
@@ -441,11 +444,19 @@ static int parse_parallel(const char *s, int64_t *bs)
     return n;
 }
 
+/* The expert reads of the timed steps (fwd_moe_stats): per step the bytes of the experts the
+ * step's tokens routed to, and per MoE layer and step the distinct experts (their union). */
+struct par_moe {
+    bool on; /* a MoE model on devices that count them */
+    double bytes_step, experts;
+};
+
 /* Fill sequences 0..B-1 with `depth` prompt tokens each (each its own copy, in batches), then
  * per repetition restore their recurrent state and decode n_gen steps of B tokens (one per
- * sequence, logits for every row), timed. tok_s[r] = B * n_gen / seconds. */
+ * sequence, logits for every row), timed. tok_s[r] = B * n_gen / seconds; *moe: what the timed
+ * steps read of the experts. */
 static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t *toks, int64_t B,
-                   float *ckpt, double *tok_s)
+                   float *ckpt, double *tok_s, struct par_moe *moe)
 {
     ASSERT(B >= 1 && B <= PAR_MAX_B);
     const int64_t nb = o->batch < B ? B : o->batch, nf = fwd_ckpt_floats(e->fwd) + 1;
@@ -467,7 +478,10 @@ static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t
         fwd_seq_save(e->fwd, (int32_t)s, ckpt + s * nf);
     }
     memset(want, 1, (size_t)B);
+    struct dev_moe_stats m0, m1;
     for (int64_t r = -1; r < o->reps && !rc; r++) { /* r = -1: an untimed warm-up pass */
+        if (r == 0)
+            moe->on = fwd_moe_stats(e->fwd, &m0) && e->model->hp.n_expert > 0;
         for (int64_t s = 0; s < B; s++)
             fwd_seq_restore(e->fwd, (int32_t)s, ckpt + s * nf);
         const int64_t steps = r < 0 ? 1 : o->n_gen;
@@ -484,6 +498,12 @@ static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t
         if (r >= 0)
             tok_s[r] = (double)(B * o->n_gen) / (dd_now() - t0);
     }
+    if (!rc && moe->on) {
+        fwd_moe_stats(e->fwd, &m1);
+        const int64_t calls = m1.calls - m0.calls;
+        moe->bytes_step = (m1.bytes - m0.bytes) / (double)(o->reps * o->n_gen);
+        moe->experts = calls > 0 ? (double)(m1.experts - m0.experts) / (double)calls : 0.0;
+    }
     if (rc)
         fprintf(stderr, "error: forward: %s\n", err);
     free(pos);
@@ -497,9 +517,12 @@ static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t
  * The table: per B the median aggregate and per-sequence tok/s, the efficiency against B times
  * the B = 1 rate, and the fractions of two limits. Bandwidth: a step reads the weights once for
  * all B tokens plus each sequence's KV and GDN state, so the roofline is B * bw / (weights +
- * B * state). Compute: each token costs 2 * params multiply-adds (the in-cache peak of the
- * activation type's instruction); where B * (the bandwidth roofline) passes the compute peak,
- * decode is compute-bound, and the bench names that B.
+ * B * state). For MoE "weights" are the dense ones plus the experts the step read, measured
+ * (fwd_moe_stats): the union of the experts its B tokens routed to in each layer, which grows
+ * from k towards all n_expert with B; the k / n_expert share of one token ("roof k/N", the
+ * fixed estimate) is shown beside it for comparison. Compute: each token costs 2 * params
+ * multiply-adds (the in-cache peak of the activation type's instruction); where B * (the bandwidth
+ * roofline) passes the compute peak, decode is compute-bound, and the bench names that B.
  */
 static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const int64_t *bs,
                           int n_b, const int32_t *toks, struct triad *tr, struct dev *td,
@@ -533,27 +556,50 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
            "compute-bound from B = %.0f\n",
            bw, peak / 1e9, kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP", compute_tok,
            b_cross > 0 ? ceil(b_cross) : 1.0);
-    printf("%5s %12s %12s %10s %10s %10s\n", "B", "tok/s", "per seq", "vs B x B1", "roofline",
-           "compute");
+    const bool moe = m->hp.n_expert > 0;
+    if (moe)
+        printf("experts      roofline: dense weights + the experts each step read (measured: the "
+               "union of its tokens' %lld of %lld per layer); roof k/N: %lld of %lld per token\n",
+               (long long)m->hp.n_expert_used, (long long)m->hp.n_expert,
+               (long long)m->hp.n_expert_used, (long long)m->hp.n_expert);
+    printf("%5s %12s %12s %10s", "B", "tok/s", "per seq", "vs B x B1");
+    if (moe)
+        printf(" %8s %10s", "experts", "MiB/step");
+    printf(" %10s%s %10s\n", "roofline", moe ? "   roof k/N" : "", "compute");
     int rc = 0;
     for (int i = 0; i < n_b && !rc; i++) {
         const int64_t B = bs[i];
-        rc = par_run(e, o, toks, B, ckpt, runs);
+        struct par_moe pm = {0};
+        rc = par_run(e, o, toks, B, ckpt, runs, &pm);
         if (rc)
             break;
         const double agg = median(runs, o->reps);
-        const double roof = B * bw * 1e9 / (weights + B * state);
+        /* the weights a step read: the k/N estimate, or the experts measured */
+        const double read = pm.on ? weights - c.exp_bytes + pm.bytes_step : weights;
+        const double roof = B * bw * 1e9 / (read + B * state);
+        const double roof_kn = B * bw * 1e9 / (weights + B * state);
         if (B == 1)
             rate1 = agg;
         char eff[32] = "-";
         if (rate1 > 0)
             snprintf(eff, sizeof eff, "%.2f", agg / (B * rate1));
-        printf("%5lld %12.2f %12.2f %10s %9.1f%% %9.1f%%\n", (long long)B, agg, agg / B, eff,
-               100.0 * agg / roof, pct(agg, compute_tok));
+        printf("%5lld %12.2f %12.2f %10s", (long long)B, agg, agg / B, eff);
+        if (moe && pm.on)
+            printf(" %8.1f %10.1f", pm.experts, read / 1048576.0);
+        else if (moe)
+            printf(" %8s %10s", "-", "-");
+        printf(" %9.1f%%", 100.0 * agg / roof);
+        if (moe)
+            printf(" %9.1f%%", 100.0 * agg / roof_kn);
+        printf(" %9.1f%%\n", pct(agg, compute_tok));
         printf("result parallel=%lld threads=%d tp=%d depth=%lld agg_tok=%.3f seq_tok=%.3f "
-               "eff=%s roof_pct=%.1f compute_pct=%.1f bw_gbs=%.2f\n",
+               "eff=%s roof_pct=%.1f compute_pct=%.1f bw_gbs=%.2f",
                (long long)B, threads, e->n_dev, (long long)o->depth, agg, agg / B, eff,
                100.0 * agg / roof, pct(agg, compute_tok), bw);
+        if (pm.on)
+            printf(" experts=%.2f mib_step=%.1f roof_kn_pct=%.1f", pm.experts, read / 1048576.0,
+                   100.0 * agg / roof_kn);
+        printf("\n");
         fflush(stdout);
     }
     free(runs);

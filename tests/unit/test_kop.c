@@ -5,7 +5,8 @@
  *   - kop_rope_neox_cs with kop_rope_table is exactly kop_rope_neox;
  *   - kop_attn_group gives every head exactly what kop_attn_head gives it, for any group size
  *     (the forward pass batches heads; a row's result must not depend on that);
- *   - kop_gdn_step in place equals the step from a separate input state.
+ *   - kop_gdn_step in place equals the step from a separate input state;
+ *   - kop_conv_state_window_cols over column blocks equals the whole-row kop_conv_state_window.
  * Tolerances: relative 2e-6 (norms, activations); for sums with cancellation, the error over the
  * largest output (conv 2e-6, attention 1e-5); relative 1e-5 above a floor for the GDN state
  * after 24 steps. The suite runs once per SIMD level the CPU has (AVX2, then AVX-512).
@@ -199,6 +200,25 @@ TEST(conv1d)
         }
 }
 
+/* The window by column blocks, last block first, gives the whole-row window's bytes: into a
+ * separate destination and in place (the state shifted by T rows), for every `back`. */
+TEST(conv_state_window_cols)
+{
+    const int64_t C = 40, K = 4, T = 3, S = 8, rows = (K - 1) * C;
+    float *st = rnd(rows, 2.0f), *u = rnd(T * C, 2.0f);
+    float *a = malloc((size_t)rows * sizeof(float)), *b = malloc((size_t)rows * sizeof(float));
+    for (int64_t back = 0; back <= T; back++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            for (int64_t i = 0; i < rows; i++)
+                a[i] = in_place ? st[i] : -1.0f, b[i] = a[i];
+            kop_conv_state_window(in_place ? a : st, u, T, C, K, back, a);
+            for (int64_t c0 = C - S; c0 >= 0; c0 -= S)
+                kop_conv_state_window_cols(in_place ? b : st, u, T, C, K, back, c0, c0 + S, b);
+            CHECK(memcmp(a, b, (size_t)rows * sizeof(float)) == 0);
+        }
+    free(st), free(u), free(a), free(b);
+}
+
 /* Many steps on one state, scalar and SIMD side by side; also in place vs separate input. */
 TEST(gdn_step)
 {
@@ -242,6 +262,7 @@ int main(void)
         RUN(rope_table);
         RUN(attention);
         RUN(conv1d);
+        RUN(conv_state_window_cols);
         RUN(gdn_step);
         runs++;
     }

@@ -9,7 +9,8 @@
  * argmax (each device's slice, then the best over the devices) is the argmax of its logits; MTP
  * inputs as rows of the devices' hidden pool give the logits of the same rows from the host;
  * steps replayed from CUDA graphs give the bits of direct launches (decode and verification
- * shapes, a rollback between them).
+ * shapes, a rollback between them); the CPU device counts the experts its MoE products read
+ * (the union of the rows' routed experts, known from the router logits; k per layer at decode).
  */
 #include <math.h>
 #include <pthread.h>
@@ -609,6 +610,132 @@ TEST(graphs_match_eager)
         }
 }
 
+/*
+ * The CPU device's expert-read counters: 3 rows of router logits whose top 2 of 8 are {1, 5},
+ * {2, 5} and {1, 7} read the union {1, 2, 5, 7}, 4 experts, whatever the slot counts (expert 5
+ * has two rows); a decode row then reads its own 2. Each product is also checked against the
+ * routed expert's matrix times the row.
+ */
+TEST(moe_stats_count_read_experts)
+{
+    enum { NX = 8, K = 2, T = 3, E = 16, NO = 32 };
+    char err[256];
+    struct dev *d;
+    if (dev_cpu_create(2, NULL, &d, err, sizeof err) || dev_reserve(d, T * K, E)) {
+        printf("  %s\n", err);
+        CHECK(0);
+        return;
+    }
+    static float w[NX][NO][E], x[T][E], gath[T * K][E], y[T * K][NO], lg[T][NX];
+    for (int e = 0; e < NX; e++)
+        for (int o = 0; o < NO; o++)
+            for (int i = 0; i < E; i++)
+                w[e][o][i] = (float)((e * 7 + o * 3 + i) % 11) / 8.0f - 0.6f;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < E; i++)
+            x[t][i] = (float)((t * 5 + i) % 7) / 4.0f - 0.7f;
+    const int top[T][K] = {{1, 5}, {5, 2}, {7, 1}};
+    for (int t = 0; t < T; t++) {
+        for (int e = 0; e < NX; e++)
+            lg[t][e] = -1.0f;
+        lg[t][top[t][0]] = 3.0f, lg[t][top[t][1]] = 2.0f;
+    }
+    float route_w[T * K];
+    int32_t route_e[T * K], slot[T * K], e_off[NX + 1], e_row[T * K];
+    struct dev_moe m = {.T = T,
+                        .n_expert = NX,
+                        .k = K,
+                        .E = E,
+                        .logits = &lg[0][0],
+                        .route_w = route_w,
+                        .route_e = route_e,
+                        .slot = slot,
+                        .e_off = e_off,
+                        .e_row = e_row,
+                        .xn = &x[0][0],
+                        .gath = &gath[0][0]};
+    dev_moe_route(d, &m);
+    dev_moe_gather(d, &m);
+    struct dev_mm_id p = {
+        .e_off = e_off,
+        .n_expert = NX,
+        .n_slots = T * K,
+        .n_w = 1,
+        .w = {{.data = w, .type = KQ_F32, .n_in = E, .n_out = NO, .row_bytes = E * sizeof(float)}},
+        .expert_bytes = {sizeof w[0]},
+        .x = &gath[0][0],
+        .x_ld = E,
+        .y = {&y[0][0]}};
+    struct dev_moe_stats st;
+    CHECK(dev_moe_stats(d, &st));
+    CHECK_EQ(st.calls, 0);
+    dev_matmul_id(d, &p);
+    CHECK(dev_moe_stats(d, &st));
+    CHECK_EQ(st.calls, 1);
+    CHECK_EQ(st.experts, 4);
+    CHECK(st.bytes == 4.0 * sizeof w[0]);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < K; i++) {
+            const int e = route_e[t * K + i], s = slot[t * K + i];
+            CHECK(e == top[t][0] || e == top[t][1]);
+            for (int o = 0; o < NO; o++) {
+                double ref = 0.0;
+                for (int j = 0; j < E; j++)
+                    ref += (double)w[e][o][j] * x[t][j];
+                CHECK(fabs(y[s][o] - ref) <= 1e-4);
+            }
+        }
+    m.T = 1; /* a decode row: every expert reads x's row 0 */
+    dev_moe_route(d, &m);
+    p.n_slots = K, p.x = &x[0][0], p.x_ld = 0;
+    dev_matmul_id(d, &p);
+    CHECK(dev_moe_stats(d, &st));
+    CHECK_EQ(st.calls, 2);
+    CHECK_EQ(st.experts, 6);
+    CHECK(st.bytes == 6.0 * sizeof w[0]);
+    dev_destroy(d);
+}
+
+/* A one-token step of the tiny MoE model reads exactly k experts in each MoE layer's two
+ * expert calls (gate/up and down), on 1 and 2 devices (each its slice of every expert). */
+TEST(moe_stats_of_a_decode_step)
+{
+    for (int n = 1; n <= 2; n++) {
+        struct group g;
+        char err[512];
+        struct fwd_ctx *f = NULL;
+        struct fwd_params p = {.max_tokens = 8, .n_seq = 1, .n_ctx = 32, .draft_max = 1};
+        if (group_open(&g, "tiny-qwen35moe.gguf", n) ||
+            fwd_create_group(g.m, g.devs, g.n, &p, &f, err, sizeof err)) {
+            CHECK(0);
+            return;
+        }
+        struct dev_moe_stats s0, s1;
+        if (!fwd_moe_stats(f, &s0)) { /* a device that keeps no counters (a GPU) */
+            fwd_destroy(f);
+            group_close(&g);
+            continue;
+        }
+        int32_t tok = 17, seq = 0;
+        int64_t pos = 0;
+        struct fwd_batch b = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq = &seq};
+        CHECK_EQ(fwd_decode(f, &b, err, sizeof err), 0);
+        CHECK(fwd_moe_stats(f, &s1));
+        const struct model_hparams *hp = &g.m->hp;
+        CHECK_EQ(s1.calls - s0.calls, 2 * hp->n_layer);
+        CHECK_EQ(s1.experts - s0.experts, 2 * hp->n_layer * hp->n_expert_used);
+        double bytes = 0.0; /* k experts' gate, up and down in every layer */
+        for (int64_t il = 0; il < hp->n_layer; il++) {
+            const struct model_layer *l = &g.m->layers[il];
+            bytes += (double)hp->n_expert_used *
+                     (double)(l->gate_exps.nb2 + l->up_exps.nb2 + l->down_exps.nb2);
+        }
+        CHECK(fabs(s1.bytes - s0.bytes - bytes) <= 1e-9 * bytes);
+        fwd_destroy(f);
+        group_close(&g);
+    }
+}
+
 TEST(comm_registry)
 {
     char err[256] = "";
@@ -696,6 +823,8 @@ int main(int argc, char **argv)
     RUN(memory_per_device);
     RUN(speculation_on_two_devices);
     RUN(graphs_match_eager);
+    RUN(moe_stats_count_read_experts);
+    RUN(moe_stats_of_a_decode_step);
     RUN(comm_registry);
     RUN(host_allreduce_bits);
     TEST_MAIN_END("test_tp");
