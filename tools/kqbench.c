@@ -1,8 +1,12 @@
 /*
  * kqbench — throughput of the CPU matmul kernels (kernels/cpu/kq.h) against memory bandwidth.
  *
- *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512] [--ws MiB]
- *           [--reps K] [--cpu-time 1]
+ *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx2-novnni|avx512]
+ *           [--ws MiB] [--reps K] [--cpu-time 1]
+ *
+ * Types are kq_type_name's, the stored layouts included (q8_0x, q4_0x, q4_Kx: what the engine
+ * keeps Q8_0, Q4_0, Q4_K weights in where kq_repack_type says so). --isa avx2-novnni is AVX2
+ * with AVX-VNNI off (kq_avx2_vnni_force), the path of AVX2 CPUs without it.
  *
  * 1. Bandwidth: a STREAM-like triad (a = b + 3 c over 3 x 128 MiB of doubles; bytes = 3 x 8 per
  *    element, write-allocate not counted) with 1 and 2 threads.
@@ -261,19 +265,23 @@ static void bench_type(enum kq_type t, int64_t rows, int64_t n, double *a, const
 
 static int parse_type(const char *s, enum kq_type *t)
 {
-    static const enum kq_type all[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,  KQ_Q4_0,
-                                       KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_Q8_0X, KQ_Q4_0X};
+    static const enum kq_type all[] = {KQ_F32,  KQ_F16,  KQ_BF16,  KQ_Q8_0,  KQ_Q4_0, KQ_Q4_K,
+                                       KQ_Q5_K, KQ_Q6_K, KQ_Q8_0X, KQ_Q4_0X, KQ_Q4_KX};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, kq_type_name(all[i])) == 0)
             return *t = all[i], 0;
     return -1;
 }
 
-static enum kq_isa parse_isa(const char *s)
+/* Force the ISA named s (avx2-novnni: AVX2 with AVX-VNNI off). */
+static void force_isa(const char *s)
 {
-    return strcmp(s, "scalar") == 0 ? KQ_ISA_SCALAR
-           : strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
-                                    : KQ_ISA_AVX512;
+    const bool novnni = strcmp(s, "avx2-novnni") == 0;
+    kq_isa_force(strcmp(s, "scalar") == 0                  ? KQ_ISA_SCALAR
+                 : novnni || strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
+                                                    : KQ_ISA_AVX512);
+    if (novnni)
+        kq_avx2_vnni_force(false);
 }
 
 int main(int argc, char **argv)
@@ -296,7 +304,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--batch") == 0)
             snprintf(batch_list, sizeof batch_list, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--isa") == 0)
-            kq_isa_force(parse_isa(argv[i + 1]));
+            force_isa(argv[i + 1]);
         else
             argc = 0; /* unknown option: usage */
     }
@@ -309,7 +317,9 @@ int main(int argc, char **argv)
     double *a = xalloc(tn * 8), *b = xalloc(tn * 8), *c = xalloc(tn * 8);
     for (size_t i = 0; i < tn; i++)
         a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
-    printf("isa %s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()), (long long)rows,
+    printf("isa %s%s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()),
+           kq_isa_active() != KQ_ISA_AVX2 ? "" : kq_avx2_vnni() ? " + avx-vnni" : " (no avx-vnni)",
+           (long long)rows,
            (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
     for (char *s = strtok(types, ","); s; s = strtok(NULL, ",")) {
         enum kq_type t;

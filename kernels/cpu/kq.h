@@ -111,5 +111,15 @@ enum kq_isa kq_isa_active(void); /* what is in use */
 /* Force an ISA (clamped to kq_isa_best). Returns the ISA now active. */
 enum kq_isa kq_isa_force(enum kq_isa isa);
 const char *kq_isa_name(enum kq_isa isa);
+/*
+ * AVX-VNNI (vpdpbusd on 256-bit registers, cpuid leaf 7.1 EAX bit 4) within the AVX2 ISA: the
+ * AVX2 kernels of the stored layouts use it where the CPU has it, unless DELTAD_ISA is
+ * "avx2-novnni" (which also selects AVX2) or kq_avx2_vnni_force turned it off. Outputs are the
+ * same bit for bit either way (exact integer sums); only the speed differs.
+ */
+bool kq_avx2_vnni(void); /* whether the AVX2 kernels use AVX-VNNI now */
+/* Turn AVX-VNNI on (only where the CPU has it) or off; returns the state now. For tests and
+ * start-up only, like kq_isa_force. */
+bool kq_avx2_vnni_force(bool on);
 
 #endif
