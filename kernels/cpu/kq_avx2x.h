@@ -41,8 +41,30 @@
 #include "kq_impl.h"   // defines: block structs, KQ__QK, KQ__QK_K
 #include "simd_avx2.h" // defines: INLINE, UNROLL, hsum_ps
 
-#define XR 4 /* rows per tile at most */
-#define XT 4 /* tokens per tile at most */
+/*
+ * Tile shapes (rows x tokens) per type and build, picked by measurement (kqbench, 2 threads,
+ * 6144 x 2048 from DRAM at 4..16 tokens and 480 x 2048 in cache at 12, among 4x4, 4x2, 2x4,
+ * 3x3, 3x2, 2x3, 2x2, 1x6): 3 x 3 for Q8_0X (16 tokens: 16.5 GB/s against 13-14 for 4x4 and
+ * 4x2 with VNNI, 8.5 against 7.2-8.8 without); Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4
+ * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without. Decode (one token) runs R x 1.
+ */
+#ifndef Q8R
+#define Q8R 3
+#define Q8T 3
+#if KQX_VNNI
+#define Q4R 4
+#define Q4T 2
+#define KR 4
+#define KT 4
+#else
+#define Q4R 3
+#define Q4T 3
+#define KR 4
+#define KT 2
+#endif
+#endif
+#define XR 6 /* rows per tile at most */
+#define XT 6 /* tokens per tile at most */
 #define X_CHUNK 32 /* tokens whose activations are packed at once */
 
 /* ================================ helpers =================================================== */
@@ -255,19 +277,29 @@ INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t 
             y[t * ys + r] = hsum_ps(acc[r][t]);
 }
 
-/* xq_tile for the shapes it is compiled for: R in {XR, 1}, T in 1..XT, both types. */
+/* Instantiations of a tile F(args, r, t) for t <= TM, r in {RM, 1}. */
+#define X_SHAPE(F, r, t, TM)                                                                       \
+    if ((t) <= (TM) && R == (r) && T == (t))                                                       \
+        return F(r, t);
+#define X_SHAPES(F, RM, TM)                                                                        \
+    X_SHAPE(F, RM, 6, TM) X_SHAPE(F, RM, 5, TM) X_SHAPE(F, RM, 4, TM) X_SHAPE(F, RM, 3, TM)         \
+    X_SHAPE(F, RM, 2, TM) X_SHAPE(F, RM, 1, TM) X_SHAPE(F, 1, 6, TM) X_SHAPE(F, 1, 5, TM)          \
+    X_SHAPE(F, 1, 4, TM) X_SHAPE(F, 1, 3, TM) X_SHAPE(F, 1, 2, TM) X_SHAPE(F, 1, 1, TM)
+
+/* xq_tile for the shapes it is compiled for: R in {RM, 1}, T in 1..TM of the type. */
 static void xq_tiles(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t *W, size_t ws,
                      const uint8_t *tail, const struct xa *A, int64_t AH, const uint8_t *pf,
                      float *y, int64_t ys)
 {
-#define XQ_T(q, r, tt)                                                                             \
-    if (q4 == q && R == r && T == tt)                                                              \
-        return xq_tile(q, r, tt, H, GF, W, ws, tail, A, AH, pf, y, ys);
-    XQ_T(false, XR, 4) XQ_T(false, XR, 3) XQ_T(false, XR, 2) XQ_T(false, XR, 1)
-    XQ_T(false, 1, 4) XQ_T(false, 1, 3) XQ_T(false, 1, 2) XQ_T(false, 1, 1)
-    XQ_T(true, XR, 4) XQ_T(true, XR, 3) XQ_T(true, XR, 2) XQ_T(true, XR, 1)
-    XQ_T(true, 1, 4) XQ_T(true, 1, 3) XQ_T(true, 1, 2) XQ_T(true, 1, 1)
-#undef XQ_T
+#define XQ8(r, t) xq_tile(false, r, t, H, GF, W, ws, tail, A, AH, pf, y, ys)
+#define XQ4(r, t) xq_tile(true, r, t, H, GF, W, ws, tail, A, AH, pf, y, ys)
+    if (!q4) {
+        X_SHAPES(XQ8, Q8R, Q8T)
+    } else {
+        X_SHAPES(XQ4, Q4R, Q4T)
+    }
+#undef XQ8
+#undef XQ4
 }
 
 /* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or the
@@ -278,9 +310,10 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
     const bool q4 = wt == KQ_Q4_0X;
     const int64_t nb = n / KQ__QK, GF = nb / 16, H = (nb + 7) / 8, gb = q4 ? 16 * 18 : 16 * 34;
     const int64_t chunk = nt < X_CHUNK ? nt : X_CHUNK;
+    const int RM = q4 ? Q4R : Q8R, TM = q4 ? Q4T : Q8T;
     if (nb == 0 || n % KQ__QK)
         return false;
-    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa) + XR * (size_t)gb);
+    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa) + (size_t)(RM * gb));
     if (!A)
         return false;
     uint8_t *tail = (uint8_t *)(A + chunk * H);
@@ -290,17 +323,17 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
         for (int64_t t = t0; t < t1; t++)
             for (int64_t h = 0; h < H; h++)
                 xa_pack((const struct kq__q8_0 *)(act + t * as), nb, h, off, &A[(t - t0) * H + h]);
-        for (int64_t r = r0; r < r1; r += XR) {
-            const int rr = (int)(r1 - r < XR ? r1 - r : XR);
+        for (int64_t r = r0; r < r1; r += RM) {
+            const int rr = (int)(r1 - r < RM ? r1 - r : RM);
             const uint8_t *Wr = W + r * ws;
             for (int i = 0; GF * 16 < nb && i < rr; i++)
                 x_pack_tail(q4, Wr + i * ws, nb, GF, tail + i * gb);
-            for (int64_t t = t0; t < t1; t += XT) {
-                const int tt = (int)(t1 - t < XT ? t1 - t : XT);
+            for (int64_t t = t0; t < t1; t += TM) {
+                const int tt = (int)(t1 - t < TM ? t1 - t : TM);
                 /* the first token tile asks for the next row block */
-                const uint8_t *pf = t == t0 && r + 2 * XR <= r1 ? Wr + XR * ws : NULL;
-                if (rr == XR)
-                    xq_tiles(q4, XR, tt, H, GF, Wr, ws, tail, &A[(t - t0) * H], H, pf,
+                const uint8_t *pf = t == t0 && r + 2 * RM <= r1 ? Wr + RM * ws : NULL;
+                if (rr == RM)
+                    xq_tiles(q4, RM, tt, H, GF, Wr, ws, tail, &A[(t - t0) * H], H, pf,
                              y + t * ys + r, ys);
                 else
                     for (int i = 0; i < rr; i++)
@@ -398,15 +431,13 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
             y[t * ys + r] = hsum_ps(acc[r][t]);
 }
 
-/* kx_tile for the shapes it is compiled for: R in {XR, 1}, T in 1..XT. */
+/* kx_tile for the shapes it is compiled for: R in {KR, 1}, T in 1..KT. */
 static void kx_tiles(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
                      size_t as, const uint8_t *pf, float *y, int64_t ys)
 {
-#define KX_T(r, tt)                                                                                \
-    if (R == r && T == tt)                                                                         \
-        return kx_tile(r, tt, nsb, W, ws, A, as, pf, y, ys);
-    KX_T(XR, 4) KX_T(XR, 3) KX_T(XR, 2) KX_T(XR, 1) KX_T(1, 4) KX_T(1, 3) KX_T(1, 2) KX_T(1, 1)
-#undef KX_T
+#define KX(r, t) kx_tile(r, t, nsb, W, ws, A, as, pf, y, ys)
+    X_SHAPES(KX, KR, KT)
+#undef KX
 }
 
 /* Same contract as kq_matmul for Q4_KX weights (Q8_KX activations), any nt. */
@@ -416,14 +447,14 @@ static void kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_
     const int64_t nsb = n / KQ__QK_K;
     for (int64_t t0 = 0; t0 < nt; t0 += X_CHUNK) {
         const int64_t t1 = t0 + X_CHUNK < nt ? t0 + X_CHUNK : nt;
-        for (int64_t r = r0; r < r1; r += XR) {
-            const int rr = (int)(r1 - r < XR ? r1 - r : XR);
+        for (int64_t r = r0; r < r1; r += KR) {
+            const int rr = (int)(r1 - r < KR ? r1 - r : KR);
             const uint8_t *Wr = W + r * ws;
-            for (int64_t t = t0; t < t1; t += XT) {
-                const int tt = (int)(t1 - t < XT ? t1 - t : XT);
-                const uint8_t *pf = t == t0 && r + 2 * XR <= r1 ? Wr + XR * ws : NULL;
-                if (rr == XR)
-                    kx_tiles(XR, tt, nsb, Wr, ws, act + t * as, as, pf, y + t * ys + r, ys);
+            for (int64_t t = t0; t < t1; t += KT) {
+                const int tt = (int)(t1 - t < KT ? t1 - t : KT);
+                const uint8_t *pf = t == t0 && r + 2 * KR <= r1 ? Wr + KR * ws : NULL;
+                if (rr == KR)
+                    kx_tiles(KR, tt, nsb, Wr, ws, act + t * as, as, pf, y + t * ys + r, ys);
                 else
                     for (int i = 0; i < rr; i++)
                         kx_tiles(1, tt, nsb, Wr + i * ws, ws, act + t * as, as, NULL,
