@@ -411,8 +411,31 @@ INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, cons
 KQUANT_TILE(q4_k, KQ_Q4_K)
 KQUANT_TILE(q5_k, KQ_Q5_K)
 KQUANT_TILE(q6_k, KQ_Q6_K)
-TILESET(q5_k, 2, 2, 4);
-TILESET(q6_k, 2, 2, 4);
+/* Q5_K / Q6_K: 1 row x 4 tokens, the rest of the tokens 1 x 2 or 1 x 3 (6144 x 2048 from DRAM,
+ * 2 threads, against the 2 x 2 tiles: 1.1-1.5x at 4 and 16 tokens, prefill 1.4x; 2 x 4, 4 x 2,
+ * 2 x 3, 3 x 2 and 1 x 3 measured between the two). */
+#define TILESET_1X4(NAME)                                                                          \
+    TILE_SHAPES(NAME, 1, 4)                                                                        \
+    static void NAME##_dec(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,   \
+                           float *y, int64_t ys)                                                   \
+    {                                                                                              \
+        NAME##_tile(4, 1, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static void NAME##_t2(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,    \
+                          float *y, int64_t ys)                                                    \
+    {                                                                                              \
+        NAME##_tile(1, 2, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static void NAME##_t3(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,    \
+                          float *y, int64_t ys)                                                    \
+    {                                                                                              \
+        NAME##_tile(1, 3, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static const struct kq__tileset NAME##_tiles = {                                               \
+        1, 4, NAME##_full, NAME##_rows, NAME##_toks, NAME##_rows, 4, NAME##_dec,                   \
+        {NULL, NULL, NAME##_t2, NAME##_t3}}
+TILESET_1X4(q5_k);
+TILESET_1X4(q6_k);
 
 /*
  * The Q4_K decode kernel (1 row x 1 token), leaner than ksb's 1 x 1 case, which spends two
