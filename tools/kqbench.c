@@ -277,7 +277,7 @@ static int parse_type(const char *s, enum kq_type *t)
 static void force_isa(const char *s)
 {
     const bool novnni = strcmp(s, "avx2-novnni") == 0;
-    kq_isa_force(strcmp(s, "scalar") == 0                  ? KQ_ISA_SCALAR
+    kq_isa_force(strcmp(s, "scalar") == 0           ? KQ_ISA_SCALAR
                  : novnni || strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
                                                     : KQ_ISA_AVX512);
     if (novnni)
@@ -318,9 +318,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < tn; i++)
         a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
     printf("isa %s%s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()),
-           kq_isa_active() != KQ_ISA_AVX2 ? "" : kq_avx2_vnni() ? " + avx-vnni" : " (no avx-vnni)",
-           (long long)rows,
-           (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
+           kq_isa_active() != KQ_ISA_AVX2 ? ""
+           : kq_avx2_vnni()               ? " + avx-vnni"
+                                          : " (no avx-vnni)",
+           (long long)rows, (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
     for (char *s = strtok(types, ","); s; s = strtok(NULL, ",")) {
         enum kq_type t;
         if (parse_type(s, &t) != 0 || n % kq_block_elems(t) != 0) {

@@ -1085,8 +1085,8 @@ double kq_peak_ops(enum kq_type w, double seconds)
         double t0 = mono_now();
         int64_t macs = isa == KQ_ISA_AVX512 ? kq__avx512_peak(int8, n_iter)
                        : isa == KQ_ISA_AVX2 && int8 && kq_avx2_vnni() ? kq__avx2_vnni_peak(n_iter)
-                       : isa == KQ_ISA_AVX2 ? kq__avx2_peak(int8, n_iter)
-                                            : peak_scalar(n_iter);
+                       : isa == KQ_ISA_AVX2                           ? kq__avx2_peak(int8, n_iter)
+                                                                      : peak_scalar(n_iter);
         double rate = 2.0 * (double)macs / (mono_now() - t0);
         best = rate > best ? rate : best;
     } while (mono_now() < t_end);

@@ -47,14 +47,15 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 /* ---- repacked layouts -------------------------------------------------------------------- */
 /*
  * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
- * for Q8_0 / Q4_0 on AVX-512, KQ_Q4_KX for Q4_K on AVX2, t itself otherwise.
+ * for Q8_0 / Q4_0 on AVX-512 and AVX2, KQ_Q4_KX for Q4_K on AVX2, t itself otherwise.
  *
  * Q8_0X and Q4_0X keep the bytes per block and a row's size; a row's blocks go in groups of 16,
  * each group's 16 f16 scales first, then the quants of its 16 blocks interleaved a 4-byte word
  * at a time (word k of block l at byte 32 + 64 k + 4 l of the group): Q8_0X stores its levels
  * + 128 (unsigned), Q4_0X its nibble bytes as they are. The blocks after the last full group
- * stay plain. The activation is plain Q8_0. The AVX-512 matmul reads these rows as stored for
- * any token count, where the plain types' batched matmul repacks the rows every call.
+ * stay plain. The activation is plain Q8_0. The AVX-512 and AVX2 matmuls read these rows as
+ * stored for any token count, where the plain types' batched matmul repacks the rows every call
+ * (AVX2 reads a group as two halves of 8 blocks, 32 bytes a step).
  * Q4_KX is Q4_K with the same bytes per block and the same d, dmin
  * and scales; only the 256 levels of a super-block are reordered so that the 4-byte group j of
  * every 32-byte step belongs to sub-block j (step k holds elements 4k..4k+3 of each sub-block),
@@ -88,10 +89,11 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  *
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
- * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 / Q4_K (and on
- * AVX2 Q4_KX) runs a packed kernel whose every output depends only on its row and token; on
- * AVX-512, Q8_0X / Q4_0X run one kernel for every nt, so their outputs never depend on nt. The
- * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
+ * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 / Q4_K runs a
+ * packed kernel whose every output depends only on its row and token; Q8_0X / Q4_0X (AVX-512,
+ * AVX2) and Q4_KX (AVX2) run one arithmetic for every nt, so their outputs never depend on nt
+ * (nor, on AVX2, on AVX-VNNI). The differences are rounding-level (all are within 2e-6 of the
+ * scalar reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
@@ -99,7 +101,8 @@ void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
 /* ---- peak throughput --------------------------------------------------------------------- */
 /*
  * In-cache peak of the inner-product instruction that the matmul of weight type w runs on, on
- * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512) for the Q8_0 / Q8_K activations,
+ * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512 and on AVX2 with AVX-VNNI,
+ * vpmaddubsw + vpmaddwd on AVX2 without) for the Q8_0 / Q8_K activations,
  * f32 FMAs for the F32 ones. Runs about `seconds` in short rounds and keeps the best round, so a
  * busy machine reads low less often. Returns operations per second (a multiply-add counts 2).
  */

@@ -63,8 +63,8 @@
 #define KT 2
 #endif
 #endif
-#define XR 6 /* rows per tile at most */
-#define XT 6 /* tokens per tile at most */
+#define XR 6       /* rows per tile at most */
+#define XT 6       /* tokens per tile at most */
 #define X_CHUNK 32 /* tokens whose activations are packed at once */
 
 /* ================================ helpers =================================================== */
@@ -88,16 +88,18 @@ INLINE __m256i x_dot(__m256i s, __m256i u, __m256i a)
 INLINE void x_transpose(__m256i v[8])
 {
     __m256i a[8], b[8];
-    UNROLL for (int i = 0; i < 4; i++) {
+    UNROLL for (int i = 0; i < 4; i++)
+    {
         a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
         a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
     }
-    UNROLL for (int i = 0; i < 2; i++)
-        UNROLL for (int j = 0; j < 2; j++) {
-            b[4 * i + 2 * j] = _mm256_unpacklo_epi64(a[4 * i + j], a[4 * i + 2 + j]);
-            b[4 * i + 2 * j + 1] = _mm256_unpackhi_epi64(a[4 * i + j], a[4 * i + 2 + j]);
-        }
-    UNROLL for (int m = 0; m < 4; m++) {
+    UNROLL for (int i = 0; i < 2; i++) UNROLL for (int j = 0; j < 2; j++)
+    {
+        b[4 * i + 2 * j] = _mm256_unpacklo_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+        b[4 * i + 2 * j + 1] = _mm256_unpackhi_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+    }
+    UNROLL for (int m = 0; m < 4; m++)
+    {
         v[m] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x20);
         v[m + 4] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x31);
     }
@@ -159,10 +161,12 @@ static void xa_pack(const struct kq__q8_0 *row, int64_t nb, int64_t h, int off, 
     }
     x_transpose(v);
     __m256i sum = _mm256_setzero_si256();
-    UNROLL for (int k = 0; k < 8; k++) {
+    UNROLL for (int k = 0; k < 8; k++)
+    {
         _mm256_store_si256(&o->q[k], v[k]);
-        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v[k]),
-                                                      _mm256_set1_epi16(1)));
+        sum =
+            _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v[k]),
+                                                    _mm256_set1_epi16(1)));
     }
     o->corr = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-off));
     o->d = _mm256_cvtph_ps(_mm_load_si128((const void *)d));
@@ -195,26 +199,27 @@ INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t 
 {
     const int64_t gb = q4 ? 16 * 18 : 16 * 34;
     __m256 acc[XR][XT];
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
+        _mm256_setzero_ps();
     for (int64_t h = 0; h < H; h++) {
         const int64_t g = h >> 1;
         const int half = (int)(h & 1);
         const uint8_t *wp[XR];
         __m256i s[XR][XT];
-        UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int r = 0; r < R; r++)
+        {
             wp[r] = g < GF ? W + r * ws + g * gb : tail + r * gb;
             if (pf && half == 0 && g < GF)
                 for (int64_t l = 0; l < gb; l += 64)
                     _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T0);
-            UNROLL for (int t = 0; t < T; t++)
-                s[r][t] = _mm256_load_si256(&A[t * AH + h].corr);
+            UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_load_si256(&A[t * AH + h].corr);
         }
         if (!q4) {
-            UNROLL for (int k = 0; k < 8; k++) {
+            UNROLL for (int k = 0; k < 8; k++)
+            {
                 __m256i w[XR], wa[XR];
-                UNROLL for (int r = 0; r < R; r++) {
+                UNROLL for (int r = 0; r < R; r++)
+                {
                     w[r] = _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
 #if !KQX_VNNI
                     w[r] = _mm256_xor_si256(w[r], _mm256_set1_epi8((char)0x80));
@@ -222,7 +227,8 @@ INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t 
 #endif
                 }
                 (void)wa;
-                UNROLL for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++)
+                {
                     const __m256i a = _mm256_load_si256(&A[t * AH + h].q[k]);
                     UNROLL for (int r = 0; r < R; r++)
 #if KQX_VNNI
@@ -235,56 +241,71 @@ INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t 
         } else {
 #if !KQX_VNNI
             __m256i s16[XR][XT];
-            UNROLL for (int r = 0; r < R; r++)
-                UNROLL for (int t = 0; t < T; t++)
-                    s16[r][t] = _mm256_setzero_si256();
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s16[r][t] =
+                _mm256_setzero_si256();
 #endif
-            UNROLL for (int k = 0; k < 4; k++) { /* low nibbles: step k; high ones: step k + 4 */
+            UNROLL for (int k = 0; k < 4; k++)
+            { /* low nibbles: step k; high ones: step k + 4 */
                 __m256i lo[XR], hi[XR];
-                UNROLL for (int r = 0; r < R; r++) {
-                    const __m256i x = _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
+                UNROLL for (int r = 0; r < R; r++)
+                {
+                    const __m256i x =
+                        _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
                     lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
                     hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
                 }
-                UNROLL for (int t = 0; t < T; t++) {
+                UNROLL for (int t = 0; t < T; t++)
+                {
                     const __m256i a0 = _mm256_load_si256(&A[t * AH + h].q[k]);
                     const __m256i a1 = _mm256_load_si256(&A[t * AH + h].q[k + 4]);
-                    UNROLL for (int r = 0; r < R; r++) {
+                    UNROLL for (int r = 0; r < R; r++)
+                    {
 #if KQX_VNNI
                         s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
 #else
-                        s16[r][t] = _mm256_add_epi16(s16[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
-                                                                                 _mm256_maddubs_epi16(hi[r], a1)));
+                        s16[r][t] = _mm256_add_epi16(
+                            s16[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
+                                                        _mm256_maddubs_epi16(hi[r], a1)));
 #endif
                     }
                 }
             }
 #if !KQX_VNNI
-            UNROLL for (int r = 0; r < R; r++)
-                UNROLL for (int t = 0; t < T; t++)
-                    s[r][t] = _mm256_add_epi32(s[r][t], _mm256_madd_epi16(s16[r][t], _mm256_set1_epi16(1)));
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s[r][t] =
+                _mm256_add_epi32(s[r][t], _mm256_madd_epi16(s16[r][t], _mm256_set1_epi16(1)));
 #endif
         }
-        UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int r = 0; r < R; r++)
+        {
             const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(wp[r] + 16 * half)));
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][t]),
-                                            _mm256_mul_ps(wd, A[t * AH + h].d), acc[r][t]);
+            UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(s[r][t]), _mm256_mul_ps(wd, A[t * AH + h].d), acc[r][t]);
         }
     }
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps(acc[r][t]);
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[t * ys + r] =
+        hsum_ps(acc[r][t]);
 }
 
-/* Instantiations of a tile F(args, r, t) for t <= TM, r in {RM, 1}. */
+/* Instantiations of a tile F(r, t) for t <= TM, r in {RM, 1}: returns from the caller when R, T
+ * are one of them. */
 #define X_SHAPE(F, r, t, TM)                                                                       \
     if ((t) <= (TM) && R == (r) && T == (t))                                                       \
-        return F(r, t);
+    return F(r, t)
 #define X_SHAPES(F, RM, TM)                                                                        \
-    X_SHAPE(F, RM, 6, TM) X_SHAPE(F, RM, 5, TM) X_SHAPE(F, RM, 4, TM) X_SHAPE(F, RM, 3, TM)         \
-    X_SHAPE(F, RM, 2, TM) X_SHAPE(F, RM, 1, TM) X_SHAPE(F, 1, 6, TM) X_SHAPE(F, 1, 5, TM)          \
-    X_SHAPE(F, 1, 4, TM) X_SHAPE(F, 1, 3, TM) X_SHAPE(F, 1, 2, TM) X_SHAPE(F, 1, 1, TM)
+    do {                                                                                           \
+        X_SHAPE(F, RM, 6, TM);                                                                     \
+        X_SHAPE(F, RM, 5, TM);                                                                     \
+        X_SHAPE(F, RM, 4, TM);                                                                     \
+        X_SHAPE(F, RM, 3, TM);                                                                     \
+        X_SHAPE(F, RM, 2, TM);                                                                     \
+        X_SHAPE(F, RM, 1, TM);                                                                     \
+        X_SHAPE(F, 1, 6, TM);                                                                      \
+        X_SHAPE(F, 1, 5, TM);                                                                      \
+        X_SHAPE(F, 1, 4, TM);                                                                      \
+        X_SHAPE(F, 1, 3, TM);                                                                      \
+        X_SHAPE(F, 1, 2, TM);                                                                      \
+        X_SHAPE(F, 1, 1, TM);                                                                      \
+    } while (0)
 
 /* xq_tile for the shapes it is compiled for: R in {RM, 1}, T in 1..TM of the type. */
 static void xq_tiles(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t *W, size_t ws,
@@ -293,11 +314,10 @@ static void xq_tiles(bool q4, int R, int T, int64_t H, int64_t GF, const uint8_t
 {
 #define XQ8(r, t) xq_tile(false, r, t, H, GF, W, ws, tail, A, AH, pf, y, ys)
 #define XQ4(r, t) xq_tile(true, r, t, H, GF, W, ws, tail, A, AH, pf, y, ys)
-    if (!q4) {
-        X_SHAPES(XQ8, Q8R, Q8T)
-    } else {
-        X_SHAPES(XQ4, Q4R, Q4T)
-    }
+    if (!q4)
+        X_SHAPES(XQ8, Q8R, Q8T);
+    else
+        X_SHAPES(XQ4, Q4R, Q4T);
 #undef XQ8
 #undef XQ4
 }
@@ -337,8 +357,8 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
                              y + t * ys + r, ys);
                 else
                     for (int i = 0; i < rr; i++)
-                        xq_tiles(q4, 1, tt, H, GF, Wr + i * ws, ws, tail + i * gb,
-                                 &A[(t - t0) * H], H, NULL, y + t * ys + r + i, ys);
+                        xq_tiles(q4, 1, tt, H, GF, Wr + i * ws, ws, tail + i * gb, &A[(t - t0) * H],
+                                 H, NULL, y + t * ys + r + i, ys);
             }
         }
     }
@@ -373,46 +393,52 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                     size_t as, const uint8_t *pf, float *y, int64_t ys)
 {
     __m256 acc[XR][XT];
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            acc[r][t] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
+        _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nsb; ib++) {
         __m256i s[XR][XT];
-        UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int r = 0; r < R; r++)
+        {
             if (pf)
                 UNROLL for (int l = 0; l < 3; l++)
                     _mm_prefetch((const char *)pf + r * ws + ib * 144 + 64 * l, _MM_HINT_T0);
-            UNROLL for (int t = 0; t < T; t++)
-                s[r][t] = _mm256_setzero_si256();
+            UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_setzero_si256();
         }
-        UNROLL for (int c = 0; c < 4; c++) { /* steps 2c (low nibbles), 2c + 1 (high) */
+        UNROLL for (int c = 0; c < 4; c++)
+        { /* steps 2c (low nibbles), 2c + 1 (high) */
             __m256i lo[XR], hi[XR];
-            UNROLL for (int r = 0; r < R; r++) {
+            UNROLL for (int r = 0; r < R; r++)
+            {
                 const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
                 const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * c));
                 lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
                 hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
             }
-            UNROLL for (int t = 0; t < T; t++) {
+            UNROLL for (int t = 0; t < T; t++)
+            {
                 const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
                 const __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
                 const __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
-                UNROLL for (int r = 0; r < R; r++) {
+                UNROLL for (int r = 0; r < R; r++)
+                {
 #if KQX_VNNI
                     s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
 #else /* i16 pairs of the 8 steps: 8 x 2 x 15 x 127 < 32768 */
-                    s[r][t] = _mm256_add_epi16(s[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
-                                                                         _mm256_maddubs_epi16(hi[r], a1)));
+                    s[r][t] = _mm256_add_epi16(s[r][t],
+                                               _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
+                                                                _mm256_maddubs_epi16(hi[r], a1)));
 #endif
                 }
             }
         }
-        UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int r = 0; r < R; r++)
+        {
             const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
             __m256i mins;
             const __m256i sc = kx_scales(b, &mins);
             const float d = xh2f(b->d), dmin = xh2f(b->dmin);
-            UNROLL for (int t = 0; t < T; t++) {
+            UNROLL for (int t = 0; t < T; t++)
+            {
                 const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
                 const __m256i bs = _mm256_loadu_si256((const void *)a->bsums);
 #if KQX_VNNI
@@ -421,14 +447,15 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                 const __m256i si = _mm256_madd_epi16(s[r][t], sc);
 #endif
                 const __m256i mt = _mm256_madd_epi16(bs, mins);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * a->d), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * a->d), acc[r][t]);
+                acc[r][t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * a->d), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * a->d),
+                                             acc[r][t]);
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps(acc[r][t]);
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[t * ys + r] =
+        hsum_ps(acc[r][t]);
 }
 
 /* kx_tile for the shapes it is compiled for: R in {KR, 1}, T in 1..KT. */
@@ -436,7 +463,7 @@ static void kx_tiles(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, con
                      size_t as, const uint8_t *pf, float *y, int64_t ys)
 {
 #define KX(r, t) kx_tile(r, t, nsb, W, ws, A, as, pf, y, ys)
-    X_SHAPES(KX, KR, KT)
+    X_SHAPES(KX, KR, KT);
 #undef KX
 }
 

@@ -15,12 +15,10 @@
 int64_t kq__avx2_vnni_peak(int64_t n_iter)
 {
     __m256i ia[12];
-    UNROLL for (int k = 0; k < 12; k++)
-        ia[k] = _mm256_set1_epi32(k);
+    UNROLL for (int k = 0; k < 12; k++) ia[k] = _mm256_set1_epi32(k);
     __m256i x = _mm256_set1_epi8(3), z = _mm256_set1_epi8(-5);
     for (int64_t i = 0; i < n_iter; i++) {
-        UNROLL for (int k = 0; k < 12; k++)
-            ia[k] = _mm256_dpbusd_avx_epi32(ia[k], x, z);
+        UNROLL for (int k = 0; k < 12; k++) ia[k] = _mm256_dpbusd_avx_epi32(ia[k], x, z);
         __asm__ volatile("" : "+x"(x), "+x"(z));
     }
     volatile int sink = 0;
