@@ -89,6 +89,7 @@ LDFLAGS += -fsanitize=$(subst +,$(comma),$(SANITIZE))
 endif
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVXVNNI_FLAGS := $(AVX2_FLAGS) -mavxvnni
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 
 LIB_SRC    := $(sort $(wildcard engine/*.c engine/*/*.c kernels/cpu/*.c))
@@ -210,6 +211,10 @@ deps-test:
 $(B)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX2_FLAGS) -c $< -o $@
+
+$(B)/obj/%_vnni.o: %_vnni.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVXVNNI_FLAGS) -c $< -o $@
 
 $(B)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)

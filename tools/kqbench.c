@@ -1,8 +1,12 @@
 /*
  * kqbench — throughput of the CPU matmul kernels (kernels/cpu/kq.h) against memory bandwidth.
  *
- *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx512] [--ws MiB]
- *           [--reps K] [--cpu-time 1]
+ *   kqbench [--rows R] [--n N] [--types q8_0,q4_K,f16] [--isa scalar|avx2|avx2-novnni|avx512]
+ *           [--ws MiB] [--reps K] [--cpu-time 1]
+ *
+ * Types are kq_type_name's, the stored layouts included (q8_0x, q4_0x, q4_Kx: what the engine
+ * keeps Q8_0, Q4_0, Q4_K weights in where kq_repack_type says so). --isa avx2-novnni is AVX2
+ * with AVX-VNNI off (kq_avx2_vnni_force), the path of AVX2 CPUs without it.
  *
  * 1. Bandwidth: a STREAM-like triad (a = b + 3 c over 3 x 128 MiB of doubles; bytes = 3 x 8 per
  *    element, write-allocate not counted) with 1 and 2 threads.
@@ -270,11 +274,15 @@ static int parse_type(const char *s, enum kq_type *t)
     return -1;
 }
 
-static enum kq_isa parse_isa(const char *s)
+/* Force the ISA named s (avx2-novnni: AVX2 with AVX-VNNI off). */
+static void force_isa(const char *s)
 {
-    return strcmp(s, "scalar") == 0 ? KQ_ISA_SCALAR
-           : strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
-                                    : KQ_ISA_AVX512;
+    const bool novnni = strcmp(s, "avx2-novnni") == 0;
+    kq_isa_force(strcmp(s, "scalar") == 0           ? KQ_ISA_SCALAR
+                 : novnni || strcmp(s, "avx2") == 0 ? KQ_ISA_AVX2
+                                                    : KQ_ISA_AVX512);
+    if (novnni)
+        kq_avx2_vnni_force(false);
 }
 
 int main(int argc, char **argv)
@@ -297,7 +305,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--batch") == 0)
             snprintf(batch_list, sizeof batch_list, "%s", argv[i + 1]);
         else if (strcmp(argv[i], "--isa") == 0)
-            kq_isa_force(parse_isa(argv[i + 1]));
+            force_isa(argv[i + 1]);
         else
             argc = 0; /* unknown option: usage */
     }
@@ -310,8 +318,11 @@ int main(int argc, char **argv)
     double *a = xalloc(tn * 8), *b = xalloc(tn * 8), *c = xalloc(tn * 8);
     for (size_t i = 0; i < tn; i++)
         a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
-    printf("isa %s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()), (long long)rows,
-           (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
+    printf("isa %s%s, %lld x %lld weights, %s clock\n", kq_isa_name(kq_isa_active()),
+           kq_isa_active() != KQ_ISA_AVX2 ? ""
+           : kq_avx2_vnni()               ? " + avx-vnni"
+                                          : " (no avx-vnni)",
+           (long long)rows, (long long)n, use_cpu_time ? "per-thread CPU" : "wall");
     for (char *s = strtok(types, ","); s; s = strtok(NULL, ",")) {
         enum kq_type t;
         if (parse_type(s, &t) != 0 || n % kq_block_elems(t) != 0) {

@@ -382,8 +382,9 @@ static void xq_put(enum kq_type t, uint8_t *row, int64_t nb, int64_t b, const vo
         row[qo + 4 * m * (j / 4) + j % 4] = (uint8_t)(p[2 + j] ^ flip);
 }
 
-/* Q8_0X / Q4_0X and the K-quant X layouts where the AVX-512 kernels run (their batched matmul
- * then reads the weights as they are, and their decode is as fast on them); Q4_KX on AVX2. */
+/* Q8_0X / Q4_0X where the AVX-512 or AVX2 kernels run, the K-quant X layouts where the AVX-512
+ * ones do (their batched matmul then reads the weights as they are, and their decode is as fast
+ * on them); Q4_KX on AVX2. */
 enum kq_type kq_repack_type(enum kq_type t)
 {
     const enum kq_isa isa = kq_isa_active();
@@ -403,6 +404,10 @@ enum kq_type kq_repack_type(enum kq_type t)
             return t;
         }
     }
+    if (t == KQ_Q8_0 && isa == KQ_ISA_AVX2)
+        return KQ_Q8_0X;
+    if (t == KQ_Q4_0 && isa == KQ_ISA_AVX2)
+        return KQ_Q4_0X;
     return t == KQ_Q4_K && isa == KQ_ISA_AVX2 ? KQ_Q4_KX : t;
 }
 
@@ -1023,9 +1028,38 @@ static enum kq_isa isa_from_env(void)
     enum kq_isa want = best;
     if (e && strcmp(e, "scalar") == 0)
         want = KQ_ISA_SCALAR;
-    else if (e && strcmp(e, "avx2") == 0)
+    else if (e && (strcmp(e, "avx2") == 0 || strcmp(e, "avx2-novnni") == 0))
         want = KQ_ISA_AVX2;
     return want < best ? want : best;
+}
+
+/* AVX-VNNI: cpuid leaf 7 subleaf 1, EAX bit 4 (the OS's saving of ymm state is checked with
+ * AVX2 in kq_isa_best, which must hold too). */
+static bool cpu_avx_vnni(void)
+{
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return kq_isa_best() >= KQ_ISA_AVX2 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 4));
+}
+
+static _Atomic int vnni_state = -1; /* 0 / 1 once chosen, -1 before first use */
+
+bool kq_avx2_vnni(void)
+{
+    int v = atomic_load_explicit(&vnni_state, memory_order_relaxed);
+    if (v < 0) { /* racing first calls compute the same value */
+        const char *e = getenv("DELTAD_ISA");
+        v = cpu_avx_vnni() && !(e && strcmp(e, "avx2-novnni") == 0);
+        atomic_store_explicit(&vnni_state, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+bool kq_avx2_vnni_force(bool on)
+{
+    const bool v = on && cpu_avx_vnni();
+    atomic_store_explicit(&vnni_state, v, memory_order_relaxed);
+    return v;
 }
 
 enum kq_isa kq_isa_active(void)
@@ -1188,8 +1222,9 @@ double kq_peak_ops(enum kq_type w, double seconds)
     do {
         double t0 = mono_now();
         int64_t macs = isa == KQ_ISA_AVX512 ? kq__avx512_peak(int8, n_iter)
-                       : isa == KQ_ISA_AVX2 ? kq__avx2_peak(int8, n_iter)
-                                            : peak_scalar(n_iter);
+                       : isa == KQ_ISA_AVX2 && int8 && kq_avx2_vnni() ? kq__avx2_vnni_peak(n_iter)
+                       : isa == KQ_ISA_AVX2                           ? kq__avx2_peak(int8, n_iter)
+                                                                      : peak_scalar(n_iter);
         double rate = 2.0 * (double)macs / (mono_now() - t0);
         best = rate > best ? rate : best;
     } while (mono_now() < t_end);

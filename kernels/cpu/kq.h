@@ -47,8 +47,9 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 /* ---- repacked layouts -------------------------------------------------------------------- */
 /*
  * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
- * / KQ_Q4_KX / KQ_Q5_KX / KQ_Q6_KX for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX-512, KQ_Q4_KX for
- * Q4_K on AVX2, t itself otherwise. Every X layout keeps the bytes per block and a row's size.
+ * / KQ_Q4_KX / KQ_Q5_KX / KQ_Q6_KX for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX-512, KQ_Q8_0X /
+ * KQ_Q4_0X / KQ_Q4_KX for Q8_0 / Q4_0 / Q4_K on AVX2, t itself otherwise. Every X layout keeps the
+ * bytes per block and a row's size.
  *
  * Q8_0X and Q4_0X: a row of nb blocks holds the nb f16
  * block scales first (block b's at byte 2 b), then the quants (32 bytes a block for Q8_0X, 16
@@ -57,8 +58,9 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
  * bytes) of block l lies at 4 m k + 4 l. Q8_0X stores its levels + 128 (unsigned), Q4_0X its
  * nibble bytes as they are. A row of 64 blocks (n = 2048) thus has its scales on two cache
  * lines and every group's quants on whole lines. The activation is plain Q8_0. The AVX-512
- * matmul reads these rows as stored for any token count and any n, where the plain types'
- * batched matmul repacks the rows every call.
+ * and AVX2 matmuls read these rows as stored for any token count and any n (AVX2 reads a group
+ * as two halves of 8 blocks, 32 bytes a step), where the plain types' batched matmul repacks
+ * the rows every call.
  *
  * The K-quant X layouts keep every super-block's own bytes (d, dmin, scales) and reorder only
  * its levels, so that 4 consecutive levels of one sub-block share a 4-byte word and word j of
@@ -101,10 +103,10 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  * Which kernel runs (and so the float summation order of an output) depends on the type, nt
  * and, for the tile kernels, on a row's place in its block of 4 from r0 and a token's place in
  * its block of 4: decode (nt == 1) has its own kernels; nt >= 2 of Q8_0 / Q4_0 (and on AVX2
- * Q4_K, Q4_KX) runs a packed kernel whose every output depends only on its row and token; on
- * AVX-512, Q8_0X / Q4_0X / Q4_KX / Q5_KX / Q6_KX run one kernel for every nt, so their outputs
- * never depend on nt. The differences are rounding-level (all are within 2e-6 of the scalar
- * reference, tested).
+ * Q4_K) runs a packed kernel whose every output depends only on its row and token; Q8_0X /
+ * Q4_0X (AVX-512, AVX2), Q4_KX (AVX-512, AVX2) and Q5_KX / Q6_KX (AVX-512) run one arithmetic
+ * for every nt, so their outputs never depend on nt (nor, on AVX2, on AVX-VNNI). The
+ * differences are rounding-level (all are within 2e-6 of the scalar reference, tested).
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
@@ -112,7 +114,8 @@ void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
 /* ---- peak throughput --------------------------------------------------------------------- */
 /*
  * In-cache peak of the inner-product instruction that the matmul of weight type w runs on, on
- * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512) for the Q8_0 / Q8_K activations,
+ * the calling thread: int8 multiply-adds (vpdpbusd on AVX-512 and on AVX2 with AVX-VNNI,
+ * vpmaddubsw + vpmaddwd on AVX2 without) for the Q8_0 / Q8_K activations,
  * f32 FMAs for the F32 ones. Runs about `seconds` in short rounds and keeps the best round, so a
  * busy machine reads low less often. Returns operations per second (a multiply-add counts 2).
  */
@@ -124,5 +127,15 @@ enum kq_isa kq_isa_active(void); /* what is in use */
 /* Force an ISA (clamped to kq_isa_best). Returns the ISA now active. */
 enum kq_isa kq_isa_force(enum kq_isa isa);
 const char *kq_isa_name(enum kq_isa isa);
+/*
+ * AVX-VNNI (vpdpbusd on 256-bit registers, cpuid leaf 7.1 EAX bit 4) within the AVX2 ISA: the
+ * AVX2 kernels of the stored layouts use it where the CPU has it, unless DELTAD_ISA is
+ * "avx2-novnni" (which also selects AVX2) or kq_avx2_vnni_force turned it off. Outputs are the
+ * same bit for bit either way (exact integer sums); only the speed differs.
+ */
+bool kq_avx2_vnni(void); /* whether the AVX2 kernels use AVX-VNNI now */
+/* Turn AVX-VNNI on (only where the CPU has it) or off; returns the state now. For tests and
+ * start-up only, like kq_isa_force. */
+bool kq_avx2_vnni_force(bool on);
 
 #endif

@@ -7,14 +7,18 @@
  * K-quant sub-block of 32 or two of 16) or 8 floats. The decode 1 x 1 tile keeps 4 accumulator
  * chains for the Q8_0/Q4_0 and float types.
  *
- * Integer products (no VNNI here): vpmaddubsw (u8 x s8 -> pairs of i16), then vpmaddwd with
+ * The stored layouts Q8_0X, Q4_0X and Q4_KX (except Q4_KX's decode of long rows, here) run
+ * kq_avx2x.h's register tiles, built with and without AVX-VNNI (kq_avx2x_avx2.c,
+ * kq_avx2x_vnni.c); the dispatch below picks by kq_avx2_vnni().
+ *
+ * Integer products here (no VNNI): vpmaddubsw (u8 x s8 -> pairs of i16), then vpmaddwd with
  * ones (Q8_0/Q4_0) or with the sub-block scale (K-quants) to i32, exact as in the scalar
  * reference:
  *   Q8_0  |w| . sign(a, w); the i16 pairs stay below 2 * 128 * 127 < 32768
  *   Q4_0  q (0..15) . a, minus 8 * sum(a)
  *   Q4_K/Q5_K/Q6_K  levels (0..63) . a, scaled per sub-block; min terms from the bsums
- *   Q4_KX  Q4_K's, with the i16 pairs of all 8 steps of a super-block summed before one
- *          vpmaddwd with the scales (the layout puts sub-block j in dword j of every step)
+ *   Q4_KX  (decode) Q4_K's, with the i16 pairs of all 8 steps of a super-block summed before
+ *          one vpmaddwd with the scales (the layout puts sub-block j in dword j of every step)
  *
  * Threads: pure functions.
  */
@@ -411,8 +415,31 @@ INLINE void ksb(enum kq_type wt, int R, int T, const uint8_t *W, size_t ws, cons
 KQUANT_TILE(q4_k, KQ_Q4_K)
 KQUANT_TILE(q5_k, KQ_Q5_K)
 KQUANT_TILE(q6_k, KQ_Q6_K)
-TILESET(q5_k, 2, 2, 4);
-TILESET(q6_k, 2, 2, 4);
+/* Q5_K / Q6_K: 1 row x 4 tokens, the rest of the tokens 1 x 2 or 1 x 3 (6144 x 2048 from DRAM,
+ * 2 threads, against the 2 x 2 tiles: 1.1-1.5x at 4 and 16 tokens, prefill 1.4x; 2 x 4, 4 x 2,
+ * 2 x 3, 3 x 2 and 1 x 3 measured between the two). */
+#define TILESET_1X4(NAME)                                                                          \
+    TILE_SHAPES(NAME, 1, 4)                                                                        \
+    static void NAME##_dec(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,   \
+                           float *y, int64_t ys)                                                   \
+    {                                                                                              \
+        NAME##_tile(4, 1, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static void NAME##_t2(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,    \
+                          float *y, int64_t ys)                                                    \
+    {                                                                                              \
+        NAME##_tile(1, 2, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static void NAME##_t3(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,    \
+                          float *y, int64_t ys)                                                    \
+    {                                                                                              \
+        NAME##_tile(1, 3, n, W, ws, A, as, y, ys);                                                 \
+    }                                                                                              \
+    static const struct kq__tileset NAME##_tiles = {                                               \
+        1, 4, NAME##_full, NAME##_rows, NAME##_toks, NAME##_rows, 4, NAME##_dec,                   \
+        {NULL, NULL, NAME##_t2, NAME##_t3}}
+TILESET_1X4(q5_k);
+TILESET_1X4(q6_k);
 
 /*
  * The Q4_K decode kernel (1 row x 1 token), leaner than ksb's 1 x 1 case, which spends two
@@ -474,12 +501,13 @@ static void q4_k_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A
 TILESET_DECODE(q4_k, 2, 2, q4_k_single);
 
 /*
- * Q4_KX weights (kq.h: Q4_K with its levels transposed) against Q8_KX activations. Every
- * 32-byte step holds 4 elements of each of the 8 sub-blocks, dword j for sub-block j, so the
- * steps' vpmaddubsw products can be summed as i16 (8 steps x 2 x 15 x 127 = 30480 < 32768) and
- * scaled once per super-block with one vpmaddwd against the pair-duplicated scales: per 32
- * elements a level unpack, one vpmaddubsw and one vpaddw, against ksb's extra scale spread,
- * vpmaddwd and vpaddd. The min term is ksb's.
+ * Q4_KX weights (kq.h: Q4_K with its levels transposed) against Q8_KX activations: the decode
+ * kernel of long rows (batches and short rows run kq_avx2x.h's tiles). Every 32-byte step holds
+ * 4 elements of each of the 8 sub-blocks, dword j for sub-block j, so the steps' vpmaddubsw
+ * products can be summed as i16 (8 steps x 2 x 15 x 127 = 30480 < 32768) and scaled once per
+ * super-block with one vpmaddwd against the pair-duplicated scales: per 32 elements a level
+ * unpack, one vpmaddubsw and one vpaddw, against ksb's extra scale spread, vpmaddwd and vpaddd.
+ * The min term is ksb's. (The packed prefill below reads plain Q4_K through q4kx_levels too.)
  */
 static const uint8_t q4kx_pairdup[32] = {0, 0x80, 0, 0x80, 1, 0x80, 1, 0x80, 2, 0x80, 2, 0x80,
                                          3, 0x80, 3, 0x80, 4, 0x80, 4, 0x80, 5, 0x80, 5, 0x80,
@@ -503,53 +531,14 @@ INLINE __m256i q4kx_levels(const struct kq__q4_k *b, int k)
     return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(x, 4) : x, _mm256_set1_epi8(15));
 }
 
-INLINE void q4_kx_tile(int R, int T, int64_t n, const uint8_t *W, size_t ws, const uint8_t *A,
-                       size_t as, float *y, int64_t ys)
+/* The decode kernel of long rows: one row, the weight stream prefetched. Its arithmetic is
+ * kx_tile's (kq_avx2x.h), which runs batches and short rows: the same output for a row and a
+ * token whatever the batch. */
+static void q4_kx_single(int64_t n, const uint8_t *W, const uint8_t *A, float *y)
 {
-    __m256 acc[RMAX][TMAX];
-    zero_tile(acc);
-    for (int64_t ib = 0; ib < n / KQ__QK_K; ib++) {
-        __m256i s16[RMAX][TMAX];
-        UNROLL for (int r = 0; r < R; r++)
-            UNROLL for (int t = 0; t < T; t++)
-                s16[r][t] = _mm256_setzero_si256();
-        UNROLL for (int k = 0; k < 8; k++) {
-            __m256i q[RMAX];
-            UNROLL for (int r = 0; r < R; r++)
-                q[r] = q4kx_levels((const struct kq__q4_k *)(W + r * ws) + ib, k);
-            UNROLL for (int t = 0; t < T; t++) {
-                const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
-                const __m256i a = _mm256_loadu_si256((const void *)(c->qs + 32 * k));
-                UNROLL for (int r = 0; r < R; r++)
-                    s16[r][t] = _mm256_add_epi16(s16[r][t], _mm256_maddubs_epi16(q[r], a));
-            }
-        }
-        UNROLL for (int r = 0; r < R; r++) {
-            const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
-            __m256i mins;
-            const __m256i sc = q4kx_scales(b, &mins);
-            const float d = h2f(b->d), dmin = h2f(b->dmin);
-            UNROLL for (int t = 0; t < T; t++) {
-                const struct kq__q8_k *c = (const struct kq__q8_k *)(A + t * as) + ib;
-                const __m256i bs = _mm256_loadu_si256((const void *)c->bsums);
-                const __m256i si = _mm256_madd_epi16(s16[r][t], sc), mt = _mm256_madd_epi16(bs, mins);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * c->d), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * c->d), acc[r][t]);
-            }
-        }
-    }
-    store_tile(R, T, acc, y, ys);
-}
-
-/* The decode kernel: q4_kx_tile(1, 1) with the weight stream prefetched and the scale and min
- * terms kept in separate accumulators. */
-static void q4_kx_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A, size_t as,
-                         float *y, int64_t ys)
-{
-    (void)ws, (void)as, (void)ys;
     const struct kq__q4_k *w = (const struct kq__q4_k *)W;
     const struct kq__q8_k *a = (const struct kq__q8_k *)A;
-    __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < n / KQ__QK_K; ib++) {
         _mm_prefetch((const char *)(w + ib) + PF_DIST, _MM_HINT_T0);
         _mm_prefetch((const char *)(w + ib) + PF_DIST + 64, _MM_HINT_T0);
@@ -563,12 +552,10 @@ static void q4_kx_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *
         const __m256i mt = _mm256_madd_epi16(_mm256_loadu_si256((const void *)a[ib].bsums), mins);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, sc)),
                               _mm256_set1_ps(h2f(w[ib].d) * a[ib].d), acc);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(h2f(w[ib].dmin) * a[ib].d), accm);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(h2f(w[ib].dmin) * a[ib].d), acc);
     }
-    *y = hsum_ps(_mm256_sub_ps(acc, accm));
+    *y = hsum_ps(acc);
 }
-
-TILESET_DECODE(q4_kx, 4, 2, q4_kx_single);
 
 /* ================================ prefill with packed groups ================================ */
 
@@ -711,15 +698,14 @@ static bool pk_pack(enum kq_type wt, const uint8_t *row, int64_t nb, int64_t g, 
 }
 
 /* Super-block g of a Q4_K weight row (sub-block 2i is the low nibbles of qs[32i ..], 2i + 1
- * the high ones), or of a Q4_KX row (x), whose steps are already the packed vectors. */
-static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, bool x, struct pk_grp *o)
+ * the high ones). */
+static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, struct pk_grp *o)
 {
     const struct kq__q4_k *b = row + g;
     __m256i v[8];
     UNROLL for (int k = 0; k < 8; k++)
         v[k] = q4kx_levels(b, k);
-    if (!x)
-        pk_transpose(v);
+    pk_transpose(v);
     UNROLL for (int k = 0; k < 8; k++)
         _mm256_store_si256(&o->q[k], v[k]);
     uint64_t sc, m;
@@ -730,16 +716,14 @@ static void pk_pack_q4_k(const struct kq__q4_k *row, int64_t g, bool x, struct p
     o->s = _mm256_mul_ps(_mm256_set1_ps(h2f(b->dmin)), fm);
 }
 
-/* Super-block g of a Q8_K (or, x, Q8_KX) activation row: levels, the row scale and its
- * 32-element sums. */
-static void pk_pack_q8_k(const struct kq__q8_k *row, int64_t g, bool x, struct pk_grp *o)
+/* Super-block g of a Q8_K activation row: levels, the row scale and its 32-element sums. */
+static void pk_pack_q8_k(const struct kq__q8_k *row, int64_t g, struct pk_grp *o)
 {
     const struct kq__q8_k *b = row + g;
     __m256i v[8];
     UNROLL for (int j = 0; j < 8; j++)
         v[j] = _mm256_loadu_si256((const void *)(b->qs + 32 * j));
-    if (!x)
-        pk_transpose(v);
+    pk_transpose(v);
     UNROLL for (int k = 0; k < 8; k++)
         _mm256_store_si256(&o->q[k], v[k]);
     const __m256i bs = _mm256_madd_epi16(_mm256_loadu_si256((const void *)b->bsums),
@@ -820,7 +804,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                           int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y,
                           int64_t ys)
 {
-    const bool kq = wt == KQ_Q4_K || wt == KQ_Q4_KX, x = wt == KQ_Q4_KX;
+    const bool kq = wt == KQ_Q4_K;
     const int64_t nb = kq ? n / KQ__QK_K : n / KQ__QK; /* blocks, or super-blocks for Q4_K */
     const int64_t G = kq ? nb : (nb + 7) / 8;
     if (G == 0 || G > PK_MAX_GROUPS || n % (kq ? KQ__QK_K : KQ__QK))
@@ -838,7 +822,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
             for (int64_t g = 0; g < G; g++) { /* activation levels are never -128 */
                 struct pk_grp *o = &pa[(t - t0) * G + g];
                 if (kq)
-                    pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, x, o);
+                    pk_pack_q8_k((const struct kq__q8_k *)(act + t * as), g, o);
                 else
                     (void)pk_pack(KQ_Q8_0, act + t * as, nb, g, o);
             }
@@ -852,7 +836,7 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
                                         (size_t)(g + 1) * ws / G);
                     struct pk_grp *o = &pk_w_tls[i * G + g];
                     if (kq)
-                        pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, x, o);
+                        pk_pack_q4_k((const struct kq__q4_k *)(W + (r + i) * ws), g, o);
                     else
                         wide |= pk_pack(wt, W + (r + i) * ws, nb, g, o);
                 }
@@ -981,7 +965,17 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride)
 {
-    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K || w == KQ_Q4_KX) &&
+    if (w == KQ_Q4_KX && nt == 1 && n > KQ__DEC_SHORT_N) { /* decode of long rows */
+        for (int64_t r = r0; r < r1; r++)
+            q4_kx_single(n, (const uint8_t *)W + r * w_stride, act, y + r);
+        return true;
+    }
+    if (w == KQ_Q8_0X || w == KQ_Q4_0X || w == KQ_Q4_KX)
+        return kq_avx2_vnni() ? kq__avx2x_vnni_matmul(w, n, W, w_stride, r0, r1, act, act_stride,
+                                                      nt, y, y_stride)
+                              : kq__avx2x_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt,
+                                                 y, y_stride);
+    if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
         packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
         return true;
     const struct kq__tileset *ts;
@@ -992,7 +986,6 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
     case KQ_Q8_0: ts = &q8_0_tiles; break;
     case KQ_Q4_0: ts = &q4_0_tiles; break;
     case KQ_Q4_K: ts = &q4_k_tiles; break;
-    case KQ_Q4_KX: ts = &q4_kx_tiles; break;
     case KQ_Q5_K: ts = &q5_k_tiles; break;
     case KQ_Q6_K: ts = &q6_k_tiles; break;
     default: return false;

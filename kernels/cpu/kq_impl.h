@@ -133,6 +133,16 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride);
 bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
+/* The AVX2 matmul of the stored layouts Q8_0X, Q4_0X and Q4_KX (kq_avx2x.h), any nt, with
+ * vpmaddubsw products (kq_avx2x_avx2.c) or AVX-VNNI's vpdpbusd (kq_avx2x_vnni.c; call only when
+ * kq_avx2_vnni()): kq_matmul's contract, false for another type or an n it does not take. The
+ * two give the same outputs bit for bit. */
+bool kq__avx2x_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                      int64_t y_stride);
+bool kq__avx2x_vnni_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                           int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                           int64_t y_stride);
 bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                        int64_t y_stride);
@@ -150,5 +160,6 @@ bool kq__avx512_kx_matmul(enum kq_type w, int64_t n, const void *W, size_t w_str
  */
 int64_t kq__avx512_peak(bool int8, int64_t n_iter);
 int64_t kq__avx2_peak(bool int8, int64_t n_iter);
+int64_t kq__avx2_vnni_peak(int64_t n_iter); /* int8 with vpdpbusd ymm (AVX-VNNI) */
 
 #endif

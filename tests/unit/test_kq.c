@@ -244,7 +244,7 @@ TEST(block_q4_kx)
     CHECK_EQ(kq_act_type(KQ_Q4_KX), KQ_Q8_KX);
     CHECK_EQ(kq_row_bytes(KQ_Q4_KX, 512), 288);
     CHECK_EQ(kq_repack_type(KQ_Q4_K), kq_isa_active() == KQ_ISA_SCALAR ? KQ_Q4_K : KQ_Q4_KX);
-    CHECK_EQ(kq_repack_type(KQ_Q8_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q8_0X : KQ_Q8_0);
+    CHECK_EQ(kq_repack_type(KQ_Q8_0), kq_isa_active() >= KQ_ISA_AVX2 ? KQ_Q8_0X : KQ_Q8_0);
     uint8_t b[2][144], x[2][144], back[2][144];
     for (int r = 0; r < 2; r++) {
         put16(b[r], 0x3c00);
@@ -349,7 +349,7 @@ TEST(block_q4_0x)
     CHECK_STR_EQ(kq_type_name(KQ_Q4_0X), "q4_0x");
     CHECK_EQ(kq_act_type(KQ_Q4_0X), KQ_Q8_0);
     CHECK_EQ(kq_row_bytes(KQ_Q4_0X, N), RB);
-    CHECK_EQ(kq_repack_type(KQ_Q4_0), kq_isa_active() == KQ_ISA_AVX512 ? KQ_Q4_0X : KQ_Q4_0);
+    CHECK_EQ(kq_repack_type(KQ_Q4_0), kq_isa_active() >= KQ_ISA_AVX2 ? KQ_Q4_0X : KQ_Q4_0);
     uint8_t b[RB], x[RB], back[RB];
     for (int blk = 0; blk < NB; blk++) {
         put16(b + 18 * blk, (uint16_t)(0x3c00 + 3 * blk));
@@ -687,11 +687,51 @@ TEST(scalar_dot_vs_dequantised)
     }
 }
 
+/* A SIMD kernel path: an ISA, and for AVX2 whether AVX-VNNI is used. */
+struct path {
+    enum kq_isa isa;
+    bool vnni;
+};
+
+/* The paths this CPU has, into p[0..): AVX2 without AVX-VNNI, AVX2 with it (where the CPU has
+ * it), AVX-512. Returns their count. */
+static int simd_paths(struct path p[3])
+{
+    const enum kq_isa best = kq_isa_best();
+    int n = 0;
+    if (best >= KQ_ISA_AVX2) {
+        p[n++] = (struct path){KQ_ISA_AVX2, false};
+        if (kq_avx2_vnni_force(true))
+            p[n++] = (struct path){KQ_ISA_AVX2, true};
+    }
+    if (best >= KQ_ISA_AVX512)
+        p[n++] = (struct path){KQ_ISA_AVX512, false};
+    return n;
+}
+
+static void path_force(const struct path *p)
+{
+    kq_isa_force(p->isa);
+    kq_avx2_vnni_force(p->vnni);
+}
+
+static const char *path_name(const struct path *p)
+{
+    return p->isa != KQ_ISA_AVX2 ? kq_isa_name(p->isa) : p->vnni ? "avx2+vnni" : "avx2";
+}
+
+/* Back to the best ISA, AVX-VNNI on where the CPU has it. */
+static void path_reset(void)
+{
+    kq_isa_force(kq_isa_best());
+    kq_avx2_vnni_force(true);
+}
+
 /* Row ranges [r0, r1) of an 11-row matrix exercised for every ISA. */
 static const int ranges[][2] = {{0, 11}, {3, 10}, {1, 2}, {5, 5}};
 
-/* kq_matmul under `isa` vs the scalar reference; returns the max relative difference. */
-static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
+/* kq_matmul on `path` vs the scalar reference; returns the max relative difference. */
+static double check_matmul(const struct prob *p, const struct path *path, int *bad)
 {
     const int ys = p->rows + 3;
     float *ref = malloc(sizeof(float) * (size_t)ys * p->nt);
@@ -703,7 +743,7 @@ static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
             ref[i] = got[i] = -777.0f; /* guard: untouched entries must stay */
         kq_isa_force(KQ_ISA_SCALAR);
         kq_matmul(p->t, p->n, p->w, p->ws, r0, r1, p->a, p->as, p->nt, ref, ys);
-        kq_isa_force(isa);
+        path_force(path);
         kq_matmul(p->t, p->n, p->w, p->ws, r0, r1, p->a, p->as, p->nt, got, ys);
         for (int t = 0; t < p->nt; t++)
             for (int r = 0; r < ys; r++) {
@@ -722,23 +762,26 @@ static double check_matmul(const struct prob *p, enum kq_isa isa, int *bad)
 }
 
 /*
- * Every ISA against scalar over n (one block, several, odd block counts, long rows; 17 for the
- * float tails), nt = 1 (decode), 2..7 (batched decode), 8, 13 (tile edges), 40, padded strides
- * and row sub-ranges.
+ * Every ISA (AVX2 with and without AVX-VNNI) against scalar over n (one block, several, odd
+ * block counts, long rows; 896 = 28 blocks: a Q8_0X / Q4_0X row of one stored group and a tail
+ * of 12 blocks; 17 for the float tails), nt = 1 (decode), 2..7 (batched decode), 8, 13 (tile
+ * edges), 40 (more than a token chunk), padded strides and row sub-ranges.
  */
 TEST(simd_matmul_vs_scalar)
 {
-    const enum kq_isa best = kq_isa_best();
-    if (best == KQ_ISA_SCALAR) {
+    struct path paths[3];
+    const int np = simd_paths(paths);
+    if (np == 0) {
         printf("  (no SIMD ISA on this CPU)\n");
         return;
     }
-    /* K-quant X groups: 256 and 4352 end in a lone super-block of Q4_KX / Q5_KX, 2048 does not */
-    static const int ns[] = {32, 256, 4352, 8448, 96, 17, 2048, 32768};
-    /* 2..7: batched decode (packed Q8_0/Q4_0/Q4_K; the other types' 4 x 2 and 4 x 3 tails after
-     * a full tile at 6 and 7); 40: several token chunks of the packed prefill */
-    static const int nts[] = {1, 2, 3, 6, 7, 8, 13, 40};
-    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+    /* K-quant X groups: 256 and 4352 end in a lone super-block of Q4_KX / Q5_KX, 2048 does not;
+     * 896: a 12-block partial group of Q8_0X / Q4_0X */
+    static const int ns[] = {32, 256, 4352, 8448, 96, 896, 17, 2048, 32768};
+    /* 2..7: batched decode (packed Q8_0/Q4_0/Q4_K; the tiles' 2-, 3- and 4-token shapes and their
+     * remainders); 40: several token chunks of the packed prefill */
+    static const int nts[] = {1, 2, 3, 4, 5, 6, 7, 8, 13, 40};
+    for (int ip = 0; ip < np; ip++) {
         for (size_t k = 0; k < N_WTYPES; k++) {
             double worst = 0.0;
             int bad = 0;
@@ -748,53 +791,66 @@ TEST(simd_matmul_vs_scalar)
                 for (size_t m = 0; m < sizeof nts / sizeof nts[0]; m++) {
                     struct prob p;
                     prob_init(&p, wtypes[k], ns[j], 11, nts[m], nts[m] == 8 ? 64 : 0);
-                    worst = fmax(worst, check_matmul(&p, (enum kq_isa)isa, &bad));
+                    worst = fmax(worst, check_matmul(&p, &paths[ip], &bad));
                     prob_free(&p);
                 }
             }
-            printf("  %-6s matmul %-5s: max |simd - scalar| / sum|w*a| = %.2e\n",
-                   kq_isa_name((enum kq_isa)isa), kq_type_name(wtypes[k]), worst);
+            printf("  %-9s matmul %-5s: max |simd - scalar| / sum|w*a| = %.2e\n",
+                   path_name(&paths[ip]), kq_type_name(wtypes[k]), worst);
             CHECK(worst < 2e-6);
             CHECK_EQ(bad, 0);
         }
     }
-    kq_isa_force(best);
+    path_reset();
 }
 
-/* Batch invariance of the packed types: from 2 tokens on (Q8_0X: from 1), every output of Q8_0 /
- * Q4_0 / Q4_K (and Q4_KX, Q8_0X) depends on its own row and token only, so the first tokens of a
- * 40-token matmul equal, bit for bit, a matmul of just them (2 and 7 tokens), over any row range.
+/*
+ * Batch invariance: from 2 tokens on, every output of Q8_0 / Q4_0 / Q4_K depends on its own row
+ * and token only, and from 1 token on for the stored layouts (Q4_KX, Q8_0X, Q4_0X: decode runs
+ * the same arithmetic), so the first tokens of a 40-token matmul equal, bit for bit, a matmul
+ * of just them (1, 2 and 7 tokens), over any row range. On AVX2 the stored layouts' outputs
+ * are also the same with and without AVX-VNNI.
  */
 TEST(packed_batch_invariance)
 {
-    const enum kq_isa best = kq_isa_best();
+    struct path paths[3];
+    const int np = simd_paths(paths);
     static const enum kq_type types[] = {KQ_Q8_0,  KQ_Q4_0,  KQ_Q4_K,  KQ_Q4_KX,
                                          KQ_Q5_KX, KQ_Q6_KX, KQ_Q8_0X, KQ_Q4_0X};
-    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
-        kq_isa_force((enum kq_isa)isa);
+    enum { NT = 40, R = 37 };
+    for (int ip = 0; ip < np; ip++) {
+        path_force(&paths[ip]);
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
             struct prob p;
-            prob_init(&p, types[k], 4352, 37, 40, 0);
-            float *all = malloc(sizeof(float) * 37 * 40), *few = malloc(sizeof(float) * 37 * 7);
-            kq_matmul(p.t, p.n, p.w, p.ws, 0, 37, p.a, p.as, 40, all, 37);
+            prob_init(&p, types[k], 4352, R, NT, 0);
+            float *all = malloc(sizeof(float) * R * NT), *few = malloc(sizeof(float) * R * 7);
+            kq_matmul(p.t, p.n, p.w, p.ws, 0, R, p.a, p.as, NT, all, R);
             int bad = 0;
-            /* Q8_0X / Q4_0X and, on AVX-512, the K-quant X types decode with the same kernel: one
-             * token too (Q5_KX, Q6_KX elsewhere: the scalar reference, per row and token too) */
-            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X || types[k] == KQ_Q5_KX ||
-                           types[k] == KQ_Q6_KX || (types[k] == KQ_Q4_KX && isa == KQ_ISA_AVX512);
+            /* the X types decode with the same arithmetic as they batch: from one token (Q5_KX,
+             * Q6_KX on AVX2: the scalar reference, per row and token too) */
+            const bool x = types[k] == KQ_Q8_0X || types[k] == KQ_Q4_0X || types[k] == KQ_Q4_KX ||
+                           types[k] == KQ_Q5_KX || types[k] == KQ_Q6_KX;
+            if (x && paths[ip].isa == KQ_ISA_AVX2 && paths[ip].vnni) { /* VNNI = no VNNI */
+                float *off = malloc(sizeof(float) * R * NT);
+                kq_avx2_vnni_force(false);
+                kq_matmul(p.t, p.n, p.w, p.ws, 0, R, p.a, p.as, NT, off, R);
+                kq_avx2_vnni_force(true);
+                bad += memcmp(off, all, sizeof(float) * R * NT) != 0;
+                free(off);
+            }
             for (int nt = x ? 1 : 2; nt <= 7; nt += nt == 1 ? 1 : 5)
                 for (int r0 = 0; r0 <= 16; r0 += 16) {
-                    kq_matmul(p.t, p.n, p.w, p.ws, r0, 37, p.a, p.as, nt, few, 37);
+                    kq_matmul(p.t, p.n, p.w, p.ws, r0, R, p.a, p.as, nt, few, R);
                     for (int t = 0; t < nt; t++)
-                        for (int r = r0; r < 37; r++)
-                            bad += memcmp(&few[t * 37 + r], &all[t * 37 + r], sizeof(float)) != 0;
+                        for (int r = r0; r < R; r++)
+                            bad += memcmp(&few[t * R + r], &all[t * R + r], sizeof(float)) != 0;
                 }
             CHECK_EQ(bad, 0);
             free(all), free(few);
             prob_free(&p);
         }
     }
-    kq_isa_force(best);
+    path_reset();
 }
 
 /* Q8_0X / Q4_0X on AVX-512: every tile shape (rows 1..3 x tokens 1..4), super-block and token
@@ -835,40 +891,50 @@ TEST(xq_shape_invariance)
 
 /* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
  * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
- * exact path. Rows 0, 3, 6, 9 get -128 at scattered positions. */
+ * exact path; the AVX2 Q8_0X kernels must be exact on it too (it is stored as 0). Rows 0, 3,
+ * 6, 9 get -128 at scattered positions. */
 TEST(q8_0_lowest_level)
 {
-    const enum kq_isa best = kq_isa_best();
-    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++)
-        for (int nt = 1; nt <= 40; nt += 13) {
-            struct prob p;
-            prob_init(&p, KQ_Q8_0, 4352, 11, nt, 0);
-            for (int r = 0; r < 11; r += 3) {
-                uint8_t *row = p.w + r * p.ws;
-                for (int b = 0; b < 4352 / 32; b++)
-                    row[34 * b + 2 + (b * 7 + r) % 32] = 0x80;
-                kq_dequantize_row(KQ_Q8_0, row, p.wd + (size_t)r * p.n, p.n);
+    struct path paths[3];
+    const int np = simd_paths(paths);
+    for (int ip = 0; ip < np; ip++)
+        for (int nt = 1; nt <= 40; nt += 13)
+            for (int x = 0; x < 2; x++) {
+                struct prob p;
+                prob_init(&p, KQ_Q8_0, 4352, 11, nt, 0);
+                for (int r = 0; r < 11; r += 3) {
+                    uint8_t *row = p.w + r * p.ws;
+                    for (int b = 0; b < 4352 / 32; b++)
+                        row[34 * b + 2 + (b * 7 + r) % 32] = 0x80;
+                    kq_dequantize_row(KQ_Q8_0, row, p.wd + (size_t)r * p.n, p.n);
+                }
+                if (x) { /* the same rows stored as Q8_0X */
+                    uint8_t *w = malloc(p.ws * 11);
+                    CHECK(kq_repack_rows(KQ_Q8_0, KQ_Q8_0X, p.w, w, p.n, 11));
+                    free(p.w);
+                    p.w = w, p.t = KQ_Q8_0X;
+                }
+                int bad = 0;
+                const double worst = check_matmul(&p, &paths[ip], &bad);
+                CHECK(worst < 2e-6);
+                CHECK_EQ(bad, 0);
+                prob_free(&p);
             }
-            int bad = 0;
-            const double worst = check_matmul(&p, (enum kq_isa)isa, &bad);
-            CHECK(worst < 2e-6);
-            CHECK_EQ(bad, 0);
-            prob_free(&p);
-        }
-    kq_isa_force(best);
+    path_reset();
 }
 
 TEST(simd_dot_vs_scalar)
 {
-    const enum kq_isa best = kq_isa_best();
-    for (int isa = KQ_ISA_AVX2; isa <= (int)best; isa++) {
+    struct path paths[3];
+    const int np = simd_paths(paths);
+    for (int ip = 0; ip < np; ip++) {
         for (size_t k = 0; k < N_WTYPES; k++) {
             const int n = kq_block_elems(wtypes[k]) == 1 ? 1001 : 4352;
             struct prob p;
             prob_init(&p, wtypes[k], n, 1, 1, 0);
             kq_isa_force(KQ_ISA_SCALAR);
             const float ref = kq_dot(p.t, n, p.w, p.a);
-            kq_isa_force((enum kq_isa)isa);
+            path_force(&paths[ip]);
             const float got = kq_dot(p.t, n, p.w, p.a);
             double mag;
             ref_dot(&p, 0, 0, &mag);
@@ -876,7 +942,7 @@ TEST(simd_dot_vs_scalar)
             prob_free(&p);
         }
     }
-    kq_isa_force(best);
+    path_reset();
 }
 
 /* Activation rows must be byte-identical across ISAs (zero blocks included). */
@@ -912,14 +978,17 @@ TEST(simd_act_quantisers)
     kq_isa_force(best);
 }
 
-/* Runs first: DELTAD_ISA is read once, on the first use of the kernels. */
+/* Runs first: DELTAD_ISA is read once, on the first use of the kernels. "avx2-novnni" is AVX2
+ * with AVX-VNNI off. */
 TEST(isa_env)
 {
-    setenv("DELTAD_ISA", "avx2", 1);
+    setenv("DELTAD_ISA", "avx2-novnni", 1);
     const enum kq_isa want = kq_isa_best() < KQ_ISA_AVX2 ? kq_isa_best() : KQ_ISA_AVX2;
     CHECK_EQ(kq_isa_active(), want);
+    CHECK(!kq_avx2_vnni());
     setenv("DELTAD_ISA", "scalar", 1); /* read once: no effect now */
     CHECK_EQ(kq_isa_active(), want);
+    CHECK(!kq_avx2_vnni());
     unsetenv("DELTAD_ISA");
 }
 
@@ -930,7 +999,13 @@ TEST(isa_selection)
     CHECK_EQ(kq_isa_active(), KQ_ISA_SCALAR);
     CHECK_EQ(kq_isa_force(KQ_ISA_AVX512), best); /* clamped to the CPU */
     CHECK_STR_EQ(kq_isa_name(KQ_ISA_AVX2), "avx2");
-    printf("  best ISA here: %s\n", kq_isa_name(best));
+    CHECK(!kq_avx2_vnni_force(false));
+    CHECK(!kq_avx2_vnni());
+    const bool vnni = kq_avx2_vnni_force(true); /* clamped to the CPU */
+    CHECK_EQ(kq_avx2_vnni(), vnni);
+    if (best < KQ_ISA_AVX2)
+        CHECK(!vnni);
+    printf("  best ISA here: %s; AVX-VNNI %s\n", kq_isa_name(best), vnni ? "yes" : "no");
 }
 
 int main(void)

@@ -1,0 +1,508 @@
+/*
+ * kq_avx2x — the AVX2 matmul of the stored layouts Q8_0X, Q4_0X and Q4_KX (kq.h), written once
+ * and compiled twice: kq_avx2x_avx2.c includes it with KQX_VNNI 0 (integer products with
+ * vpmaddubsw + vpmaddwd, any AVX2 CPU) and kq_avx2x_vnni.c with KQX_VNNI 1 (vpdpbusd on ymm,
+ * AVX-VNNI, built with -mavxvnni). Each defines KQX_ENTRY, the name of its entry point. Not a
+ * header for anyone else: it holds definitions.
+ *
+ * Register tiles: a kernel takes R weight rows x T tokens; per 32-byte step it loads R weight
+ * vectors and meets each with T activation vectors (R x T multiply-adds into int32 partials),
+ * then per group of 8 blocks (Q8_0X / Q4_0X) or super-block (Q4_KX) turns the R x T partials
+ * into float and adds them to R x T float accumulators. 16 ymm registers hold 2 R T + R or so.
+ *
+ * Q8_0X / Q4_0X: a stored group of 16 blocks is two half-groups of 8, each with 8 f16 scales
+ * (bytes 16 h .. of the group) and 8 steps of 32 bytes (32 + 64 k + 32 h), dword b of step k
+ * being levels 4k..4k+3 of block b: one step's products leave block b's partial in lane b. The
+ * activation is packed per call into the same order (struct xa); the blocks past the last full
+ * group (stored plain) are packed per call into one more group in the stored format.
+ *   VNNI     Q8_0X: vpdpbusd of the stored u8 levels (q + 128) with the s8 activation, the
+ *            partial starting at -128 * (block sum of the activation). Q4_0X: nibbles 0..15,
+ *            starting at -8 * (block sum).
+ *   maddubs  Q8_0X: w = stored ^ 0x80, |w| . sign(a, w) (pairs <= 2 * 128 * 127 < 32768; a
+ *            level of -128 is exact), vpmaddwd with ones, vpaddd. Q4_0X: vpmaddubsw of the
+ *            nibbles, the i16 pairs of all 8 steps summed (8 x 2 x 15 x 127 < 32768), one
+ *            vpmaddwd, the -8 * sum start.
+ * Q4_KX: the activation rows (Q8_KX) are read as they are; lane j of every step is sub-block
+ * j. VNNI: vpdpbusd per step, then the int32 sums times the 6-bit scales (vpmulld); maddubs:
+ * vpmaddubsw summed as i16 over the 8 steps, one vpmaddwd with the pair-duplicated scales.
+ * The min term is vpmaddwd of the activation's bsums with the pair-duplicated mins.
+ *
+ * Both builds form the same exact integer partials and finish them with the same float
+ * operations in the same order, whatever R, T, nt or the row range: every output depends only
+ * on its row and token, bit for bit, and on neither the build nor the batch around it.
+ */
+#ifndef KQX_VNNI
+#error "kq_avx2x.h is included by kq_avx2x_avx2.c and kq_avx2x_vnni.c only"
+#endif
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "kq_impl.h"   // defines: block structs, KQ__QK, KQ__QK_K
+#include "simd_avx2.h" // defines: INLINE, UNROLL, hsum_ps
+
+/*
+ * Tile shapes (rows x tokens) per type and build, picked by measurement (kqbench, 2 threads,
+ * 6144 x 2048 from DRAM at 4..16 tokens and 480 x 2048 in cache at 12, among 4x4, 4x2, 2x4,
+ * 3x3, 3x2, 2x3, 2x2, 1x6): 3 x 3 for Q8_0X (16 tokens: 16.5 GB/s against 13-14 for 4x4 and
+ * 4x2 with VNNI, 8.5 against 7.2-8.8 without); Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4
+ * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without. Decode (one token) runs R x 1.
+ */
+#ifndef Q8R
+#define Q8R 3
+#define Q8T 3
+#if KQX_VNNI
+#define Q4R 4
+#define Q4T 2
+#define KR 4
+#define KT 4
+#else
+#define Q4R 3
+#define Q4T 3
+#define KR 4
+#define KT 2
+#endif
+#endif
+#define XR 6       /* rows per tile at most */
+#define XT 6       /* tokens per tile at most */
+#define X_CHUNK 32 /* tokens whose activations are packed at once */
+
+/* ================================ helpers =================================================== */
+
+INLINE float xh2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* s + the dot of u8 u and s8 a in groups of 4 (int32 lanes, exact). */
+INLINE __m256i x_dot(__m256i s, __m256i u, __m256i a)
+{
+#if KQX_VNNI
+    return _mm256_dpbusd_avx_epi32(s, u, a);
+#else
+    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* v[k] lane b = dword k of v[b] (an 8 x 8 dword transpose). */
+INLINE void x_transpose(__m256i v[8])
+{
+    __m256i a[8], b[8];
+    UNROLL for (int i = 0; i < 4; i++)
+    {
+        a[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    UNROLL for (int i = 0; i < 2; i++) UNROLL for (int j = 0; j < 2; j++)
+    {
+        b[4 * i + 2 * j] = _mm256_unpacklo_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+        b[4 * i + 2 * j + 1] = _mm256_unpackhi_epi64(a[4 * i + j], a[4 * i + 2 + j]);
+    }
+    UNROLL for (int m = 0; m < 4; m++)
+    {
+        v[m] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x20);
+        v[m + 4] = _mm256_permute2x128_si256(b[m], b[4 + m], 0x31);
+    }
+}
+
+/* A per-thread heap buffer of at least `bytes` (grown, never shrunk; freed by the key's
+ * destructor when the thread exits), or NULL when out of memory. */
+struct x_buf {
+    size_t cap;
+    _Alignas(32) unsigned char b[];
+};
+static pthread_key_t x_key;
+static pthread_once_t x_once = PTHREAD_ONCE_INIT;
+static bool x_key_ok;
+
+static void x_key_init(void)
+{
+    x_key_ok = pthread_key_create(&x_key, free) == 0;
+}
+
+static void *x_scratch(size_t bytes)
+{
+    pthread_once(&x_once, x_key_init);
+    if (!x_key_ok)
+        return NULL;
+    struct x_buf *b = pthread_getspecific(x_key);
+    if (b && b->cap >= bytes)
+        return b->b;
+    const size_t cap = b && 2 * b->cap > bytes ? 2 * b->cap : bytes;
+    struct x_buf *nb = aligned_alloc(32, (sizeof *nb + cap + 31) / 32 * 32);
+    if (!nb || pthread_setspecific(x_key, nb) != 0) {
+        free(nb);
+        return NULL;
+    }
+    free(b);
+    nb->cap = cap;
+    return nb->b;
+}
+
+/* ================================ Q8_0X / Q4_0X ============================================= */
+
+/* Half-group h (blocks 8h .. 8h+7) of one token's Q8_0 activation. */
+struct xa {
+    __m256i q[8]; /* q[k] lane b: levels 4k..4k+3 of block 8h + b (zero past the row) */
+    __m256 d;     /* block scales (zero past the row) */
+    __m256i corr; /* the partials' start: -(offset of the stored levels) * block level sum */
+};
+
+/* Half-group h of a Q8_0 activation row of nb blocks; off: the stored weights' level offset
+ * that the partial must take back out (128, 8 or 0). */
+static void xa_pack(const struct kq__q8_0 *row, int64_t nb, int64_t h, int off, struct xa *o)
+{
+    _Alignas(16) uint16_t d[8] = {0};
+    __m256i v[8];
+    for (int b = 0; b < 8; b++) {
+        const int64_t ib = 8 * h + b;
+        v[b] = ib < nb ? _mm256_loadu_si256((const void *)row[ib].qs) : _mm256_setzero_si256();
+        d[b] = ib < nb ? row[ib].d : 0;
+    }
+    x_transpose(v);
+    __m256i sum = _mm256_setzero_si256();
+    UNROLL for (int k = 0; k < 8; k++)
+    {
+        _mm256_store_si256(&o->q[k], v[k]);
+        sum =
+            _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v[k]),
+                                                    _mm256_set1_epi16(1)));
+    }
+    o->corr = _mm256_mullo_epi32(sum, _mm256_set1_epi32(-off));
+    o->d = _mm256_cvtph_ps(_mm_load_si128((const void *)d));
+}
+
+/* The partial last group of a Q8_0X (q4: Q4_0X) row (its blocks [16 gf, nb), kq.h) rewritten as
+ * a whole group at o: 16 f16 scales, then word k of block l at 32 + 64 k + 4 l (blocks past nb:
+ * zero scales and levels, which the activation's zero lanes meet). */
+static void x_pack_tail(bool q4, const uint8_t *row, int64_t nb, int64_t gf, uint8_t *o)
+{
+    const int nq = q4 ? 16 : 32;
+    const int64_t m = nb - 16 * gf;
+    const uint8_t *q = row + 2 * nb + 16 * gf * nq; /* the group's quants: word k at 4 m k */
+    memset(o, 0, (size_t)(32 + 64 * (nq / 4)));
+    memcpy(o, row + 32 * gf, (size_t)(2 * m));
+    for (int k = 0; k < nq / 4; k++)
+        memcpy(o + 32 + 64 * k, q + 4 * m * k, (size_t)(4 * m));
+}
+
+/*
+ * y[t * ys + r] = row r . token t for r < R, t < T. Rows are W + r * ws, their half-groups
+ * [0, H); the whole groups g < GF are read as stored (scales at 32 g, quants at qo + g * (the
+ * quant bytes of a group), qo = 2 nb), the partial group GF (if any) from tail + r * gb. A[t * AH +
+ * h]: the packed activation. pf (or NULL): rows to ask for, group by group, as this tile reads its
+ * own.
+ */
+INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, int64_t qo, const uint8_t *W,
+                    size_t ws, const uint8_t *tail, const struct xa *A, int64_t AH,
+                    const uint8_t *pf, float *y, int64_t ys)
+{
+    const int64_t gb = q4 ? 16 * 18 : 16 * 34, gq = q4 ? 16 * 16 : 16 * 32;
+    __m256 acc[XR][XT];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
+        _mm256_setzero_ps();
+    for (int64_t h = 0; h < H; h++) {
+        const int64_t g = h >> 1;
+        const int half = (int)(h & 1);
+        const uint8_t *wp[XR], *sp[XR]; /* a group image (word k at 32 + 64 k), its scales */
+        __m256i s[XR][XT];
+        UNROLL for (int r = 0; r < R; r++)
+        {
+            wp[r] = g < GF ? W + r * ws + qo + g * gq - 32 : tail + r * gb;
+            sp[r] = g < GF ? W + r * ws + 32 * g : tail + r * gb;
+            if (pf && half == 0 && g < GF) {
+                _mm_prefetch((const char *)pf + r * ws + 32 * g, _MM_HINT_T0);
+                for (int64_t l = 0; l < gq; l += 64)
+                    _mm_prefetch((const char *)pf + r * ws + qo + g * gq + l, _MM_HINT_T0);
+            }
+            UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_load_si256(&A[t * AH + h].corr);
+        }
+        if (!q4) {
+            UNROLL for (int k = 0; k < 8; k++)
+            {
+                __m256i w[XR], wa[XR];
+                UNROLL for (int r = 0; r < R; r++)
+                {
+                    w[r] = _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
+#if !KQX_VNNI
+                    w[r] = _mm256_xor_si256(w[r], _mm256_set1_epi8((char)0x80));
+                    wa[r] = _mm256_abs_epi8(w[r]);
+#endif
+                }
+                (void)wa;
+                UNROLL for (int t = 0; t < T; t++)
+                {
+                    const __m256i a = _mm256_load_si256(&A[t * AH + h].q[k]);
+                    UNROLL for (int r = 0; r < R; r++)
+#if KQX_VNNI
+                        s[r][t] = x_dot(s[r][t], w[r], a);
+#else
+                        s[r][t] = x_dot(s[r][t], wa[r], _mm256_sign_epi8(a, w[r]));
+#endif
+                }
+            }
+        } else {
+#if !KQX_VNNI
+            __m256i s16[XR][XT];
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s16[r][t] =
+                _mm256_setzero_si256();
+#endif
+            UNROLL for (int k = 0; k < 4; k++)
+            { /* low nibbles: step k; high ones: step k + 4 */
+                __m256i lo[XR], hi[XR];
+                UNROLL for (int r = 0; r < R; r++)
+                {
+                    const __m256i x =
+                        _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
+                    lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
+                }
+                UNROLL for (int t = 0; t < T; t++)
+                {
+                    const __m256i a0 = _mm256_load_si256(&A[t * AH + h].q[k]);
+                    const __m256i a1 = _mm256_load_si256(&A[t * AH + h].q[k + 4]);
+                    UNROLL for (int r = 0; r < R; r++)
+                    {
+#if KQX_VNNI
+                        s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
+#else
+                        s16[r][t] = _mm256_add_epi16(
+                            s16[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
+                                                        _mm256_maddubs_epi16(hi[r], a1)));
+#endif
+                    }
+                }
+            }
+#if !KQX_VNNI
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s[r][t] =
+                _mm256_add_epi32(s[r][t], _mm256_madd_epi16(s16[r][t], _mm256_set1_epi16(1)));
+#endif
+        }
+        UNROLL for (int r = 0; r < R; r++)
+        {
+            const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sp[r] + 16 * half)));
+            UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(s[r][t]), _mm256_mul_ps(wd, A[t * AH + h].d), acc[r][t]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[t * ys + r] =
+        hsum_ps(acc[r][t]);
+}
+
+/* Instantiations of a tile F(r, t) for t <= TM, r in {RM, 1}: returns from the caller when R, T
+ * are one of them. */
+#define X_SHAPE(F, r, t, TM)                                                                       \
+    if ((t) <= (TM) && R == (r) && T == (t))                                                       \
+    return F(r, t)
+#define X_SHAPES(F, RM, TM)                                                                        \
+    do {                                                                                           \
+        X_SHAPE(F, RM, 6, TM);                                                                     \
+        X_SHAPE(F, RM, 5, TM);                                                                     \
+        X_SHAPE(F, RM, 4, TM);                                                                     \
+        X_SHAPE(F, RM, 3, TM);                                                                     \
+        X_SHAPE(F, RM, 2, TM);                                                                     \
+        X_SHAPE(F, RM, 1, TM);                                                                     \
+        X_SHAPE(F, 1, 6, TM);                                                                      \
+        X_SHAPE(F, 1, 5, TM);                                                                      \
+        X_SHAPE(F, 1, 4, TM);                                                                      \
+        X_SHAPE(F, 1, 3, TM);                                                                      \
+        X_SHAPE(F, 1, 2, TM);                                                                      \
+        X_SHAPE(F, 1, 1, TM);                                                                      \
+    } while (0)
+
+/* xq_tile for the shapes it is compiled for: R in {RM, 1}, T in 1..TM of the type. */
+static void xq_tiles(bool q4, int R, int T, int64_t H, int64_t GF, int64_t qo, const uint8_t *W,
+                     size_t ws, const uint8_t *tail, const struct xa *A, int64_t AH,
+                     const uint8_t *pf, float *y, int64_t ys)
+{
+#define XQ8(r, t) xq_tile(false, r, t, H, GF, qo, W, ws, tail, A, AH, pf, y, ys)
+#define XQ4(r, t) xq_tile(true, r, t, H, GF, qo, W, ws, tail, A, AH, pf, y, ys)
+    if (!q4)
+        X_SHAPES(XQ8, Q8R, Q8T);
+    else
+        X_SHAPES(XQ4, Q4R, Q4T);
+#undef XQ8
+#undef XQ4
+}
+
+/* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or the
+ * scratch buffer cannot be had. */
+static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
+                      int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+{
+    const bool q4 = wt == KQ_Q4_0X;
+    const int64_t nb = n / KQ__QK, GF = nb / 16, H = (nb + 7) / 8, gb = q4 ? 16 * 18 : 16 * 34;
+    const int64_t chunk = nt < X_CHUNK ? nt : X_CHUNK;
+    const int RM = q4 ? Q4R : Q8R, TM = q4 ? Q4T : Q8T;
+    if (nb == 0 || n % KQ__QK)
+        return false;
+    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa) + (size_t)(RM * gb));
+    if (!A)
+        return false;
+    uint8_t *tail = (uint8_t *)(A + chunk * H);
+    const int off = q4 ? 8 : KQX_VNNI ? 128 : 0;
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t h = 0; h < H; h++)
+                xa_pack((const struct kq__q8_0 *)(act + t * as), nb, h, off, &A[(t - t0) * H + h]);
+        for (int64_t r = r0; r < r1; r += RM) {
+            const int rr = (int)(r1 - r < RM ? r1 - r : RM);
+            const uint8_t *Wr = W + r * ws;
+            for (int i = 0; GF * 16 < nb && i < rr; i++)
+                x_pack_tail(q4, Wr + i * ws, nb, GF, tail + i * gb);
+            for (int64_t t = t0; t < t1; t += TM) {
+                const int tt = (int)(t1 - t < TM ? t1 - t : TM);
+                /* the first token tile asks for the next row block */
+                const uint8_t *pf = t == t0 && r + 2 * RM <= r1 ? Wr + RM * ws : NULL;
+                if (rr == RM)
+                    xq_tiles(q4, RM, tt, H, GF, 2 * nb, Wr, ws, tail, &A[(t - t0) * H], H, pf,
+                             y + t * ys + r, ys);
+                else
+                    for (int i = 0; i < rr; i++)
+                        xq_tiles(q4, 1, tt, H, GF, 2 * nb, Wr + i * ws, ws, tail + i * gb,
+                                 &A[(t - t0) * H], H, NULL, y + t * ys + r + i, ys);
+            }
+        }
+    }
+    return true;
+}
+
+/* ================================ Q4_KX ===================================================== */
+
+/* Sub-block scales of a Q4_K(X) super-block: dword j = (sc_j, sc_j) as i16 for vpmaddwd, or
+ * sc_j as i32 (VNNI); *mins dword j = (m_j, m_j) as i16. */
+INLINE __m256i kx_scales(const struct kq__q4_k *b, __m256i *mins)
+{
+    uint64_t sc, m;
+    kq__unpack_scales(b->scales, &sc, &m);
+    const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
+    *mins = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+#if KQX_VNNI
+    return sc32;
+#else
+    return _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
+#endif
+}
+
+/*
+ * Super-blocks of R Q4_KX rows x T Q8_KX tokens: y[t * ys + r] = row r . token t. Per
+ * super-block and output: acc = fma(float(sum_j sc_j S_j), d * ad, acc), then
+ * acc = fnmadd(float(sum_j m_j B_j), dmin * ad, acc) with S_j the sub-block dots and B_j the
+ * activation's 32-element sums; q4_kx_single (kq_avx2.c) runs the same chain.
+ */
+INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
+                    size_t as, const uint8_t *pf, float *y, int64_t ys)
+{
+    __m256 acc[XR][XT];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
+        _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nsb; ib++) {
+        __m256i s[XR][XT];
+        UNROLL for (int r = 0; r < R; r++)
+        {
+            if (pf)
+                UNROLL for (int l = 0; l < 3; l++)
+                    _mm_prefetch((const char *)pf + r * ws + ib * 144 + 64 * l, _MM_HINT_T0);
+            UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_setzero_si256();
+        }
+        UNROLL for (int c = 0; c < 4; c++)
+        { /* steps 2c (low nibbles), 2c + 1 (high) */
+            __m256i lo[XR], hi[XR];
+            UNROLL for (int r = 0; r < R; r++)
+            {
+                const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
+                const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * c));
+                lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
+            }
+            UNROLL for (int t = 0; t < T; t++)
+            {
+                const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
+                const __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
+                const __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
+                UNROLL for (int r = 0; r < R; r++)
+                {
+#if KQX_VNNI
+                    s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
+#else /* i16 pairs of the 8 steps: 8 x 2 x 15 x 127 < 32768 */
+                    s[r][t] = _mm256_add_epi16(s[r][t],
+                                               _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
+                                                                _mm256_maddubs_epi16(hi[r], a1)));
+#endif
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++)
+        {
+            const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
+            __m256i mins;
+            const __m256i sc = kx_scales(b, &mins);
+            const float d = xh2f(b->d), dmin = xh2f(b->dmin);
+            UNROLL for (int t = 0; t < T; t++)
+            {
+                const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
+                const __m256i bs = _mm256_loadu_si256((const void *)a->bsums);
+#if KQX_VNNI
+                const __m256i si = _mm256_mullo_epi32(s[r][t], sc);
+#else
+                const __m256i si = _mm256_madd_epi16(s[r][t], sc);
+#endif
+                const __m256i mt = _mm256_madd_epi16(bs, mins);
+                acc[r][t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * a->d), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * a->d),
+                                             acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[t * ys + r] =
+        hsum_ps(acc[r][t]);
+}
+
+/* kx_tile for the shapes it is compiled for: R in {KR, 1}, T in 1..KT. */
+static void kx_tiles(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
+                     size_t as, const uint8_t *pf, float *y, int64_t ys)
+{
+#define KX(r, t) kx_tile(r, t, nsb, W, ws, A, as, pf, y, ys)
+    X_SHAPES(KX, KR, KT);
+#undef KX
+}
+
+/* Same contract as kq_matmul for Q4_KX weights (Q8_KX activations), any nt. */
+static void kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
+                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+{
+    const int64_t nsb = n / KQ__QK_K;
+    for (int64_t t0 = 0; t0 < nt; t0 += X_CHUNK) {
+        const int64_t t1 = t0 + X_CHUNK < nt ? t0 + X_CHUNK : nt;
+        for (int64_t r = r0; r < r1; r += KR) {
+            const int rr = (int)(r1 - r < KR ? r1 - r : KR);
+            const uint8_t *Wr = W + r * ws;
+            for (int64_t t = t0; t < t1; t += KT) {
+                const int tt = (int)(t1 - t < KT ? t1 - t : KT);
+                const uint8_t *pf = t == t0 && r + 2 * KR <= r1 ? Wr + KR * ws : NULL;
+                if (rr == KR)
+                    kx_tiles(KR, tt, nsb, Wr, ws, act + t * as, as, pf, y + t * ys + r, ys);
+                else
+                    for (int i = 0; i < rr; i++)
+                        kx_tiles(1, tt, nsb, Wr + i * ws, ws, act + t * as, as, NULL,
+                                 y + t * ys + r + i, ys);
+            }
+        }
+    }
+}
+
+/* ================================ entry point =============================================== */
+
+bool KQX_ENTRY(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
+               const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride)
+{
+    if (w == KQ_Q8_0X || w == KQ_Q4_0X)
+        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    if (w != KQ_Q4_KX || n % KQ__QK_K)
+        return false;
+    kx_matmul(n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+    return true;
+}
