@@ -155,8 +155,10 @@ bool kq__avx512_kx_matmul(enum kq_type w, int64_t n, const void *W, size_t w_str
 
 /*
  * Peak loops for kq_peak_ops: n_iter rounds of independent accumulator chains (24 on AVX-512,
- * 12 on AVX2: enough to cover latency x throughput) of the inner product instruction (int8:
- * vpdpbusd / vpmaddubsw + vpmaddwd; f32: FMA), in registers. Return the multiply-adds done.
+ * 12 on AVX2, 10 for AVX-VNNI: enough to cover latency x throughput) of the inner product
+ * instruction (int8: vpdpbusd / vpmaddubsw + vpmaddwd; f32: FMA), in registers: the loops are
+ * unrolled whole (UNROLL_FULL) so that no accumulator lives in memory — with a partial unroll
+ * they did, and the peak read half the instruction's rate. Return the multiply-adds done.
  */
 int64_t kq__avx512_peak(bool int8, int64_t n_iter);
 int64_t kq__avx2_peak(bool int8, int64_t n_iter);

@@ -20,5 +20,12 @@
 #define SIMD_UNROLL_BY(n) SIMD_PRAGMA(GCC unroll n)
 #define UNROLL SIMD_UNROLL_BY(SIMD_UNROLL_MAX)
 #endif
+/* UNROLL_FULL(n): unroll a loop of n iterations (a literal) whole, past SIMD_UNROLL_MAX: the
+ * peak loops' accumulator arrays stay in registers only when every index is a constant. */
+#ifdef __clang__
+#define UNROLL_FULL(n) _Pragma("unroll")
+#else
+#define UNROLL_FULL(n) SIMD_UNROLL_BY(n)
+#endif
 
 #endif
