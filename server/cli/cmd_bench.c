@@ -543,7 +543,17 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
         bw = g > bw ? g : bw;
     }
     const double compute_tok = peak / ops_tok; /* tok/s at the compute peak */
-    const double b_cross = compute_tok * weights / (bw * 1e9 - compute_tok * state);
+    /* B * bw / (weights + B * state) reaches compute_tok at b_cross; as B grows the roofline
+     * tends to bw / state, so where that is below the compute peak decode never binds on it */
+    const double state_cap = bw * 1e9 / state,
+                 b_cross = compute_tok * weights / (bw * 1e9 - compute_tok * state);
+    char bound[96];
+    if (state_cap > compute_tok)
+        snprintf(bound, sizeof bound, "compute-bound from B = %.0f",
+                 b_cross > 1 ? ceil(b_cross) : 1.0);
+    else
+        snprintf(bound, sizeof bound, "never compute-bound (state caps the roofline at %.1f tok/s)",
+                 state_cap);
     printf("model        %s (%s, %.1f MiB weights, %.1f MiB read per decode step + %.2f MiB "
            "state per sequence)\n",
            m->path, model_arch_name(m->hp.arch), m->weight_bytes / 1048576.0, weights / 1048576.0,
@@ -552,10 +562,8 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
            "(medians)\n",
            e->n_dev, dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->depth,
            (long long)o->n_gen, (long long)o->reps);
-    printf("limits       bandwidth %.1f GB/s (triad); compute %.1f G%s/s = %.1f tok/s; "
-           "compute-bound from B = %.0f\n",
-           bw, peak / 1e9, kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP", compute_tok,
-           b_cross > 0 ? ceil(b_cross) : 1.0);
+    printf("limits       bandwidth %.1f GB/s (triad); compute %.1f G%s/s = %.1f tok/s; %s\n", bw,
+           peak / 1e9, kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP", compute_tok, bound);
     const bool moe = m->hp.n_expert > 0;
     if (moe)
         printf("experts      roofline: dense weights + the experts each step read (measured: the "

@@ -55,7 +55,7 @@ expect 2 "--spec: expected one of none|ngram|mtp|ngram,mtp|all" "$D" bench -m "$
 expect 2 "--p-min: expected a number" "$D" bench -m "$M" --spec mtp --p-min 2
 # batched decode: a row per batch size, on one and on two devices; a bad list exits 2
 expect 0 "result parallel=3 " "$D" bench -m "$M" -n 4 -d 8 -r 1 -t 1 --parallel 1,3
-expect 0 "compute-bound from B" "$D" bench -m "$M" -n 4 -r 1 --parallel 2 --devices cpu:2 --no-bind
+expect 0 "compute-bound" "$D" bench -m "$M" -n 4 -r 1 --parallel 2 --devices cpu:2 --no-bind
 expect 2 "--parallel: expected a comma-separated list" "$D" bench -m "$M" --parallel 1,0
 expect 2 "--parallel: trailing ','" "$D" bench -m "$M" --parallel 2,
 expect 0 "wrote 3 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/tp.f32" --tp 3 --no-bind
