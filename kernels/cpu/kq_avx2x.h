@@ -46,7 +46,9 @@
  * 6144 x 2048 from DRAM at 4..16 tokens and 480 x 2048 in cache at 12, among 4x4, 4x2, 2x4,
  * 3x3, 3x2, 2x3, 2x2, 1x6): 3 x 3 for Q8_0X (16 tokens: 16.5 GB/s against 13-14 for 4x4 and
  * 4x2 with VNNI, 8.5 against 7.2-8.8 without); Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4
- * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without. Decode (one token) runs R x 1.
+ * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without (its loop holds the tokens and
+ * makes each row's levels at once: 14 live ymm; 3x3, 5x2, 6x2, 2x4 no faster). Decode (one token)
+ * runs R x 1.
  */
 #ifndef Q8R
 #define Q8R 3
@@ -407,6 +409,31 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                     _mm_prefetch((const char *)pf + r * ws + ib * 144 + 64 * l, _MM_HINT_T0);
             UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_setzero_si256();
         }
+#if !KQX_VNNI
+        /* maddubs: the T tokens' activations of a step pair held, each row's levels made and
+         * used at once: 2T + R T + 2 live registers (4 x 2: 14 of the 16), no spills */
+        UNROLL for (int c = 0; c < 4; c++)
+        { /* steps 2c (low nibbles), 2c + 1 (high) */
+            __m256i a0[XT], a1[XT];
+            UNROLL for (int t = 0; t < T; t++)
+            {
+                const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
+                a0[t] = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
+                a1[t] = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
+            }
+            UNROLL for (int r = 0; r < R; r++)
+            {
+                const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
+                const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * c));
+                const __m256i lo = _mm256_and_si256(x, _mm256_set1_epi8(15));
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
+                /* i16 pairs of the 8 steps: 8 x 2 x 15 x 127 < 32768 */
+                UNROLL for (int t = 0; t < T; t++) s[r][t] =
+                    _mm256_add_epi16(s[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, a0[t]),
+                                                               _mm256_maddubs_epi16(hi, a1[t])));
+            }
+        }
+#else
         UNROLL for (int c = 0; c < 4; c++)
         { /* steps 2c (low nibbles), 2c + 1 (high) */
             __m256i lo[XR], hi[XR];
@@ -422,18 +449,11 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                 const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
                 const __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
                 const __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
-                UNROLL for (int r = 0; r < R; r++)
-                {
-#if KQX_VNNI
-                    s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
-#else /* i16 pairs of the 8 steps: 8 x 2 x 15 x 127 < 32768 */
-                    s[r][t] = _mm256_add_epi16(s[r][t],
-                                               _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
-                                                                _mm256_maddubs_epi16(hi[r], a1)));
-#endif
-                }
+                UNROLL for (int r = 0; r < R; r++) s[r][t] =
+                    x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
             }
         }
+#endif
         UNROLL for (int r = 0; r < R; r++)
         {
             const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
