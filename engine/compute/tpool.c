@@ -287,11 +287,11 @@ static void close_entry(tpool_t *p)
  * A worker whose core is shared with another process (a busy neighbour) is descheduled for the
  * neighbour's time slices, milliseconds at a time. When that happens while it holds a chunk, the
  * owner soon has nothing left but to wait for that chunk. Instead, once it has waited
- * PULL_LATE_NS plus 1.5 of its own chunks (they are measured; the chunks of a phase cost about
- * the same, and a running worker started its last chunk before the owner's last one, so it
- * finishes within about one chunk of the owner) for a worker that has also been that long in
- * its chunk (a worker's first chunk of a dispatch can take longer: it fetches what the owner
- * just wrote), the owner moves every worker still inside the dispatch onto its own CPU
+ * PULL_LATE_NS plus 1.5 of its own chunks of that phase (they are measured; the chunks of a
+ * phase cost about the same, and a running worker started its last chunk before the owner's last
+ * one, so it finishes within about one chunk of the owner) for a worker that has also been that
+ * long in its chunk (a worker's first chunk of a dispatch can take longer: it fetches what the
+ * owner just wrote), the owner moves every worker still inside the dispatch onto its own CPU
  * (sched_setaffinity of that thread) and sleeps on a futex: the kernel runs the worker there at
  * once, it finishes the chunk, claims no other, leaves the dispatch (which wakes the owner) and
  * waits for the next one without spinning. The owner then gives the worker its own affinity back
@@ -416,12 +416,25 @@ static void wait_first(tpool_t *p, int64_t patience)
     }
 }
 
-/* Claim and run chunks of the current dispatch until none is left; returns how many ran here.
- * Owner (ith 0): *waited gets the ns spent waiting for the first phase. A worker stops after a
- * chunk during which it was pulled onto the owner's CPU. */
-static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
+/* The owner's chunks of one dispatch: time and count per phase (0: first, 1: second), and the
+ * time it waited for the first phase. The phases' chunks can differ a lot in cost (quantising
+ * the activations vs output rows), so pulls compare a worker with the owner's chunks of the
+ * phase it waits for. */
+typedef struct own_chunks {
+    int64_t ns[2], n[2], waited;
+} own_chunks;
+
+static int64_t own_avg(const own_chunks *o, int phase)
 {
-    const int64_t n = p->n_chunks, n_first = p->n_first, t0 = ith == 0 ? now_ns() : 0;
+    return o->n[phase] > 0 ? o->ns[phase] / o->n[phase] : 0;
+}
+
+/* Claim and run chunks of the current dispatch until none is left; returns how many ran here.
+ * Owner (ith 0): its chunks are timed into *o. A worker stops after a chunk during which it was
+ * pulled onto the owner's CPU. */
+static int64_t run_chunks(tpool_t *p, int ith, own_chunks *o)
+{
+    const int64_t n = p->n_chunks, n_first = p->n_first;
     worker *w = ith > 0 ? &p->workers[ith] : NULL;
     bool first_done = n_first == 0;
     for (int64_t ran = 0;; ran++) {
@@ -433,14 +446,19 @@ static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
                 wait_first(p, -1);
             } else {
                 const int64_t t = now_ns();
-                wait_first(p, pull_patience(ran > 0 ? (t - t0 - *waited) / ran : 0));
-                *waited += now_ns() - t;
+                wait_first(p, pull_patience(own_avg(o, 0)));
+                o->waited += now_ns() - t;
             }
             first_done = true;
         }
+        const int64_t ts = now_ns();
         if (w)
-            atomic_store_explicit(&w->since, now_ns(), memory_order_relaxed);
+            atomic_store_explicit(&w->since, ts, memory_order_relaxed);
         p->cfn(p->ctx, c, ith);
+        if (!w) {
+            o->ns[c >= n_first] += now_ns() - ts;
+            o->n[c >= n_first]++;
+        }
         if (c < n_first && atomic_fetch_add(&p->done_first.word, 1) + 1 == (uint32_t)n_first)
             wake_sleepers(&p->done_first);
         if (w && atomic_load_explicit(&w->pulled, memory_order_relaxed))
@@ -683,11 +701,11 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->done_first.word, 0, memory_order_relaxed);
     publish(p);
-    int64_t waited = 0;
-    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &waited), t1 = now_ns();
-    /* every chunk is claimed: wait for the ones workers hold */
-    close_chunks(p, pull_patience(ran > 0 ? (t1 - t0 - waited) / ran : 0));
-    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
+    own_chunks o = {{0, 0}, {0, 0}, 0};
+    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &o), t1 = now_ns();
+    /* every chunk is claimed: wait for the ones workers hold (of the last phase) */
+    close_chunks(p, pull_patience(own_avg(&o, n > n_first)));
+    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - o.waited) / ran : 0, now_ns() - t1 + o.waited);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
