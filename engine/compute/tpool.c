@@ -22,6 +22,9 @@
  *   descheduled before it joined, finds the dispatch closed (or a newer tag) and goes back to
  *   waiting. Chunks are claimed with a relaxed fetch_add on `next`; the second phase of a
  *   two-phase dispatch waits for `done_first` to reach n_first.
+ * - Pull: a worker inside a chunked dispatch sets its `inside` flag; the owner, once it has
+ *   waited too long for such workers (for the entry count, or for `done_first`), moves them onto
+ *   its CPU and sleeps on that word's futex (see pull_holders).
  *
  * Memory ordering:
  * - The caller's plain writes (fn, ctx, the caller's data) are published by the increment of
@@ -90,7 +93,13 @@ typedef struct waitword {
     _Atomic uint32_t sleepers;
 } waitword;
 
+/* A worker. `inside` and `pulled` are its own cache line's (the array is cache-line aligned). */
 typedef struct worker {
+    _Alignas(CACHE_LINE) _Atomic int inside; /* joined a chunked dispatch, not yet left */
+    _Atomic int pulled;                      /* on the owner's CPU (see pull_holders) */
+    _Atomic int64_t since;                   /* when it joined or started its latest chunk */
+    pid_t tid;                               /* set before the start-up handshake */
+    cpu_set_t home;                          /* its affinity after binding itself */
     tpool_t *pool;
     int ith;
     const topo_coreset *cores; /* borrowed; only read before the start-up handshake ends */
@@ -105,6 +114,7 @@ struct tpool {
     worker *workers;     /* [n]; entry 0 unused (the caller); owned */
     int caller_pu;       /* OS index of unit 0 of the creation core set, or -1 (unbound) */
     bool yield;          /* threads may share a CPU: spinning waits yield (spin_change) */
+    bool no_pull;        /* owner only: the OS refused a pull (see pull_holders): none more */
     char name[16];
 
     /* Written by the owner once per dispatch, on the line of the word that publishes it, so a
@@ -117,6 +127,7 @@ struct tpool {
     int64_t solo_ns;    /* owner only: the current backoff, see note_wait */
     int64_t n_stalls;   /* owner only: stalls seen (tpool_stalls) */
     int64_t n_solo;     /* owner only: of which started a run alone */
+    int64_t n_pulls;    /* owner only: workers pulled onto the owner's CPU (pull_holders) */
     double help_ns;     /* owner only: decayed sums of the workers' help and of the */
     double lost_ns;     /*   caller's waits for them, see note_wait */
     tpool_chunk_fn cfn; /* MODE_CHUNKS: */
@@ -125,8 +136,8 @@ struct tpool {
 
     /* Owner and workers: who is inside the current dispatch (see the protocol above). */
     _Alignas(CACHE_LINE) waitword entry;
-    _Alignas(CACHE_LINE) _Atomic int64_t next;       /* the next unclaimed chunk */
-    _Alignas(CACHE_LINE) _Atomic int64_t done_first; /* first-phase chunks done */
+    _Alignas(CACHE_LINE) _Atomic int64_t next; /* the next unclaimed chunk */
+    _Alignas(CACHE_LINE) waitword done_first;  /* first-phase chunks done */
 
     /* Owner and workers: the completion count. `busy` lives here because the owner holds this
      * line anyway when it writes the flag (right after reading / writing `pending`). */
@@ -194,18 +205,23 @@ static uint32_t spin_change(waitword *w, uint32_t old, int spin_ns, bool yield)
     }
 }
 
-/* Wait until w->word != old (acquire); returns the new value. */
-static uint32_t wait_change(tpool_t *p, waitword *w, uint32_t old)
+/* Sleep until w->word != old (acquire); returns the new value. */
+static uint32_t sleep_change(waitword *w, uint32_t old)
 {
-    int spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
-    uint32_t v = spin > 0 ? spin_change(w, old, spin, p->yield) : old;
-    if (v != old)
-        return v;
+    uint32_t v;
     atomic_fetch_add(&w->sleepers, 1);
     while ((v = atomic_load(&w->word)) == old)
         futex_wait(&w->word, old);
     atomic_fetch_sub(&w->sleepers, 1);
     return v;
+}
+
+/* Wait until w->word != old (acquire), spinning first; returns the new value. */
+static uint32_t wait_change(tpool_t *p, waitword *w, uint32_t old)
+{
+    int spin = atomic_load_explicit(&p->spin_ns, memory_order_relaxed);
+    uint32_t v = spin > 0 ? spin_change(w, old, spin, p->yield) : old;
+    return v != old ? v : sleep_change(w, old);
 }
 
 /* After changing w->word (seq_cst): wake its sleepers, if any (a syscall only when needed). */
@@ -263,44 +279,190 @@ static void close_entry(tpool_t *p)
         e = wait_change(p, &p->entry, e);
 }
 
-/* Wait until the first phase of the current dispatch is done (its chunks are held by running
- * threads: a short wait, spun; a descheduled holder shows in the caller's stall accounting). */
-static void wait_first(tpool_t *p)
+/* ================================================================================================
+ * Pulling a descheduled worker onto the owner's CPU
+ * ============================================================================================== */
+
+/*
+ * A worker whose core is shared with another process (a busy neighbour) is descheduled for the
+ * neighbour's time slices, milliseconds at a time. When that happens while it holds a chunk, the
+ * owner soon has nothing left but to wait for that chunk. Instead, once it has waited
+ * PULL_LATE_NS plus 1.5 of its own chunks of that phase (they are measured; the chunks of a
+ * phase cost about the same, and a running worker started its last chunk before the owner's last
+ * one, so it finishes within about one chunk of the owner) for a worker that has also been that
+ * long in its chunk (a worker's first chunk of a dispatch can take longer: it fetches what the
+ * owner just wrote), the owner moves every worker still inside the dispatch onto its own CPU
+ * (sched_setaffinity of that thread) and sleeps on a futex: the kernel runs the worker there at
+ * once, it finishes the chunk, claims no other, leaves the dispatch (which wakes the owner) and
+ * waits for the next one without spinning. The owner then gives the worker its own affinity back
+ * (send_home), which moves it home even while it is only queued behind the owner (were the worker
+ * to do it itself, it would first have to wait for the owner to leave the CPU, its own core idle
+ * meanwhile). Only the owner changes a worker's affinity after start-up, so the two changes
+ * cannot cross. A false alarm costs two migrations and a futex wake-up while the owner had
+ * nothing else to do.
+ */
+#define PULL_LATE_NS 20000
+#define PULL_UNKNOWN_NS 100000 /* the chunk time when the owner ran none */
+
+/* How long the owner waits before pulling, for chunks of `chunk` ns. */
+static int64_t pull_patience(int64_t chunk)
 {
+    return chunk > 0 ? PULL_LATE_NS + chunk * 3 / 2 : PULL_UNKNOWN_NS;
+}
+
+/* Owner side, waiting since `start`: at time t, pull? (see above) */
+static bool pull_due(const tpool_t *p, int64_t start, int64_t t, int64_t patience)
+{
+    if (t - start < patience)
+        return false;
+    for (int i = 1; i < p->n; i++) {
+        const worker *w = &p->workers[i];
+        if (atomic_load_explicit(&w->inside, memory_order_relaxed) &&
+            t - atomic_load_explicit(&w->since, memory_order_relaxed) >= patience)
+            return true;
+    }
+    return false;
+}
+
+/* Owner side: move every worker inside the dispatch onto the calling thread's CPU; returns how many
+ * moved. The caller must then sleep, not spin, or the worker cannot run there. */
+static int pull_holders(tpool_t *p)
+{
+    const int cpu = p->no_pull ? -1 : sched_getcpu();
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+        return 0;
+    cpu_set_t here;
+    CPU_ZERO(&here);
+    CPU_SET(cpu, &here);
+    int moved = 0;
+    for (int i = 1; i < p->n; i++) {
+        worker *w = &p->workers[i];
+        if (!atomic_load_explicit(&w->inside, memory_order_relaxed) || CPU_COUNT(&w->home) == 0 ||
+            CPU_EQUAL(&w->home, &here))
+            continue;
+        atomic_store_explicit(&w->pulled, 1, memory_order_relaxed);
+        if (sched_setaffinity(w->tid, sizeof here, &here) == 0) {
+            moved++;
+        } else { /* e.g. a cpuset that changed under us: wait as before from now on */
+            atomic_store_explicit(&w->pulled, 0, memory_order_relaxed);
+            p->no_pull = true;
+            LOG_D("pool %s: cannot move thread %d to CPU %d; no more pulls", p->name, i, cpu);
+        }
+    }
+    p->n_pulls += moved;
+    return moved;
+}
+
+/* Owner side, once the pulled workers are done with what it waited for: their own affinity back. */
+static void send_home(tpool_t *p)
+{
+    for (int i = 1; i < p->n; i++) {
+        worker *w = &p->workers[i];
+        if (!atomic_load_explicit(&w->pulled, memory_order_relaxed))
+            continue;
+        if (sched_setaffinity(w->tid, sizeof w->home, &w->home) != 0) {
+            p->no_pull = true; /* it stays on this CPU until it is given its affinity back */
+            LOG_W("pool %s: cannot give thread %d its CPUs back", p->name, i);
+        }
+        atomic_store_explicit(&w->pulled, 0, memory_order_relaxed);
+    }
+}
+
+/* Owner side of a chunked dispatch: close the entry and wait until every worker inside has left;
+ * pull them (see above) and sleep once both this wait and a worker's chunk last `patience` ns. */
+static void close_chunks(tpool_t *p, int64_t patience)
+{
+    uint32_t e = atomic_fetch_and(&p->entry.word, ~ENTRY_OPEN) & ~ENTRY_OPEN;
+    const int64_t start = now_ns();
+    for (unsigned i = 1; e & ENTRY_COUNT; i++) {
+        if ((i & 63) == 0 && pull_due(p, start, now_ns(), patience)) {
+            const bool pulled = pull_holders(p) > 0;
+            while (e & ENTRY_COUNT)
+                e = pulled ? sleep_change(&p->entry, e) : wait_change(p, &p->entry, e);
+            if (pulled)
+                send_home(p);
+            return;
+        }
+        cpu_relax();
+        e = atomic_load_explicit(&p->entry.word, memory_order_acquire);
+    }
+}
+
+/* Wait until the first phase of the current dispatch is done. Its chunks are held by running
+ * threads, so this spins (yielding where the holder may share this CPU); the owner
+ * (patience >= 0) pulls the workers inside as close_chunks does, then sleeps. */
+static void wait_first(tpool_t *p, int64_t patience)
+{
+    const uint32_t n_first = (uint32_t)p->n_first;
     int64_t start = 0;
-    for (unsigned i = 1; atomic_load_explicit(&p->done_first, memory_order_acquire) < p->n_first;
-         i++) {
-        if ((i & 63) == 0 && p->yield) { /* the holder may share this CPU: let it run */
+    for (unsigned i = 1;; i++) {
+        uint32_t v = atomic_load_explicit(&p->done_first.word, memory_order_acquire);
+        if (v >= n_first)
+            return;
+        if ((i & 63) == 0) {
             const int64_t t = now_ns();
             if (!start)
                 start = t;
-            else if (t - start >= SPIN_PURE_NS)
+            if (patience >= 0 && pull_due(p, start, t, patience) && pull_holders(p) > 0) {
+                while (v < n_first)
+                    v = sleep_change(&p->done_first, v);
+                send_home(p);
+                return;
+            }
+            if (p->yield && t - start >= SPIN_PURE_NS) /* the holder may share this CPU */
                 sched_yield();
         }
         cpu_relax();
     }
 }
 
+/* The owner's chunks of one dispatch: time and count per phase (0: first, 1: second), and the
+ * time it waited for the first phase. The phases' chunks can differ a lot in cost (quantising
+ * the activations vs output rows), so pulls compare a worker with the owner's chunks of the
+ * phase it waits for. */
+typedef struct own_chunks {
+    int64_t ns[2], n[2], waited;
+} own_chunks;
+
+static int64_t own_avg(const own_chunks *o, int phase)
+{
+    return o->n[phase] > 0 ? o->ns[phase] / o->n[phase] : 0;
+}
+
 /* Claim and run chunks of the current dispatch until none is left; returns how many ran here.
- * waited (may be NULL): ns spent waiting for the first phase. */
-static int64_t run_chunks(tpool_t *p, int ith, int64_t *waited)
+ * Owner (ith 0): its chunks are timed into *o. A worker stops after a chunk during which it was
+ * pulled onto the owner's CPU. */
+static int64_t run_chunks(tpool_t *p, int ith, own_chunks *o)
 {
     const int64_t n = p->n_chunks, n_first = p->n_first;
+    worker *w = ith > 0 ? &p->workers[ith] : NULL;
     bool first_done = n_first == 0;
     for (int64_t ran = 0;; ran++) {
         const int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (c >= n)
             return ran;
         if (c >= n_first && !first_done) {
-            const int64_t t = waited ? now_ns() : 0;
-            wait_first(p);
-            if (waited)
-                *waited += now_ns() - t;
+            if (w) {
+                wait_first(p, -1);
+            } else {
+                const int64_t t = now_ns();
+                wait_first(p, pull_patience(own_avg(o, 0)));
+                o->waited += now_ns() - t;
+            }
             first_done = true;
         }
+        const int64_t ts = now_ns();
+        if (w)
+            atomic_store_explicit(&w->since, ts, memory_order_relaxed);
         p->cfn(p->ctx, c, ith);
-        if (c < n_first)
-            atomic_fetch_add_explicit(&p->done_first, 1, memory_order_release);
+        if (!w) {
+            o->ns[c >= n_first] += now_ns() - ts;
+            o->n[c >= n_first]++;
+        }
+        if (c < n_first && atomic_fetch_add(&p->done_first.word, 1) + 1 == (uint32_t)n_first)
+            wake_sleepers(&p->done_first);
+        if (w && atomic_load_explicit(&w->pulled, memory_order_relaxed))
+            return ran + 1; /* on the owner's CPU: leave it to the owner */
     }
 }
 
@@ -365,10 +527,16 @@ static void *worker_main(void *arg)
     if (w->cores)
         topo_bind_unit(w->cores, w->ith); /* failure is logged once inside and tolerated */
     w->cores = NULL;
+    w->tid = (pid_t)syscall(SYS_gettid);
+    if (sched_getaffinity(0, sizeof w->home, &w->home) != 0)
+        CPU_ZERO(&w->home); /* unknown: pull_holders leaves it alone */
     uint32_t seen = atomic_load_explicit(&p->gen.word, memory_order_acquire);
     finish_one(p); /* start-up handshake: tpool_create waits for every worker */
     for (;;) {
-        seen = wait_change(p, &p->gen, seen);
+        /* pulled: the owner's CPU until the owner sends it home; spinning would hold that up */
+        seen = atomic_load_explicit(&w->pulled, memory_order_relaxed)
+                   ? sleep_change(&p->gen, seen)
+                   : wait_change(p, &p->gen, seen);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             break;
         if (!join(p, seen))
@@ -378,8 +546,11 @@ static void *worker_main(void *arg)
             leave(p);
             finish_one(p);
         } else {
+            atomic_store_explicit(&w->since, now_ns(), memory_order_relaxed);
+            atomic_store_explicit(&w->inside, 1, memory_order_relaxed);
             run_chunks(p, w->ith, NULL);
             leave(p);
+            atomic_store_explicit(&w->inside, 0, memory_order_relaxed);
         }
     }
     return NULL;
@@ -401,7 +572,9 @@ static int start_workers(tpool_t *p, const topo_coreset *cores)
 {
     atomic_store_explicit(&p->pending.word, (uint32_t)(p->n - 1), memory_order_relaxed);
     for (int i = 1; i < p->n; i++) {
-        p->workers[i] = (worker){.pool = p, .ith = i, .cores = cores};
+        p->workers[i].pool = p;
+        p->workers[i].ith = i;
+        p->workers[i].cores = cores;
         if (pthread_create(&p->workers[i].thread, NULL, worker_main, &p->workers[i]) != 0) {
             atomic_fetch_sub(&p->pending.word, (uint32_t)(p->n - i)); /* never coming */
             wait_pending(p);
@@ -440,7 +613,8 @@ tpool_t *tpool_create(int n_threads, const topo_coreset *cores, const char *name
     p->caller_pu = cores && cores->n > 0 ? cores->pu[0] : -1;
     p->yield = !cores || cores->n < n_threads;
     atomic_init(&p->spin_ns, default_spin_ns(n_threads, cores));
-    p->workers = xcalloc((size_t)n_threads, sizeof *p->workers);
+    p->workers = xaligned_alloc((size_t)n_threads * sizeof *p->workers); /* `inside` lines */
+    memset(p->workers, 0, (size_t)n_threads * sizeof *p->workers);
     snprintf(p->name, sizeof p->name, "%s", name ? name : "tpool");
     int failed = start_workers(p, cores);
     if (failed) {
@@ -465,6 +639,11 @@ int tpool_size(const tpool_t *p)
 int64_t tpool_stalls(const tpool_t *p)
 {
     return p->n_stalls;
+}
+
+int64_t tpool_pulls(const tpool_t *p)
+{
+    return p->n_pulls;
 }
 
 int tpool_bind_caller(const tpool_t *p)
@@ -520,12 +699,13 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
     p->n_chunks = n;
     p->n_first = n_first;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->done_first, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->done_first.word, 0, memory_order_relaxed);
     publish(p);
-    int64_t waited = 0;
-    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &waited), t1 = now_ns();
-    close_entry(p); /* every chunk is claimed: wait for the ones workers hold */
-    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - waited) / ran : 0, now_ns() - t1 + waited);
+    own_chunks o = {{0, 0}, {0, 0}, 0};
+    const int64_t t0 = now_ns(), ran = run_chunks(p, 0, &o), t1 = now_ns();
+    /* every chunk is claimed: wait for the ones workers hold (of the last phase) */
+    close_chunks(p, pull_patience(own_avg(&o, n > n_first)));
+    note_wait(p, n, ran, ran > 0 ? (t1 - t0 - o.waited) / ran : 0, now_ns() - t1 + o.waited);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
 }
 
@@ -551,9 +731,9 @@ void tpool_destroy(tpool_t *p)
     if (!p)
         return;
     ASSERT(atomic_load_explicit(&p->busy, memory_order_relaxed) == 0);
-    if (p->n_stalls)
-        LOG_D("pool %s: %lld stalls, %lld runs on the caller alone", p->name,
-              (long long)p->n_stalls, (long long)p->n_solo);
+    if (p->n_stalls || p->n_pulls)
+        LOG_D("pool %s: %lld stalls, %lld runs on the caller alone, %lld pulls", p->name,
+              (long long)p->n_stalls, (long long)p->n_solo, (long long)p->n_pulls);
     stop_workers(p, p->n);
     free(p->workers);
     free(p);

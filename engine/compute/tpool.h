@@ -66,6 +66,10 @@ typedef void (*tpool_chunk_fn)(void *ctx, int64_t c, int ith);
  * hold up the step unless it holds a chunk). Which thread runs a chunk must not change its
  * result: fn(ctx, c, ith) may use ith only to pick scratch. Visibility as in tpool_run. fn must
  * not call tpool_barrier. Same threading rules as tpool_run; n <= 0 returns at once.
+ * When the caller has run out of chunks and a worker still inside the dispatch takes longer than
+ * about 1.5 of the caller's chunks (a worker descheduled on a core it shares with other work),
+ * the caller moves that worker onto its own CPU and sleeps until it is done; the worker finishes
+ * its chunk there, and the caller then gives it its own affinity back (tpool_pulls counts these).
  * When the caller had to wait for a worker's chunk far longer than its own chunks take (the
  * worker was descheduled: a busy neighbour on its core) and such waits have lately cost more
  * than the workers' chunks saved, the following dispatches run on the caller alone for a while
@@ -75,6 +79,9 @@ void tpool_run_chunks(tpool_t *p, tpool_chunk_fn fn, void *ctx, int64_t n, int64
 
 /* Stalls tpool_run_chunks has seen (a caller's wait of several chunks). Owner thread. */
 int64_t tpool_stalls(const tpool_t *p);
+/* Workers tpool_run_chunks has pulled onto the caller's CPU to finish a chunk (see tpool.c).
+ * Owner thread. */
+int64_t tpool_pulls(const tpool_t *p);
 
 /* Inside fn: wait until every thread of the dispatch has reached this barrier. Writes made by
  * any thread before the barrier are visible to all threads after it. IMPORTANT: every thread

@@ -1,7 +1,8 @@
 /*
  * test_tpool — engine/compute/tpool.c: range sums and index coverage across many dispatches,
  * ordered barrier phases, chunked dispatches (every chunk once, the second phase after the first,
- * interleaved with all-thread dispatches, slow and absent workers, a stalled worker), 10^5
+ * interleaved with all-thread dispatches, slow and absent workers, a stalled worker, a worker
+ * pulled onto the caller's CPU), 10^5
  * back-to-back dispatches, the futex (no spin) path, bound pools, destroy while idle; then a
  * micro-benchmark of dispatch and barrier latency (printed, never asserted).
  *
@@ -323,6 +324,77 @@ TEST(stall_runs_alone)
     tpool_destroy(p);
 }
 
+/* A worker that the owner waits for too long (here: spinning in its chunk until it is moved) is
+ * pulled onto the owner's CPU: its affinity narrows to that CPU while it holds the chunk, it
+ * finishes there, every chunk runs once, and afterwards it runs with its own affinity again. */
+typedef struct pull_ctx {
+    _Atomic int worker_in; /* a worker is inside its chunk */
+    _Atomic int moved;     /* the worker saw its affinity narrowed */
+    int home;              /* the CPUs a thread of the test may use */
+    int ran[2];            /* plain: chunk c bumps ran[c] */
+} pull_ctx;
+
+static void pull_fn(void *arg, int64_t c, int ith)
+{
+    pull_ctx *x = arg;
+    x->ran[c]++;
+    if (ith > 0) {
+        atomic_store(&x->worker_in, 1);
+        const double end = now_s() + 2; /* no pull in 2 s: the check below fails */
+        cpu_set_t m;
+        while (now_s() < end && !atomic_load(&x->moved))
+            if (sched_getaffinity(0, sizeof m, &m) == 0 && CPU_COUNT(&m) < x->home)
+                atomic_store(&x->moved, 1);
+    } else {
+        for (int i = 0; i < 100000 && !atomic_load(&x->worker_in); i++) {
+            struct timespec us = {0, 10000};
+            nanosleep(&us, NULL);
+        }
+    }
+}
+
+typedef struct aff_ctx {
+    int cpus[MAX_THREADS]; /* plain: each thread's allowed CPU count */
+} aff_ctx;
+
+static void aff_fn(void *arg, int ith, int nth)
+{
+    (void)nth;
+    cpu_set_t m;
+    aff_ctx *a = arg;
+    a->cpus[ith] = sched_getaffinity(0, sizeof m, &m) == 0 ? CPU_COUNT(&m) : -1;
+}
+
+TEST(pull_moves_worker)
+{
+    if (n_cpus() < 2) {
+        printf("  (skipped: 1 CPU, nowhere to pull from)\n");
+        return;
+    }
+    tpool_t *p = tpool_create(2, NULL, "pull");
+    static pull_ctx x;
+    for (int attempt = 0; attempt < 5 && tpool_pulls(p) == 0; attempt++) {
+        memset(&x, 0, sizeof x);
+        x.home = n_cpus();
+        tpool_run_chunks(p, pull_fn, &x, 2, 0);
+        CHECK_EQ(x.ran[0], 1);
+        CHECK_EQ(x.ran[1], 1);
+    }
+    CHECK(tpool_pulls(p) >= 1);
+    CHECK(atomic_load(&x.moved));
+    static aff_ctx a;
+    tpool_run(p, aff_fn, &a);
+    CHECK_EQ(a.cpus[1], n_cpus()); /* back home */
+    static chunk_ctx y;            /* and the pool still runs chunked dispatches correctly */
+    memset(&y, 0, sizeof y);
+    y.n = 300, y.n_first = 100, y.round = 1;
+    tpool_run_chunks(p, chunk_fn, &y, y.n, y.n_first);
+    for (int64_t c = 0; c < y.n; c++)
+        CHECK_EQ(y.ran[c], 1);
+    CHECK_EQ(y.errors[0] + y.errors[1], 0);
+    tpool_destroy(p);
+}
+
 /* ---- back-to-back dispatches ----------------------------------------------------------------- */
 
 typedef struct count_ctx {
@@ -534,6 +606,7 @@ int main(void)
     RUN(barrier_phases);
     RUN(chunked_dispatches);
     RUN(stall_runs_alone);
+    RUN(pull_moves_worker);
     RUN(many_dispatches);
     RUN(sleeping_pool_wakes);
     RUN(destroy_idle);
