@@ -28,23 +28,16 @@
 
 /*
  * One matmul_multi in flight, planned by the calling thread before the dispatch: the distinct
- * inputs ("sources", each quantised once) and, per product, its source and the cost of one of
- * its output rows, whose prefix sums split the rows of all products evenly across threads.
+ * inputs ("sources", struct dev_cpu__src, each quantised once; the first n_pre came prepared)
+ * and, per product, its source and the cost of one of its output rows, whose prefix sums split
+ * the rows of all products evenly across threads.
  */
-struct mm_src {
-    const float *x; /* [T][n_in] */
-    int64_t T, n_in;
-    enum kq_type w; /* a weight type with this source's activation format */
-    char *act;      /* [T] rows of act_stride bytes in the scratch */
-    size_t act_stride;
-};
-
 struct mm_plan {
     struct cpu_dev *cd;
     const struct dev_mm *mm;
-    int n, n_src;
+    int n, n_src, n_pre;
     int src_of[DEV_MM_MAX];
-    struct mm_src src[DEV_MM_MAX];
+    struct dev_cpu__src src[DEV_MM_MAX];
     double cost[DEV_MM_MAX];        /* per output row: weight bytes x tokens */
     double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
     int64_t q_rows, n_q;            /* phase one: chunks of q_rows source rows, n_q of them */
@@ -99,8 +92,8 @@ static void mm_chunk(void *ctx, int64_t c, int ith)
     if (c < p->n_q) {
         const int64_t lo = c * p->q_rows, hi = lo + p->q_rows;
         int64_t base = 0;
-        for (int s = 0; s < p->n_src; base += p->src[s].T, s++) {
-            const struct mm_src *q = &p->src[s];
+        for (int s = p->n_pre; s < p->n_src; base += p->src[s].T, s++) {
+            const struct dev_cpu__src *q = &p->src[s];
             const int64_t t0 = lo > base ? lo - base : 0, t1 = hi - base < q->T ? hi - base : q->T;
             for (int64_t t = t0; t < t1; t++)
                 kq_quantize_act(q->w, q->x + t * q->n_in, q->act + t * q->act_stride, q->n_in);
@@ -118,7 +111,7 @@ static void mm_chunk(void *ctx, int64_t c, int ith)
         cost_point(p, total * (double)(k + 1) / (double)p->n_out, &j1, &r1);
     for (int j = j0; j <= j1 && j < p->n; j++) {
         const struct dev_mm *m = &p->mm[j];
-        const struct mm_src *q = &p->src[p->src_of[j]];
+        const struct dev_cpu__src *q = &p->src[p->src_of[j]];
         const int64_t a = j == j0 ? r0 : 0, b = j == j1 ? r1 : m->w.n_out;
         if (a < b)
             kq_matmul(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act, q->act_stride,
@@ -132,16 +125,16 @@ static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
 {
     const enum kq_type at = kq_act_type(m->w.type);
     for (int s = 0; s < p->n_src; s++) {
-        const struct mm_src *q = &p->src[s];
+        const struct dev_cpu__src *q = &p->src[s];
         if (q->x == m->x && q->T == m->T && q->n_in == m->w.n_in && kq_act_type(q->w) == at)
             return s;
     }
-    struct mm_src *q = &p->src[p->n_src];
-    *q = (struct mm_src){.x = m->x,
-                         .T = m->T,
-                         .n_in = m->w.n_in,
-                         .w = m->w.type,
-                         .act_stride = kq_act_row_bytes(m->w.type, m->w.n_in)};
+    struct dev_cpu__src *q = &p->src[p->n_src];
+    *q = (struct dev_cpu__src){.x = m->x,
+                               .T = m->T,
+                               .n_in = m->w.n_in,
+                               .w = m->w.type,
+                               .act_stride = kq_act_row_bytes(m->w.type, m->w.n_in)};
     q->act = (char *)p->cd->act + *off;
     *off += ((size_t)m->T * q->act_stride + 63) / 64 * 64;
     return p->n_src++;
@@ -149,10 +142,18 @@ static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
 
 void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
 {
+    dev_cpu__matmul_multi_pre(d, mm, n, NULL, 0, 0);
+}
+
+void dev_cpu__matmul_multi_pre(struct dev *d, const struct dev_mm *mm, int n,
+                               const struct dev_cpu__src *pre, int n_pre, size_t pre_bytes)
+{
     struct cpu_dev *cd = cpu_of(d);
-    ASSERT(n >= 0 && n <= DEV_MM_MAX);
-    struct mm_plan p = {.cd = cd, .mm = mm, .n = n};
-    size_t off = 0;
+    ASSERT(n >= 0 && n_pre >= 0 && n + n_pre <= DEV_MM_MAX);
+    struct mm_plan p = {.cd = cd, .mm = mm, .n = n, .n_src = n_pre, .n_pre = n_pre};
+    for (int s = 0; s < n_pre; s++)
+        p.src[s] = pre[s];
+    size_t off = pre_bytes;
     for (int j = 0; j < n; j++) {
         p.src_of[j] = plan_source(&p, &mm[j], &off);
         /* + 64: a row of an empty slice (n_in == 0) still costs its store of 0 */
@@ -163,7 +164,7 @@ void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n)
     if (n == 0)
         return;
     int64_t rows = 0, out_rows = 0, in_elems = 0;
-    for (int s = 0; s < p.n_src; s++)
+    for (int s = n_pre; s < p.n_src; s++)
         rows += p.src[s].T, in_elems += p.src[s].T * p.src[s].n_in;
     for (int j = 0; j < n; j++)
         out_rows += mm[j].w.n_out;

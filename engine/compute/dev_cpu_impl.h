@@ -37,6 +37,23 @@ void dev_cpu__par_items(struct cpu_dev *cd, int64_t n, int64_t work, dev_cpu__it
 
 void dev_cpu__matmul_multi(struct dev *d, const struct dev_mm *mm, int n);
 
+/* A matmul_multi input: x's T rows of n_in floats in the activation format of weight type w,
+ * act_stride bytes apart at act (in the device's scratch, cpu_dev.act). */
+struct dev_cpu__src {
+    const float *x; /* [T][n_in] */
+    int64_t T, n_in;
+    enum kq_type w; /* a weight type with this source's activation format */
+    char *act;      /* [T] rows of act_stride bytes */
+    size_t act_stride;
+};
+
+/* matmul_multi where the caller has already prepared some inputs: pre[0 .. n_pre) hold their
+ * rows (in the scratch's first pre_bytes bytes), and a product with the same x, T, n_in and
+ * activation format reads them instead of quantising x (matmul_id's routed rows, each
+ * quantised once for all its slots). n + n_pre <= DEV_MM_MAX. */
+void dev_cpu__matmul_multi_pre(struct dev *d, const struct dev_mm *mm, int n,
+                               const struct dev_cpu__src *pre, int n_pre, size_t pre_bytes);
+
 /* The forward ops (contracts in device.h). */
 void dev_cpu__embed(struct dev *d, const struct dev_mat *w, const struct dev_batch *b, float *x);
 void dev_cpu__rope_table(struct dev *d, const struct dev_batch *b, int64_t n_rot, float base,

@@ -404,13 +404,74 @@ void dev_cpu__moe_combine(struct dev *d, const struct dev_moe *m)
     dev_cpu__par_items(dev_cpu__of(d), m->T, m->E * (m->k + 1), combine_items, m);
 }
 
-/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX; the
- * experts with slots are counted in the device's stats. */
+/* matmul_id's routed rows prepared once per row (dev_mm_id.slot) in each activation format
+ * the experts' tensors read: fmt[f] is every slot's rows in one format. */
+struct id_rows {
+    const struct dev_mm_id *p;
+    struct dev_cpu__src fmt[2]; /* x, n_slots rows */
+    int n_fmt;
+};
+
+/* Items = rows t: the row (x at its first slot) quantised into that slot's place in each
+ * format, then copied to its k - 1 other slots' places. */
+static void id_rows_items(const void *arg, int64_t t0, int64_t t1)
+{
+    const struct id_rows *r = arg;
+    const int64_t k = r->p->k;
+    for (int64_t t = t0; t < t1; t++)
+        for (int f = 0; f < r->n_fmt; f++) {
+            const struct dev_cpu__src *q = &r->fmt[f];
+            const int32_t *sl = r->p->slot + t * k;
+            char *a0 = q->act + (size_t)sl[0] * q->act_stride;
+            kq_quantize_act(q->w, q->x + sl[0] * q->n_in, a0, q->n_in);
+            for (int64_t i = 1; i < k; i++)
+                memcpy(q->act + (size_t)sl[i] * q->act_stride, a0, q->act_stride);
+        }
+}
+
+/* With slot given (and rows per slot, x_ld > 0): every slot's rows in each distinct activation
+ * format of the n_w tensors, at the start of the device's scratch, each row quantised once;
+ * returns the bytes they take (0: nothing prepared, the products quantise their own rows). */
+static size_t id_prepare(struct cpu_dev *cd, const struct dev_mm_id *p, struct id_rows *r)
+{
+    *r = (struct id_rows){.p = p};
+    if (!p->slot || p->x_ld == 0 || p->k < 1)
+        return 0;
+    size_t bytes = 0;
+    for (int i = 0; i < p->n_w; i++) {
+        const struct dev_mat *w = &p->w[i];
+        int f = 0;
+        while (f < r->n_fmt && kq_act_type(r->fmt[f].w) != kq_act_type(w->type))
+            f++;
+        if (f < r->n_fmt)
+            continue;
+        ASSERT(w->n_in == p->x_ld); /* matmul_multi's rows are n_in apart */
+        struct dev_cpu__src *q = &r->fmt[r->n_fmt++];
+        *q = (struct dev_cpu__src){.x = p->x,
+                                   .T = p->n_slots,
+                                   .n_in = w->n_in,
+                                   .w = w->type,
+                                   .act = (char *)cd->act + bytes,
+                                   .act_stride = kq_act_row_bytes(w->type, w->n_in)};
+        bytes += ((size_t)p->n_slots * q->act_stride + 63) / 64 * 64;
+    }
+    ASSERT(bytes <= cd->act_cap); /* fwd's reserve_multi counts every slot's rows twice */
+    dev_cpu__par_items(cd, p->n_slots / p->k, p->x_ld * r->n_fmt, id_rows_items, r);
+    return bytes;
+}
+
+/* The products of every expert with rows, in matmul_multi calls of at most DEV_MM_MAX
+ * products and prepared inputs; with slot, the rows come prepared (id_prepare) and each
+ * expert's products read its slots' part of them. The experts with slots are counted in the
+ * device's stats. */
 void dev_cpu__matmul_id(struct dev *d, const struct dev_mm_id *p)
 {
     struct cpu_dev *cd = dev_cpu__of(d);
     struct dev_mm mm[DEV_MM_MAX];
-    int n = 0;
+    struct dev_cpu__src pre[DEV_MM_MAX];
+    struct id_rows r;
+    const size_t pre_bytes = id_prepare(cd, p, &r);
+    int n = 0, n_pre = 0;
     cd->moe.calls++;
     for (int64_t e = 0; e < p->n_expert; e++) {
         const int64_t s0 = p->e_off[e], ns = p->e_off[e + 1] - s0;
@@ -419,9 +480,15 @@ void dev_cpu__matmul_id(struct dev *d, const struct dev_mm_id *p)
         cd->moe.experts++;
         for (int i = 0; i < p->n_w; i++)
             cd->moe.bytes += (double)p->w[i].row_bytes * (double)p->w[i].n_out;
-        if (n + 2 > DEV_MM_MAX) {
-            dev_cpu__matmul_multi(d, mm, n);
-            n = 0;
+        if (n + n_pre + p->n_w + r.n_fmt > DEV_MM_MAX) {
+            dev_cpu__matmul_multi_pre(d, mm, n, pre, n_pre, pre_bytes);
+            n = n_pre = 0;
+        }
+        for (int f = 0; f < r.n_fmt; f++) {
+            pre[n_pre] = r.fmt[f];
+            pre[n_pre].x += s0 * p->x_ld;
+            pre[n_pre].T = ns;
+            pre[n_pre++].act += (size_t)s0 * r.fmt[f].act_stride;
         }
         for (int i = 0; i < p->n_w; i++) {
             struct dev_mat w = p->w[i];
@@ -430,11 +497,11 @@ void dev_cpu__matmul_id(struct dev *d, const struct dev_mm_id *p)
         }
     }
     for (int i = 0; i < p->n_extra; i++) {
-        if (n + 1 > DEV_MM_MAX) {
-            dev_cpu__matmul_multi(d, mm, n);
-            n = 0;
+        if (n + n_pre + 1 > DEV_MM_MAX) {
+            dev_cpu__matmul_multi_pre(d, mm, n, pre, n_pre, pre_bytes);
+            n = n_pre = 0;
         }
         mm[n++] = p->extra[i];
     }
-    dev_cpu__matmul_multi(d, mm, n);
+    dev_cpu__matmul_multi_pre(d, mm, n, pre, n_pre, pre_bytes);
 }

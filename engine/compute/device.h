@@ -175,7 +175,9 @@ struct dev_moe {
  * x [slots] * W_i[e]^T for the n_w (1 or 2) expert tensors (w[i] is expert 0's matrix, experts
  * expert_bytes[i] apart); x rows of expert e start at x + e_off[e] * x_ld (x_ld 0: every expert
  * reads x's row 0, a decode row); y_i rows at y[i] + e_off[e] * w[i].n_out. The n_extra extra
- * products ride along in the same dispatches. */
+ * products ride along in the same dispatches. slot (NULL: none) tells a device that x's slots
+ * are k copies of n_slots / k rows (dev_moe's gather): the slots slot[t * k .. t * k + k - 1]
+ * hold the same row t, which a device may then prepare once for all of them. */
 struct dev_mm_id {
     const int32_t *e_off;
     int64_t n_expert;
@@ -185,6 +187,8 @@ struct dev_mm_id {
     size_t expert_bytes[2];
     const float *x;
     int64_t x_ld;
+    const int32_t *slot; /* [n_slots / k][k] or NULL */
+    int64_t k;
     float *y[2];
     const struct dev_mm *extra;
     int n_extra;

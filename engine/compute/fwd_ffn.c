@@ -53,6 +53,8 @@ static void moe_experts(struct fwd_dev *f, const struct model_layer *l, const fl
         p.expert_bytes[1] = l->up_exps.nb2;
         p.x = T == 1 ? xn : f->gath; /* decode: every expert reads xn */
         p.x_ld = T == 1 ? 0 : E;
+        p.slot = T == 1 ? NULL : f->slot; /* each row gathered k times: prepared once */
+        p.k = f->m->hp.n_expert_used;
         p.y[0] = f->eg;
         p.y[1] = f->eu;
     }

@@ -13,8 +13,9 @@
  * Q8_0X / Q4_0X: a stored group of 16 blocks is two half-groups of 8, each with 8 f16 scales
  * (bytes 16 h .. of the group) and 8 steps of 32 bytes (32 + 64 k + 32 h), dword b of step k
  * being levels 4k..4k+3 of block b: one step's products leave block b's partial in lane b. The
- * activation is packed per call into the same order (struct xa); the blocks past the last full
- * group (stored plain) are packed per call into one more group in the stored format.
+ * activation is packed per call into the same order (struct xa). The blocks past the last full
+ * group (a partial group of m, its steps 4 m bytes apart) are read as stored, each half's words
+ * with a masked load (vpmaskmovd) that leaves the blocks past the row zero.
  *   VNNI     Q8_0X: vpdpbusd of the stored u8 levels (q + 128) with the s8 activation, the
  *            partial starting at -128 * (block sum of the activation). Q4_0X: nibbles 0..15,
  *            starting at -8 * (block sum).
@@ -174,118 +175,146 @@ static void xa_pack(const struct kq__q8_0 *row, int64_t nb, int64_t h, int off, 
     o->d = _mm256_cvtph_ps(_mm_load_si128((const void *)d));
 }
 
-/* The partial last group of a Q8_0X (q4: Q4_0X) row (its blocks [16 gf, nb), kq.h) rewritten as
- * a whole group at o: 16 f16 scales, then word k of block l at 32 + 64 k + 4 l (blocks past nb:
- * zero scales and levels, which the activation's zero lanes meet). */
-static void x_pack_tail(bool q4, const uint8_t *row, int64_t nb, int64_t gf, uint8_t *o)
+/* Step k of a half-group from p: 32 bytes (8 blocks' words), or in a partial group the words
+ * of the blocks wm selects (vpmaskmovd: nothing read past them, zeros after). */
+INLINE __m256i xq_word(bool part, __m256i wm, const uint8_t *p)
 {
-    const int nq = q4 ? 16 : 32;
-    const int64_t m = nb - 16 * gf;
-    const uint8_t *q = row + 2 * nb + 16 * gf * nq; /* the group's quants: word k at 4 m k */
-    memset(o, 0, (size_t)(32 + 64 * (nq / 4)));
-    memcpy(o, row + 32 * gf, (size_t)(2 * m));
-    for (int k = 0; k < nq / 4; k++)
-        memcpy(o + 32 + 64 * k, q + 4 * m * k, (size_t)(4 * m));
+    return part ? _mm256_maskload_epi32((const int *)p, wm) : _mm256_loadu_si256((const void *)p);
 }
 
 /*
- * y[t * ys + r] = row r . token t for r < R, t < T. Rows are W + r * ws, their half-groups
- * [0, H); the whole groups g < GF are read as stored (scales at 32 g, quants at qo + g * (the
- * quant bytes of a group), qo = 2 nb), the partial group GF (if any) from tail + r * gb. A[t * AH +
- * h]: the packed activation. pf (or NULL): rows to ask for, group by group, as this tile reads its
- * own.
+ * Half-group h of R rows x T tokens: acc[r][t] += per block (corr + levels . levels) * (weight
+ * scale * activation scale); token t's packed half-group at A[t * AH]. q[r]: row r's levels of the
+ * half-group, word k of block b at q[r] + ks k + 4 b (a whole group: ks 64; the partial one as
+ * stored: ks 4 m); sc[r]: its 8 f16 scales. part: the partial group, whose blocks past the half's
+ * own (lanes off in wm, sm) read as zero levels and scales; their activation lanes are zero too.
  */
-INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, int64_t qo, const uint8_t *W,
-                    size_t ws, const uint8_t *tail, const struct xa *A, int64_t AH,
-                    const uint8_t *pf, float *y, int64_t ys)
+INLINE void xq_half(bool q4, bool part, int R, int T, const uint8_t *const q[XR],
+                    const uint8_t *const sc[XR], int64_t ks, __m256i wm, __m128i sm,
+                    const struct xa *A, int64_t AH, __m256 acc[XR][XT])
 {
-    const int64_t gb = q4 ? 16 * 18 : 16 * 34, gq = q4 ? 16 * 16 : 16 * 32;
+    __m256i s[XR][XT];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s[r][t] =
+        _mm256_load_si256(&A[t * AH].corr);
+    if (!q4) {
+        UNROLL for (int k = 0; k < 8; k++)
+        {
+            __m256i w[XR], wa[XR];
+            UNROLL for (int r = 0; r < R; r++)
+            {
+                w[r] = xq_word(part, wm, q[r] + ks * k);
+#if !KQX_VNNI
+                w[r] = _mm256_xor_si256(w[r], _mm256_set1_epi8((char)0x80));
+                wa[r] = _mm256_abs_epi8(w[r]);
+#endif
+            }
+            (void)wa;
+            UNROLL for (int t = 0; t < T; t++)
+            {
+                const __m256i a = _mm256_load_si256(&A[t * AH].q[k]);
+                UNROLL for (int r = 0; r < R; r++)
+#if KQX_VNNI
+                    s[r][t] = x_dot(s[r][t], w[r], a);
+#else
+                    s[r][t] = x_dot(s[r][t], wa[r], _mm256_sign_epi8(a, w[r]));
+#endif
+            }
+        }
+    } else {
+#if !KQX_VNNI
+        __m256i s16[XR][XT];
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s16[r][t] =
+            _mm256_setzero_si256();
+#endif
+        UNROLL for (int k = 0; k < 4; k++)
+        { /* low nibbles: step k; high ones: step k + 4 */
+            __m256i lo[XR], hi[XR];
+            UNROLL for (int r = 0; r < R; r++)
+            {
+                const __m256i x = xq_word(part, wm, q[r] + ks * k);
+                lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
+            }
+            UNROLL for (int t = 0; t < T; t++)
+            {
+                const __m256i a0 = _mm256_load_si256(&A[t * AH].q[k]);
+                const __m256i a1 = _mm256_load_si256(&A[t * AH].q[k + 4]);
+                UNROLL for (int r = 0; r < R; r++)
+                {
+#if KQX_VNNI
+                    s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
+#else
+                    s16[r][t] = _mm256_add_epi16(s16[r][t],
+                                                 _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
+                                                                  _mm256_maddubs_epi16(hi[r], a1)));
+#endif
+                }
+            }
+        }
+#if !KQX_VNNI
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s[r][t] =
+            _mm256_add_epi32(s[r][t], _mm256_madd_epi16(s16[r][t], _mm256_set1_epi16(1)));
+#endif
+    }
+    UNROLL for (int r = 0; r < R; r++)
+    {
+        __m128i h16 = _mm_loadu_si128((const void *)sc[r]);
+        if (part)
+            h16 = _mm_and_si128(h16, sm);
+        const __m256 wd = _mm256_cvtph_ps(h16);
+        UNROLL for (int t = 0; t < T; t++) acc[r][t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][t]), _mm256_mul_ps(wd, A[t * AH].d), acc[r][t]);
+    }
+}
+
+/*
+ * y[t * ys + r] = row r . token t for r < R, t < T. Rows of nb blocks are W + r * ws; the whole
+ * groups g < GF = nb / 16 are read as two halves each, the blocks past them (a partial group of
+ * m = nb - 16 GF, its words 4 m bytes a step, kq.h) as stored too, with masked loads; H =
+ * (nb + 7) / 8 half-groups in all. A[t * AH + h]: the packed activation. pf (or NULL): rows to
+ * ask for, group by group, as this tile reads its own.
+ *
+ * The partial group's scales are read 16 bytes at a time (masked after the load): they end at
+ * most 14 bytes before the row does (its levels follow them), so the load stays in the row.
+ */
+INLINE void xq_tile(bool q4, int R, int T, int64_t nb, const uint8_t *W, size_t ws,
+                    const struct xa *A, int64_t AH, const uint8_t *pf, float *y, int64_t ys)
+{
+    const int64_t GF = nb / 16, H = (nb + 7) / 8, m = nb - 16 * GF, gq = q4 ? 16 * 16 : 16 * 32;
+    const uint8_t *q[XR], *sc[XR];
     __m256 acc[XR][XT];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
         _mm256_setzero_ps();
-    for (int64_t h = 0; h < H; h++) {
-        const int64_t g = h >> 1;
-        const int half = (int)(h & 1);
-        const uint8_t *wp[XR], *sp[XR]; /* a group image (word k at 32 + 64 k), its scales */
-        __m256i s[XR][XT];
+    for (int64_t h = 0; h < 2 * GF; h++) {
+        const int64_t g = h >> 1, half = h & 1;
         UNROLL for (int r = 0; r < R; r++)
         {
-            wp[r] = g < GF ? W + r * ws + qo + g * gq - 32 : tail + r * gb;
-            sp[r] = g < GF ? W + r * ws + 32 * g : tail + r * gb;
-            if (pf && half == 0 && g < GF) {
+            q[r] = W + r * ws + 2 * nb + g * gq + 32 * half;
+            sc[r] = W + r * ws + 32 * g + 16 * half;
+            if (pf && half == 0) {
                 _mm_prefetch((const char *)pf + r * ws + 32 * g, _MM_HINT_T0);
                 for (int64_t l = 0; l < gq; l += 64)
-                    _mm_prefetch((const char *)pf + r * ws + qo + g * gq + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)pf + r * ws + 2 * nb + g * gq + l, _MM_HINT_T0);
             }
-            UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_load_si256(&A[t * AH + h].corr);
         }
-        if (!q4) {
-            UNROLL for (int k = 0; k < 8; k++)
-            {
-                __m256i w[XR], wa[XR];
-                UNROLL for (int r = 0; r < R; r++)
-                {
-                    w[r] = _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
-#if !KQX_VNNI
-                    w[r] = _mm256_xor_si256(w[r], _mm256_set1_epi8((char)0x80));
-                    wa[r] = _mm256_abs_epi8(w[r]);
-#endif
-                }
-                (void)wa;
-                UNROLL for (int t = 0; t < T; t++)
-                {
-                    const __m256i a = _mm256_load_si256(&A[t * AH + h].q[k]);
-                    UNROLL for (int r = 0; r < R; r++)
-#if KQX_VNNI
-                        s[r][t] = x_dot(s[r][t], w[r], a);
-#else
-                        s[r][t] = x_dot(s[r][t], wa[r], _mm256_sign_epi8(a, w[r]));
-#endif
-                }
-            }
-        } else {
-#if !KQX_VNNI
-            __m256i s16[XR][XT];
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s16[r][t] =
-                _mm256_setzero_si256();
-#endif
-            UNROLL for (int k = 0; k < 4; k++)
-            { /* low nibbles: step k; high ones: step k + 4 */
-                __m256i lo[XR], hi[XR];
-                UNROLL for (int r = 0; r < R; r++)
-                {
-                    const __m256i x =
-                        _mm256_loadu_si256((const void *)(wp[r] + 32 + 64 * k + 32 * half));
-                    lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
-                    hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
-                }
-                UNROLL for (int t = 0; t < T; t++)
-                {
-                    const __m256i a0 = _mm256_load_si256(&A[t * AH + h].q[k]);
-                    const __m256i a1 = _mm256_load_si256(&A[t * AH + h].q[k + 4]);
-                    UNROLL for (int r = 0; r < R; r++)
-                    {
-#if KQX_VNNI
-                        s[r][t] = x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
-#else
-                        s16[r][t] = _mm256_add_epi16(
-                            s16[r][t], _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], a0),
-                                                        _mm256_maddubs_epi16(hi[r], a1)));
-#endif
-                    }
-                }
-            }
-#if !KQX_VNNI
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) s[r][t] =
-                _mm256_add_epi32(s[r][t], _mm256_madd_epi16(s16[r][t], _mm256_set1_epi16(1)));
-#endif
-        }
+        xq_half(q4, false, R, T, q, sc, 64, _mm256_setzero_si256(), _mm_setzero_si128(), &A[h], AH,
+                acc);
+    }
+    for (int64_t h = 2 * GF; h < H; h++) { /* the partial group: blocks 8 half .. of m */
+        const int64_t half = h & 1, cnt = m - 8 * half < 8 ? m - 8 * half : 8;
+        const __m256i wm = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)cnt),
+                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m128i sm =
+            _mm_cmpgt_epi16(_mm_set1_epi16((short)cnt), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
         UNROLL for (int r = 0; r < R; r++)
         {
-            const __m256 wd = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(sp[r] + 16 * half)));
-            UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(s[r][t]), _mm256_mul_ps(wd, A[t * AH + h].d), acc[r][t]);
+            q[r] = W + r * ws + 2 * nb + GF * gq + 32 * half;
+            sc[r] = W + r * ws + 32 * GF + 16 * half;
         }
+        if (cnt == 8) /* all 8 blocks of the half there: plain loads */
+            xq_half(q4, false, R, T, q, sc, 4 * m, wm, sm, &A[h], AH, acc);
+        else
+            xq_half(q4, true, R, T, q, sc, 4 * m, wm, sm, &A[h], AH, acc);
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) y[t * ys + r] =
         hsum_ps(acc[r][t]);
@@ -313,12 +342,11 @@ INLINE void xq_tile(bool q4, int R, int T, int64_t H, int64_t GF, int64_t qo, co
     } while (0)
 
 /* xq_tile for the shapes it is compiled for: R in {RM, 1}, T in 1..TM of the type. */
-static void xq_tiles(bool q4, int R, int T, int64_t H, int64_t GF, int64_t qo, const uint8_t *W,
-                     size_t ws, const uint8_t *tail, const struct xa *A, int64_t AH,
-                     const uint8_t *pf, float *y, int64_t ys)
+static void xq_tiles(bool q4, int R, int T, int64_t nb, const uint8_t *W, size_t ws,
+                     const struct xa *A, int64_t AH, const uint8_t *pf, float *y, int64_t ys)
 {
-#define XQ8(r, t) xq_tile(false, r, t, H, GF, qo, W, ws, tail, A, AH, pf, y, ys)
-#define XQ4(r, t) xq_tile(true, r, t, H, GF, qo, W, ws, tail, A, AH, pf, y, ys)
+#define XQ8(r, t) xq_tile(false, r, t, nb, W, ws, A, AH, pf, y, ys)
+#define XQ4(r, t) xq_tile(true, r, t, nb, W, ws, A, AH, pf, y, ys)
     if (!q4)
         X_SHAPES(XQ8, Q8R, Q8T);
     else
@@ -333,15 +361,14 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
                       int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
 {
     const bool q4 = wt == KQ_Q4_0X;
-    const int64_t nb = n / KQ__QK, GF = nb / 16, H = (nb + 7) / 8, gb = q4 ? 16 * 18 : 16 * 34;
+    const int64_t nb = n / KQ__QK, H = (nb + 7) / 8;
     const int64_t chunk = nt < X_CHUNK ? nt : X_CHUNK;
     const int RM = q4 ? Q4R : Q8R, TM = q4 ? Q4T : Q8T;
     if (nb == 0 || n % KQ__QK)
         return false;
-    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa) + (size_t)(RM * gb));
+    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa));
     if (!A)
         return false;
-    uint8_t *tail = (uint8_t *)(A + chunk * H);
     const int off = q4 ? 8 : KQX_VNNI ? 128 : 0;
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
@@ -351,19 +378,16 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
         for (int64_t r = r0; r < r1; r += RM) {
             const int rr = (int)(r1 - r < RM ? r1 - r : RM);
             const uint8_t *Wr = W + r * ws;
-            for (int i = 0; GF * 16 < nb && i < rr; i++)
-                x_pack_tail(q4, Wr + i * ws, nb, GF, tail + i * gb);
             for (int64_t t = t0; t < t1; t += TM) {
                 const int tt = (int)(t1 - t < TM ? t1 - t : TM);
                 /* the first token tile asks for the next row block */
                 const uint8_t *pf = t == t0 && r + 2 * RM <= r1 ? Wr + RM * ws : NULL;
                 if (rr == RM)
-                    xq_tiles(q4, RM, tt, H, GF, 2 * nb, Wr, ws, tail, &A[(t - t0) * H], H, pf,
-                             y + t * ys + r, ys);
+                    xq_tiles(q4, RM, tt, nb, Wr, ws, &A[(t - t0) * H], H, pf, y + t * ys + r, ys);
                 else
                     for (int i = 0; i < rr; i++)
-                        xq_tiles(q4, 1, tt, H, GF, 2 * nb, Wr + i * ws, ws, tail + i * gb,
-                                 &A[(t - t0) * H], H, NULL, y + t * ys + r + i, ys);
+                        xq_tiles(q4, 1, tt, nb, Wr + i * ws, ws, &A[(t - t0) * H], H, NULL,
+                                 y + t * ys + r + i, ys);
             }
         }
     }

@@ -10,7 +10,8 @@
  * inputs as rows of the devices' hidden pool give the logits of the same rows from the host;
  * steps replayed from CUDA graphs give the bits of direct launches (decode and verification
  * shapes, a rollback between them); the CPU device counts the experts its MoE products read
- * (the union of the rows' routed experts, known from the router logits; k per layer at decode).
+ * (the union of the rows' routed experts, known from the router logits; k per layer at decode),
+ * and its expert products with rows quantised once per row give the bits of once per slot.
  */
 #include <math.h>
 #include <pthread.h>
@@ -697,6 +698,92 @@ TEST(moe_stats_count_read_experts)
     dev_destroy(d);
 }
 
+/*
+ * matmul_id told that its slots are k copies of each row (slot) quantises each row once and
+ * copies it to the row's other slots: the products are the same bits as without slot (every
+ * slot quantised by its own product). Gate Q8_0 in the CPU layout (Q8_0 activations) and up
+ * F32 (f32 activations): two formats; 16 rows of 1024 so the rows are prepared on both threads.
+ */
+TEST(moe_rows_prepared_once_same_bits)
+{
+    enum { NX = 8, K = 3, T = 16, E = 1024, NO = 64 };
+    char err[256];
+    struct dev *d;
+    if (dev_cpu_create(2, NULL, &d, err, sizeof err) || dev_reserve(d, 2 * T * K, E)) {
+        printf("  %s\n", err);
+        CHECK(0);
+        return;
+    }
+    const enum kq_type q8 = kq_repack_type(KQ_Q8_0);
+    const size_t q8_row = kq_row_bytes(KQ_Q8_0, E);
+    char *wq = malloc((size_t)NX * NO * q8_row), *tmp = malloc(q8_row);
+    float *wf = malloc((size_t)NX * NO * E * sizeof(float)), *row = malloc(E * sizeof(float));
+    static float x[T][E], gath[T * K][E], lg[T][NX], y[2][2][T * K][NO];
+    for (int r = 0; r < NX * NO; r++) {
+        for (int i = 0; i < E; i++)
+            row[i] = wf[(size_t)r * E + i] = (float)((r * 13 + i * 7) % 29) / 16.0f - 0.9f;
+        kq_quantize_row(KQ_Q8_0, row, tmp, E);
+        CHECK(kq_repack_rows(KQ_Q8_0, q8, tmp, wq + (size_t)r * q8_row, E, 1));
+    }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < E; i++)
+            x[t][i] = sinf((float)(t * E + i) * 0.37f);
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < NX; e++) /* top 3: t, t + 1, t + 3 (mod NX) */
+            lg[t][e] = e == t % NX         ? 3.0f
+                       : e == (t + 1) % NX ? 2.0f
+                       : e == (t + 3) % NX ? 1.0f
+                                           : 0.0f;
+    float route_w[T * K];
+    int32_t route_e[T * K], slot[T * K], e_off[NX + 1], e_row[T * K];
+    struct dev_moe m = {.T = T,
+                        .n_expert = NX,
+                        .k = K,
+                        .E = E,
+                        .logits = &lg[0][0],
+                        .route_w = route_w,
+                        .route_e = route_e,
+                        .slot = slot,
+                        .e_off = e_off,
+                        .e_row = e_row,
+                        .xn = &x[0][0],
+                        .gath = &gath[0][0]};
+    dev_moe_route(d, &m);
+    dev_moe_gather(d, &m);
+    for (int pass = 0; pass < 2; pass++) {
+        struct dev_mm_id p = {
+            .e_off = e_off,
+            .n_expert = NX,
+            .n_slots = T * K,
+            .n_w = 2,
+            .w = {{.data = wq, .type = q8, .n_in = E, .n_out = NO, .row_bytes = q8_row},
+                  {.data = wf, .type = KQ_F32, .n_in = E, .n_out = NO, .row_bytes = E * 4}},
+            .expert_bytes = {NO * q8_row, (size_t)NO * E * sizeof(float)},
+            .x = &gath[0][0],
+            .x_ld = E,
+            .y = {&y[pass][0][0][0], &y[pass][1][0][0]},
+            .slot = pass ? slot : NULL,
+            .k = K};
+        dev_matmul_id(d, &p);
+    }
+    CHECK(memcmp(y[0], y[1], sizeof y[0]) == 0);
+    for (int t = 0; t < T; t++) /* and each slot's product is its expert's matrix times its row */
+        for (int i = 0; i < K; i++) {
+            const int e = route_e[t * K + i], s = slot[t * K + i];
+            for (int o = 0; o < NO; o++) {
+                double ref = 0.0, mag = 0.0; /* mag: the Q8_0 products' error scale */
+                for (int j = 0; j < E; j++) {
+                    const double wx = (double)wf[((size_t)e * NO + o) * E + j] * x[t][j];
+                    ref += wx, mag += fabs(wx);
+                }
+                CHECK(fabs(y[1][1][s][o] - ref) <= 1e-3);
+                CHECK(fabs(y[1][0][s][o] - ref) <= 0.01 * mag);
+            }
+        }
+    free(wq), free(tmp), free(wf), free(row);
+    dev_destroy(d);
+}
+
 /* A one-token step of the tiny MoE model reads exactly k experts in each MoE layer's two
  * expert calls (gate/up and down), on 1 and 2 devices (each its slice of every expert). */
 TEST(moe_stats_of_a_decode_step)
@@ -826,6 +913,7 @@ int main(int argc, char **argv)
     RUN(graphs_match_eager);
     RUN(moe_stats_count_read_experts);
     RUN(moe_stats_of_a_decode_step);
+    RUN(moe_rows_prepared_once_same_bits);
     RUN(comm_registry);
     RUN(host_allreduce_bits);
     TEST_MAIN_END("test_tp");
