@@ -21,18 +21,21 @@
  * registers), then each of T activation vectors (a memory operand) meets all R: R * T vpdpbusd
  * per R + T vectors read. int32 partials live in R * T registers for one group, float
  * accumulators in another R * T. Batched tiles are 2 rows x up to 4 tokens (0.75 vector reads
- * per vpdpbusd; 4 x 4 would need 32 accumulators + the weights: more than the 32 registers), the
- * scales of a block of 4 rows unpacked once per call into kx_wsc; decode tiles are 4 rows x 1
- * token with the scales unpacked in the tile (a separate pass over the rows cost decode ~30%).
+ * per vpdpbusd; 4 x 4 would need 32 accumulators + the weights: more than the 32 registers);
+ * decode tiles are 4 rows x 1 token. A row's scales are unpacked by the first token tile that
+ * meets it, in the tile, and kept in kx_wsc for the later tiles of the chunk (none with one
+ * tile): a separate pass over the rows before the tiles stalled on the rows' headers (B = 2,
+ * 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30% when it was used there.
  * The activations are packed once per call into the step order (kx_act, thread-local), a chunk
  * of tokens at a time; each block of 4 rows is then read from memory once per chunk and met by
- * all its tokens while it sits in L1, and the next block is prefetched group by group.
+ * all its tokens while it sits in L1, and the next block is prefetched group by group into L1
+ * (T0; against T1, 4096 x 8192 Q4_KX B = 1 and 8 ran faster in 2 of 2 alternated pairs and
+ * Q6_KX decode read 79-89% of the triad against 73-94%: the busy machine's noise is as large).
  *
  * Measured (kqbench --cpu-time 1, 2 threads, medians of 3 alternated with the plain kernels, a
  * busy shared machine): 4096 x 8192 batched decode B = 2 / 4 / 8 / 16 took 2.7 / 2.0 / 2.4 / 2.3x
  * less time than the plain Q4_K kernels, Q5_K 1.1 / 1.3 / 1.6 / 1.5x, Q6_K 0.96 / 1.2 / 1.1 /
- * 0.9x. TODO(issue 33): Q6_KX decode is 0.75-0.9x the plain Q6_K tile's on large rows and its
- * in-cache rate lags too (23 against 15 cycles per row and super-block); not understood yet.
+ * 0.9x (before the T0 prefetch and the in-tile scales; see kq_repack_type for Q6_KX now).
  *
  * Threads: any number may call concurrently; the only state is the thread-local activation
  * scratch, filled and used within one call.
@@ -189,7 +192,7 @@ INLINE void kx_dots(int R, int T, const __m512i w[KX_R], const struct kx_act *A,
  * (row r at pf + r * ws), group by group.
  */
 INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, size_t ws,
-                     int64_t g, const struct kx_wsc *S, const struct kx_act *A, int64_t G,
+                     int64_t g, struct kx_wsc *S, bool put, const struct kx_act *A, int64_t G,
                      const uint8_t *pf, __m512 acc[KX_R][KX_T])
 {
     const size_t gb = KX_GB(wt), bb = wt == KQ_Q6_KX ? gb : gb / 2;
@@ -240,16 +243,18 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
         }
     }
     UNROLL for (int r = 0; r < R; r++) {
-        struct kx_wsc own; /* S NULL: this row's scales, unpacked here */
-        const struct kx_wsc *sc = S ? &S[r * G + g] : &own;
-        if (!S && wt == KQ_Q6_KX)
+        struct kx_wsc own = {0}; /* S NULL or put: this row's scales, unpacked here */
+        const struct kx_wsc *sc = S && !put ? &S[r * G + g] : &own;
+        if ((!S || put) && wt == KQ_Q6_KX)
             own.wd = kx_scales_q6((const struct kq__q6_k *)(W + r * ws + g * gb));
-        else if (!S)
+        else if (!S || put)
             kx_scales_pair(W + r * ws + g * gb, two ? W + r * ws + g * gb + bb : NULL, &own.wd,
                            &own.mn);
+        if (put)
+            S[r * G + g] = own;
         if (pf)
             UNROLL for (size_t l = 0; l < gb; l += 64)
-                _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T1);
+                _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T0);
         UNROLL for (int t = 0; t < T; t++) {
             const struct kx_act *a = &A[t * G + g];
             acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(sc->wd, a->d),
@@ -260,36 +265,20 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
     }
 }
 
-/* The scales of the G groups of one row (GF of them full) into S[0..G). */
-static void kx_prep_scales(enum kq_type wt, const uint8_t *row, int64_t G, int64_t GF,
-                           struct kx_wsc *S)
-{
-    const size_t gb = KX_GB(wt), bb = wt == KQ_Q6_KX ? gb : gb / 2;
-    for (int64_t g = 0; g < G; g++) {
-        const uint8_t *b = row + g * gb;
-        if (wt == KQ_Q6_KX) {
-            S[g].wd = kx_scales_q6((const struct kq__q6_k *)b);
-            S[g].mn = _mm512_setzero_ps();
-        } else {
-            kx_scales_pair(b, g < GF ? b + bb : NULL, &S[g].wd, &S[g].mn);
-        }
-    }
-}
-
 /* y[t * ys + r] = row r . token t for r < R, t < T: the GF full groups, then the lone
  * super-block of a Q4_KX / Q5_KX row with an odd count (G > GF). */
 INLINE void kx_tile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                    size_t ws, const struct kx_wsc *S, const struct kx_act *A, const uint8_t *pf,
-                    float *y, int64_t ys)
+                    size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
+                    const uint8_t *pf, float *y, int64_t ys)
 {
     __m512 acc[KX_R][KX_T];
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < T; t++)
             acc[r][t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < GF; g++)
-        kx_group(wt, R, T, true, W, ws, g, S, A, G, pf, acc);
+        kx_group(wt, R, T, true, W, ws, g, S, put, A, G, pf, acc);
     if (GF < G)
-        kx_group(wt, R, T, false, W, ws, GF, S, A, G, NULL, acc);
+        kx_group(wt, R, T, false, W, ws, GF, S, put, A, G, NULL, acc);
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < T; t++)
             y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
@@ -297,13 +286,14 @@ INLINE void kx_tile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const 
 
 /* kx_tile for the shapes it is compiled for: KX_R x 1 (decode), 2 x 2..KX_T, 1 x 1..KX_T. */
 static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                     size_t ws, const struct kx_wsc *S, const struct kx_act *A, const uint8_t *pf,
-                     float *y, int64_t ys)
+                     size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
+                     const uint8_t *pf, float *y, int64_t ys)
 {
 #define KX_TILE(w, r, tt)                                                                         \
     if (wt == w && R == r && T == tt)                                                             \
-        return S ? kx_tile(w, r, tt, G, GF, W, ws, S, A, pf, y, ys)                               \
-                 : kx_tile(w, r, tt, G, GF, W, ws, NULL, A, pf, y, ys);
+        return !S  ? kx_tile(w, r, tt, G, GF, W, ws, NULL, false, A, pf, y, ys)                   \
+               : put ? kx_tile(w, r, tt, G, GF, W, ws, S, true, A, pf, y, ys)                     \
+                     : kx_tile(w, r, tt, G, GF, W, ws, S, false, A, pf, y, ys);
 #define KX_TYPE(w)                                                                                \
     KX_TILE(w, KX_R, 1)                                                                           \
     KX_TILE(w, 2, 4) KX_TILE(w, 2, 3) KX_TILE(w, 2, 2) KX_TILE(w, 2, 1)                           \
@@ -343,26 +333,27 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
         for (int64_t r = r0; r < r1; r += KX_R) {
             const int rr = (int)(r1 - r < KX_R ? r1 - r : KX_R);
             const uint8_t *Wr = w8 + r * ws;
-            struct kx_wsc *S = nt > 1 ? kx_wsc_tls : NULL; /* decode: unpacked in the tile */
-            for (int i = 0; S && i < rr; i++)
-                kx_prep_scales(wt, Wr + i * ws, G, GF, &S[i * G]);
+            /* one token tile: its scales unpacked in the tile; more: unpacked by the first tile,
+             * kept in kx_wsc for the others */
+            struct kx_wsc *S = t1 - t0 > KX_T ? kx_wsc_tls : NULL;
             for (int64_t t = t0; t < t1; t += KX_T) {
                 const int tt = (int)(t1 - t < KX_T ? t1 - t : KX_T);
                 const struct kx_act *A = &kx_act_tls[(t - t0) * G];
+                const bool put = t == t0;
                 float *yt = y + t * ys + r;
                 /* the first token tile asks for the next row block */
                 const uint8_t *pf = t == t0 && r + 2 * KX_R <= r1 ? Wr + KX_R * ws : NULL;
                 if (rr == KX_R && nt == 1) {
-                    kx_tiles(wt, KX_R, 1, G, GF, Wr, ws, NULL, A, pf, yt, ys);
+                    kx_tiles(wt, KX_R, 1, G, GF, Wr, ws, NULL, false, A, pf, yt, ys);
                     continue;
                 }
                 int i = 0;
                 for (; rr == KX_R && i < KX_R; i += 2)
-                    kx_tiles(wt, 2, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, A,
+                    kx_tiles(wt, 2, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, put, A,
                              pf ? pf + i * ws : NULL, yt + i, ys);
                 for (; i < rr; i++)
-                    kx_tiles(wt, 1, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, A, NULL,
-                             yt + i, ys);
+                    kx_tiles(wt, 1, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, put, A,
+                             NULL, yt + i, ys);
             }
         }
     }
