@@ -781,11 +781,14 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
 #define PX_T 4                    /* tokens of a tile */
 #define PX_ACT_BYTES (512u << 10) /* a thread's packed activations: tokens x groups */
 #define PX_L1_W (20u << 10)       /* weight bytes of a super-block's panel, kept in L1 */
-/* From this many tokens on, the next super-block's rows are asked into L1 (prefetcht0), below
- * it into L2 (prefetcht1). Into L1, kqbench-like 6144 x 2048 from DRAM, 1 thread: 4 tokens
- * 0.44-0.50 -> 0.34-0.40 ms, 8 tokens 0.73-0.77 -> 0.45-0.51, 16 tokens 1.43 -> 1.0; 1 and 2
- * tokens, whose tiles are too short to hide the misses, gain nothing from it (noisy). */
-#define PX_PF_L1_T 3
+/* From this many tokens on, the next super-block's rows are asked into L1 (prefetchnta: on this
+ * Zen 5 the same or a little more than prefetcht0), for one token into L2 (prefetcht1) as
+ * before. kqbench 6144 x 2048 q8_0x, 1 / 2 threads, cpu-time, medians of 3 alternated runs
+ * (busy machine), prefetcht1 for all -> this: 4 tokens 0.545 / 0.276 -> 0.386 / 0.190 ms,
+ * 8 tokens 0.756 / 0.383 -> 0.492 / 0.269, 16 tokens 1.29 / 0.662 -> 0.995 / 0.509; 1 and 2
+ * tokens within the noise. Smaller super-blocks (12 or 16 KiB) ask too late and lost, asking
+ * 2 super-blocks ahead into L2 as well lost too. */
+#define PX_PF_L1_T 2
 #define PX_SR_MIN 9               /* rows of a super-block at least, where panels split rows */
 
 /* Keeps v in a register: GCC otherwise folds a load back into each of its R (or T) uses. */
@@ -928,7 +931,7 @@ INLINE void px_prefetch(const uint8_t **pf, const uint8_t *pfl, int nl)
             _mm_prefetch((const char *)(*pf < pfl ? *pf : pfl), _MM_HINT_T1);
     else
         for (int i = 0; i < nl; i++, *pf += 64)
-            _mm_prefetch((const char *)(*pf < pfl ? *pf : pfl), _MM_HINT_T0);
+            _mm_prefetch((const char *)(*pf < pfl ? *pf : pfl), _MM_HINT_NTA);
 }
 
 /*
