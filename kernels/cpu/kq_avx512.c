@@ -781,6 +781,14 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
 #define PX_T 4                    /* tokens of a tile */
 #define PX_ACT_BYTES (512u << 10) /* a thread's packed activations: tokens x groups */
 #define PX_L1_W (20u << 10)       /* weight bytes of a super-block's panel, kept in L1 */
+/* From this many tokens on, the next super-block's rows are asked into L1 (prefetchnta: on this
+ * Zen 5 the same or a little more than prefetcht0), for one token into L2 (prefetcht1) as
+ * before. kqbench 6144 x 2048 q8_0x, 1 / 2 threads, cpu-time, medians of 3 alternated runs
+ * (busy machine), prefetcht1 for all -> this: 4 tokens 0.545 / 0.276 -> 0.386 / 0.190 ms,
+ * 8 tokens 0.756 / 0.383 -> 0.492 / 0.269, 16 tokens 1.29 / 0.662 -> 0.995 / 0.509; 1 and 2
+ * tokens within the noise. Smaller super-blocks (12 or 16 KiB) ask too late and lost, asking
+ * 2 super-blocks ahead into L2 as well lost too. */
+#define PX_PF_L1_T 2
 #define PX_SR_MIN 9               /* rows of a super-block at least, where panels split rows */
 
 /* Keeps v in a register: GCC otherwise folds a load back into each of its R (or T) uses. */
@@ -913,23 +921,28 @@ INLINE void px_store(int R, int T, __m512 acc[PX_R][PX_T], float *y, int64_t ys)
         _mm_mask_storeu_ps(y + t * ys, (__mmask8)((1u << R) - 1), _mm512_extractf32x4_ps(f1, t));
 }
 
-/* Ask for the part of bytes pf[0..len) that group g of G covers. */
-INLINE void px_prefetch(const uint8_t *pf, size_t len, int64_t g, int64_t G)
+/* Ask for the next |nl| lines from *pf into L1 (nl > 0) or L2 (nl < 0), up to the last one at
+ * pfl (asked again where *pf passed it: no branch depends on where the range ends, and no
+ * division is left in the group loop); *pf moves on. */
+INLINE void px_prefetch(const uint8_t **pf, const uint8_t *pfl, int nl)
 {
-    const size_t hi = (size_t)(g + 1) * len / (size_t)G;
-    for (size_t o = (size_t)g * len / (size_t)G & ~(size_t)63; o < hi; o += 64)
-        _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+    if (nl < 0) /* into L2 only */
+        for (int i = 0; i < -nl; i++, *pf += 64)
+            _mm_prefetch((const char *)(*pf < pfl ? *pf : pfl), _MM_HINT_T1);
+    else
+        for (int i = 0; i < nl; i++, *pf += 64)
+            _mm_prefetch((const char *)(*pf < pfl ? *pf : pfl), _MM_HINT_NTA);
 }
 
 /*
  * Groups [g0, g1) of y[t * ys + r] = row r . token t for r < R, t < T: rows of nb blocks from W
- * (ws bytes apart), tokens' packed groups at A[g * as + t]; pf[0..npf): bytes to ask for,
- * group by group. A panel that does not start the row takes its accumulators from ab (16
+ * (ws bytes apart), tokens' packed groups at A[g * as + t]; from pf, |nl| lines a group are
+ * asked for (px_prefetch), the last at pfl. A panel that does not start the row takes its accumulators from ab (16
  * floats for each (r, t), r * PX_T + t), one that does not end it leaves them there.
  */
 INLINE void px_tile(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, const uint8_t *W,
-                    size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf, size_t npf,
-                    float *ab, float *y, int64_t ys)
+                    size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf,
+                    const uint8_t *pfl, int nl, float *ab, float *y, int64_t ys)
 {
     const int64_t GF = nb / 16, G = (nb + 15) / 16;
     const int mt = (int)(nb % 16);
@@ -941,11 +954,11 @@ INLINE void px_tile(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, c
             acc[r][t] = g0 ? _mm512_load_ps(ab + 16 * (r * PX_T + t)) : _mm512_setzero_ps();
     const int64_t gf = g1 < GF ? g1 : GF;
     for (int64_t g = g0; g < gf; g++) {
-        px_prefetch(pf, npf, g - g0, g1 - g0);
+        px_prefetch(&pf, pfl, nl);
         px_group(q4, false, R, T, 16, 0xffff, q + g * gq, W + 32 * g, ws, A + g * as, acc);
     }
     if (mt && g1 == G) {
-        px_prefetch(pf, npf, GF - g0, g1 - g0);
+        px_prefetch(&pf, pfl, nl);
         px_group(q4, true, R, T, mt, (__mmask16)((1u << mt) - 1), q + GF * gq, W + 32 * GF, ws,
                  A + GF * as, acc);
     }
@@ -960,12 +973,12 @@ INLINE void px_tile(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, c
 
 /* px_tile for the shapes it is compiled for: R in 1..PX_R, T in 1..PX_T, both types. */
 static void px_tiles(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, const uint8_t *W,
-                     size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf, size_t npf,
-                     float *ab, float *y, int64_t ys)
+                     size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf,
+                     const uint8_t *pfl, int nl, float *ab, float *y, int64_t ys)
 {
 #define PX_SHAPE(q, r, t)                                                                          \
     if (q4 == q && R == r && T == t)                                                               \
-        return px_tile(q, r, t, nb, g0, g1, W, ws, A, as, pf, npf, ab, y, ys);
+        return px_tile(q, r, t, nb, g0, g1, W, ws, A, as, pf, pfl, nl, ab, y, ys);
 #define PX_ROWS(q, r) PX_SHAPE(q, r, 4) PX_SHAPE(q, r, 3) PX_SHAPE(q, r, 2) PX_SHAPE(q, r, 1)
     PX_ROWS(false, 3) PX_ROWS(false, 2) PX_ROWS(false, 1)
     PX_ROWS(true, 3) PX_ROWS(true, 2) PX_ROWS(true, 1)
@@ -1007,23 +1020,26 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
                             &px_act_tls[g * tc + t]);
         for (int64_t rs = r0; rs < r1; rs += sr) {
             const int64_t re = rs + sr < r1 ? rs + sr : r1, nrt = (re - rs + PX_R - 1) / PX_R;
-            /* the next super-block's rows, asked for across this one's tiles */
+            /* the next super-block's rows, asked for across this one's tiles: nl lines a group,
+             * tile after tile (the groups of a tile are its panel's) */
             const int64_t pe = re + sr < r1 ? re + sr : r1;
-            const size_t pn = pe > re ? (size_t)(pe - re - 1) * ws + rb : 0;
-            const int64_t ntile = ntt * nrt * ((G + gp - 1) / gp);
-            int64_t i = 0;
+            const uint8_t *pf = (const uint8_t *)((uintptr_t)(W + re * ws) & ~(uintptr_t)63);
+            const size_t pn = pe > re ? (size_t)(W + (pe - 1) * ws + rb - pf) : 0;
+            const int64_t ntile = ntt * nrt, npl = (int64_t)(pn + 63) / 64;
+            const uint8_t *pfl = pf + (npl ? npl - 1 : 0) * 64;
             for (int64_t g0 = 0; g0 < G; g0 += gp) {
                 const int64_t g1 = g0 + gp < G ? g0 + gp : G;
+                /* lines of this panel's tiles: its share of npl, whole lines */
+                const int64_t pl = npl * g1 / G - npl * g0 / G;
+                const int nl = (int)((pl + ntile * (g1 - g0) - 1) / (ntile * (g1 - g0)));
                 for (int64_t t = 0; t < tc; t += PX_T) {
                     const int tt = (int)(tc - t < PX_T ? tc - t : PX_T);
-                    for (int64_t r = rs; r < re; r += PX_R, i++) {
+                    for (int64_t r = rs; r < re; r += PX_R) {
                         const int rr = (int)(re - r < PX_R ? re - r : PX_R);
-                        const size_t lo = pn * (size_t)i / (size_t)ntile,
-                                     hi = pn * (size_t)(i + 1) / (size_t)ntile;
                         float *ab = px_acc_tls[t / PX_T * nrt + (r - rs) / PX_R].v;
-                        px_tiles(q4, rr, tt, nb, g0, g1, W + r * ws, ws, px_act_tls + t, tc,
-                                 pn ? W + re * ws + lo : NULL, hi - lo, ab,
-                                 y + (t0 + t) * ys + r, ys);
+                        px_tiles(q4, rr, tt, nb, g0, g1, W + r * ws, ws, px_act_tls + t, tc, pf,
+                                 pfl, nt >= PX_PF_L1_T ? nl : -nl, ab, y + (t0 + t) * ys + r, ys);
+                        pf += (size_t)nl * (size_t)(g1 - g0) * 64;
                     }
                 }
             }
