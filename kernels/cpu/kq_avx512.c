@@ -937,8 +937,9 @@ INLINE void px_prefetch(const uint8_t **pf, const uint8_t *pfl, int nl)
 /*
  * Groups [g0, g1) of y[t * ys + r] = row r . token t for r < R, t < T: rows of nb blocks from W
  * (ws bytes apart), tokens' packed groups at A[g * as + t]; from pf, |nl| lines a group are
- * asked for (px_prefetch), the last at pfl. A panel that does not start the row takes its accumulators from ab (16
- * floats for each (r, t), r * PX_T + t), one that does not end it leaves them there.
+ * asked for (px_prefetch), the last at pfl. A panel that does not start the row takes its
+ * accumulators from ab (16 floats for each (r, t), r * PX_T + t), one that does not end it
+ * leaves them there.
  */
 INLINE void px_tile(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, const uint8_t *W,
                     size_t ws, const struct px_act *A, int64_t as, const uint8_t *pf,
