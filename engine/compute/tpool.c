@@ -368,6 +368,20 @@ static void send_home(tpool_t *p)
     }
 }
 
+/* Owner side, once a pull is due: move the workers inside onto this CPU (pull_holders), sleep
+ * until (w->word & mask) == target, then send them home. Returns false, having done nothing
+ * more, when no worker could be moved. */
+static bool pull_and_sleep(tpool_t *p, waitword *w, uint32_t mask, uint32_t target)
+{
+    if (pull_holders(p) == 0)
+        return false;
+    uint32_t v = atomic_load_explicit(&w->word, memory_order_acquire);
+    while ((v & mask) != target)
+        v = sleep_change(w, v);
+    send_home(p);
+    return true;
+}
+
 /* Owner side of a chunked dispatch: close the entry and wait until every worker inside has left;
  * pull them (see above) and sleep once both this wait and a worker's chunk last `patience` ns. */
 static void close_chunks(tpool_t *p, int64_t patience)
@@ -376,11 +390,10 @@ static void close_chunks(tpool_t *p, int64_t patience)
     const int64_t start = now_ns();
     for (unsigned i = 1; e & ENTRY_COUNT; i++) {
         if ((i & 63) == 0 && pull_due(p, start, now_ns(), patience)) {
-            const bool pulled = pull_holders(p) > 0;
+            if (pull_and_sleep(p, &p->entry, ENTRY_COUNT, 0))
+                return;
             while (e & ENTRY_COUNT)
-                e = pulled ? sleep_change(&p->entry, e) : wait_change(p, &p->entry, e);
-            if (pulled)
-                send_home(p);
+                e = wait_change(p, &p->entry, e);
             return;
         }
         cpu_relax();
@@ -390,7 +403,8 @@ static void close_chunks(tpool_t *p, int64_t patience)
 
 /* Wait until the first phase of the current dispatch is done. Its chunks are held by running
  * threads, so this spins (yielding where the holder may share this CPU); the owner
- * (patience >= 0) pulls the workers inside as close_chunks does, then sleeps. */
+ * (patience >= 0) pulls the workers inside as close_chunks does, then sleeps. done_first only
+ * counts first-phase chunks, so it stops at n_first. */
 static void wait_first(tpool_t *p, int64_t patience)
 {
     const uint32_t n_first = (uint32_t)p->n_first;
@@ -403,12 +417,9 @@ static void wait_first(tpool_t *p, int64_t patience)
             const int64_t t = now_ns();
             if (!start)
                 start = t;
-            if (patience >= 0 && pull_due(p, start, t, patience) && pull_holders(p) > 0) {
-                while (v < n_first)
-                    v = sleep_change(&p->done_first, v);
-                send_home(p);
+            if (patience >= 0 && pull_due(p, start, t, patience) &&
+                pull_and_sleep(p, &p->done_first, UINT32_MAX, n_first))
                 return;
-            }
             if (p->yield && t - start >= SPIN_PURE_NS) /* the holder may share this CPU */
                 sched_yield();
         }

@@ -364,10 +364,17 @@ void kop__avx512_conv1d_silu(const float *state, const float *u, const float *w,
 
 /* ================================ gated delta rule ========================================== */
 
+/* Rows of the state ahead of the one in use that gdn_rows asks into L1 (one line each: the
+ * hardware prefetch follows the rest of the row). */
+#define GDN_PF_ROWS 8
+
 /*
- * The reference's two passes with a row of the state as NV vectors, kept in registers: pass 1
- * decays row i into M and accumulates k_i * row into kM; pass 2 adds k_i delta and accumulates
- * q_i * row into the output. NV is a compile-time constant at every call, so the loops over j
+ * The reference's two passes with a row of the state as NV vectors, kept in registers. Pass 1
+ * only reads: kM = sum_i k_i (decay M_in[i]); pass 2 recomputes decay M_in[i] (the same
+ * product, so the same rounding), adds k_i delta, stores the row and accumulates q_i row. A
+ * head's state (S = 128: 64 KiB) does not fit in L1, so a pass-1 store would go out to L2 and
+ * come back in pass 2: the state is stored once per step, not twice. M may equal M_in (row i is
+ * read before it is stored). NV is a compile-time constant at every call, so the loops over j
  * unroll and kM, delta and the output stay in registers.
  */
 INLINE void gdn_rows(float *M, const float *M_in, const float *q, const float *k, const float *v,
@@ -379,9 +386,10 @@ INLINE void gdn_rows(float *M, const float *M_in, const float *q, const float *k
         acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < S; i++) {
         const __m512 ki = _mm512_set1_ps(k[i]);
+        if (i + GDN_PF_ROWS < S)
+            _mm_prefetch((const char *)(M_in + (i + GDN_PF_ROWS) * S), _MM_HINT_T0);
         UNROLL for (int j = 0; j < NV; j++) {
             const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(M_in + i * S + 16 * j), vd);
-            _mm512_storeu_ps(M + i * S + 16 * j, r);
             acc[j] = _mm512_fmadd_ps(ki, r, acc[j]);
         }
     }
@@ -393,7 +401,8 @@ INLINE void gdn_rows(float *M, const float *M_in, const float *q, const float *k
     for (int64_t i = 0; i < S; i++) {
         const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
         UNROLL for (int j = 0; j < NV; j++) {
-            const __m512 r = _mm512_fmadd_ps(ki, delta[j], _mm512_loadu_ps(M + i * S + 16 * j));
+            const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(M_in + i * S + 16 * j), vd);
+            const __m512 r = _mm512_fmadd_ps(ki, delta[j], d);
             _mm512_storeu_ps(M + i * S + 16 * j, r);
             acc[j] = _mm512_fmadd_ps(qi, r, acc[j]);
         }
@@ -403,7 +412,8 @@ INLINE void gdn_rows(float *M, const float *M_in, const float *q, const float *k
         _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[j], vs));
 }
 
-/* Any S % 16 == 0 up to 256: column blocks of 16, each a pass of its own over the rows. */
+/* Any S % 16 == 0 up to 256: column blocks of 16 (S rows of 64 bytes, in L1 between the
+ * passes), each a pass of its own over the rows; the passes as gdn_rows'. */
 static void gdn_cols(float *M, const float *M_in, const float *q, const float *k, const float *v,
                      float decay, float beta, float scale, int64_t S, float *out)
 {
@@ -412,14 +422,13 @@ static void gdn_cols(float *M, const float *M_in, const float *q, const float *k
         __m512 acc = _mm512_setzero_ps();
         for (int64_t i = 0; i < S; i++) {
             const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(M_in + i * S + j), vd);
-            _mm512_storeu_ps(M + i * S + j, r);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(k[i]), r, acc);
         }
         const __m512 delta = _mm512_mul_ps(vb, _mm512_sub_ps(_mm512_loadu_ps(v + j), acc));
         acc = _mm512_setzero_ps();
         for (int64_t i = 0; i < S; i++) {
-            const __m512 r = _mm512_fmadd_ps(_mm512_set1_ps(k[i]), delta,
-                                             _mm512_loadu_ps(M + i * S + j));
+            const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(M_in + i * S + j), vd);
+            const __m512 r = _mm512_fmadd_ps(_mm512_set1_ps(k[i]), delta, d);
             _mm512_storeu_ps(M + i * S + j, r);
             acc = _mm512_fmadd_ps(_mm512_set1_ps(q[i]), r, acc);
         }
