@@ -24,8 +24,11 @@
  * reads per vpdpbusd) and keep their 16 float accumulators in memory, one load (an FMA operand)
  * and one store a group each: with them in registers too, 16 + 16 + the weights would not fit
  * the 32 registers (the compiler spilled them anyway). Against the 2 x 4 tiles they replace
- * (8 chains, 0.75 reads), kqbench 2048 x 6144 Q4_KX in cache, one thread, B = 16 ran in 87-100
- * us against 115-121 (best of 40, alternated); with the weights from DRAM see the commit. At
+ * (8 chains, 0.75 reads), 2048 x 6144 Q4_KX in cache, one thread, B = 16 ran in 87-100 us
+ * against 115-121 (best of 40, alternated); kqbench --cpu-time 1, 2 threads, weights from DRAM,
+ * 6144 x 2048 B = 6 / 8 / 12 / 16: 0.24 / 0.24 / 0.42 / 0.60 ms against 0.26 / 0.28 / 0.45 /
+ * 0.63 (2048 x 6144: 0.30 / 0.37 / 0.46 / 0.56 against 0.34 / 0.39 / 0.53 / 0.64), a busy
+ * machine whose run-to-run spread is as large; B = 3-4 about even. At
  * 2 tokens the 2 x 2 tiles stay (as fast or faster there). On this Zen 5 vpdpbusd, vmulps and
  * the FMAs share two pipes (cvtdq2ps, vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and
  * 2 FMAs per output bound it at 5.5 cycles an output and group. Decode tiles are 4 rows x 1
