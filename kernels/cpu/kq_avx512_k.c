@@ -19,10 +19,20 @@
  *
  * Register blocking: a tile is R rows x T tokens. Per step it unpacks R weight vectors (kept in
  * registers), then each of T activation vectors (a memory operand) meets all R: R * T vpdpbusd
- * per R + T vectors read. int32 partials live in R * T registers for one group, float
- * accumulators in another R * T. Batched tiles are 2 rows x up to 4 tokens (0.75 vector reads
- * per vpdpbusd; 4 x 4 would need 32 accumulators + the weights: more than the 32 registers);
- * decode tiles are 4 rows x 1 token. A row's scales are unpacked by the first token tile that
+ * per R + T vectors read. int32 partials live in R * T registers for one group. From KX_MT
+ * tokens on the tiles are 4 rows x up to 4 tokens (kx_mtile: 16 chains of vpdpbusd, 0.5 vector
+ * reads per vpdpbusd) and keep their 16 float accumulators in memory, one load (an FMA operand)
+ * and one store a group each: with them in registers too, 16 + 16 + the weights would not fit
+ * the 32 registers (the compiler spilled them anyway). Against the 2 x 4 tiles they replace
+ * (8 chains, 0.75 reads), 2048 x 6144 Q4_KX in cache, one thread, B = 16 ran in 87-100 us
+ * against 115-121 (best of 40, alternated); kqbench --cpu-time 1, 2 threads, weights from DRAM,
+ * 6144 x 2048 B = 6 / 8 / 12 / 16: 0.24 / 0.24 / 0.42 / 0.60 ms against 0.26 / 0.28 / 0.45 /
+ * 0.63 (2048 x 6144: 0.30 / 0.37 / 0.46 / 0.56 against 0.34 / 0.39 / 0.53 / 0.64), a busy
+ * machine whose run-to-run spread is as large; B = 3-4 about even. At
+ * 2 tokens the 2 x 2 tiles stay (as fast or faster there). On this Zen 5 vpdpbusd, vmulps and
+ * the FMAs share two pipes (cvtdq2ps, vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and
+ * 2 FMAs per output bound it at 5.5 cycles an output and group. Decode tiles are 4 rows x 1
+ * token. A row's scales are unpacked by the first token tile that
  * meets it, in the tile, and kept in kx_wsc for the later tiles of the chunk (none with one
  * tile): a separate pass over the rows before the tiles stalled on the rows' headers (B = 2,
  * 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30% when it was used there.
@@ -49,6 +59,7 @@
 #define KX_T 4                   /* tokens per tile at most (tiles of 2 rows) */
 #define KX_MAX_G 256             /* groups of a row: n <= 65536 */
 #define KX_ACT_BYTES (256u << 10) /* packed activations of one token chunk */
+#define KX_MT 3                  /* tokens from which batched tiles are KX_R x KX_T */
 
 /* One token's group, in the step order: 8 steps (Q6_KX: 4), the scales per lane. */
 struct kx_act {
@@ -193,7 +204,7 @@ INLINE void kx_dots(int R, int T, const __m512i w[KX_R], const struct kx_act *A,
  */
 INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, size_t ws,
                      int64_t g, struct kx_wsc *S, bool put, const struct kx_act *A, int64_t G,
-                     const uint8_t *pf, __m512 acc[KX_R][KX_T])
+                     const uint8_t *pf, __m512 acc[restrict KX_R][KX_T])
 {
     const size_t gb = KX_GB(wt), bb = wt == KQ_Q6_KX ? gb : gb / 2;
     __m512i ia[KX_R][KX_T], w[KX_R];
@@ -257,10 +268,13 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
                 _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T0);
         UNROLL for (int t = 0; t < T; t++) {
             const struct kx_act *a = &A[t * G + g];
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(sc->wd, a->d),
-                                        acc[r][t]);
+            /* one store: acc may be memory (kx_mtile), which the scale loads could alias */
+            const __m512 wd = sc->wd, mn = sc->mn, ad = a->d, as = a->s;
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(wd, ad),
+                                       acc[r][t]);
             if (wt != KQ_Q6_KX)
-                acc[r][t] = _mm512_fnmadd_ps(sc->mn, a->s, acc[r][t]);
+                v = _mm512_fnmadd_ps(mn, as, v);
+            acc[r][t] = v;
         }
     }
 }
@@ -305,6 +319,48 @@ static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const
 #undef KX_TILE
 }
 
+/*
+ * kx_tile with the accumulators in memory (a tile of KX_R x KX_T has no registers for 16 of
+ * them beside its 16 int32 sums and weights): each group reads them once and writes them once,
+ * as one FMA operand and one store, the same arithmetic.
+ */
+INLINE void kx_mtile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
+                     size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
+                     const uint8_t *pf, float *y, int64_t ys)
+{
+    __m512 ab[KX_R][KX_T];
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < T; t++)
+            ab[r][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < GF; g++) {
+        __m512(*m)[KX_T] = ab;
+        __asm__("" : "+r"(m)); /* kept from registers: in memory, group by group */
+        kx_group(wt, R, T, true, W, ws, g, S, put, A, G, pf, m);
+    }
+    if (GF < G)
+        kx_group(wt, R, T, false, W, ws, GF, S, put, A, G, NULL, ab);
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < T; t++)
+            y[t * ys + r] = _mm512_reduce_add_ps(ab[r][t]);
+}
+
+/* kx_mtile for the shapes it is compiled for: KX_R x 1..KX_T, with the scales put or got. */
+static void kx_mtiles(enum kq_type wt, int T, int64_t G, int64_t GF, const uint8_t *W, size_t ws,
+                      struct kx_wsc *S, bool put, const struct kx_act *A, const uint8_t *pf,
+                      float *y, int64_t ys)
+{
+#define KX_MTILE(w, tt)                                                                           \
+    if (wt == w && T == tt)                                                                       \
+        return put ? kx_mtile(w, KX_R, tt, G, GF, W, ws, S, true, A, pf, y, ys)                   \
+                   : kx_mtile(w, KX_R, tt, G, GF, W, ws, S, false, A, pf, y, ys);
+#define KX_TYPE(w) KX_MTILE(w, 4) KX_MTILE(w, 3) KX_MTILE(w, 2) KX_MTILE(w, 1)
+    KX_TYPE(KQ_Q4_KX)
+    KX_TYPE(KQ_Q5_KX)
+    KX_TYPE(KQ_Q6_KX)
+#undef KX_TYPE
+#undef KX_MTILE
+}
+
 /* ================================ entry point ============================================= */
 
 bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, int64_t r0,
@@ -333,9 +389,9 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
         for (int64_t r = r0; r < r1; r += KX_R) {
             const int rr = (int)(r1 - r < KX_R ? r1 - r : KX_R);
             const uint8_t *Wr = w8 + r * ws;
-            /* one token tile: its scales unpacked in the tile; more: unpacked by the first tile,
-             * kept in kx_wsc for the others */
-            struct kx_wsc *S = t1 - t0 > KX_T ? kx_wsc_tls : NULL;
+            /* one token tile: its scales unpacked in the tile; more, or the KX_R x KX_T tiles:
+             * unpacked by the first tile, kept in kx_wsc for the others */
+            struct kx_wsc *S = t1 - t0 > KX_T || nt >= KX_MT ? kx_wsc_tls : NULL;
             for (int64_t t = t0; t < t1; t += KX_T) {
                 const int tt = (int)(t1 - t < KX_T ? t1 - t : KX_T);
                 const struct kx_act *A = &kx_act_tls[(t - t0) * G];
@@ -345,6 +401,10 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
                 const uint8_t *pf = t == t0 && r + 2 * KX_R <= r1 ? Wr + KX_R * ws : NULL;
                 if (rr == KX_R && nt == 1) {
                     kx_tiles(wt, KX_R, 1, G, GF, Wr, ws, NULL, false, A, pf, yt, ys);
+                    continue;
+                }
+                if (rr == KX_R && nt >= KX_MT) {
+                    kx_mtiles(wt, tt, G, GF, Wr, ws, S, put, A, pf, yt, ys);
                     continue;
                 }
                 int i = 0;

@@ -889,6 +889,45 @@ TEST(xq_shape_invariance)
         }
 }
 
+/* Q4_KX / Q5_KX / Q6_KX on AVX-512: every tile gives an output the same bits as any other: the
+ * 4-row decode tile (1 token), the 2-row tiles (2 tokens), the 4 x 1..4 tiles with their
+ * accumulators in memory (3 tokens on) and the 1-row tiles of a range's last rows, with the
+ * row's scales unpacked in the tile or kept from the first token tile; rows ending in a lone
+ * super-block (n = 256, 4352) or not, row ranges starting and ending anywhere, token counts 1..9,
+ * and a row long enough (n = 32768) that 40 tokens take several chunks. */
+TEST(kx_shape_invariance)
+{
+    if (kq_isa_best() != KQ_ISA_AVX512) {
+        printf("  (no AVX-512 on this CPU)\n");
+        return;
+    }
+    kq_isa_force(KQ_ISA_AVX512);
+    static const enum kq_type types[] = {KQ_Q4_KX, KQ_Q5_KX, KQ_Q6_KX};
+    static const int ns[] = {256, 2048, 4352, 32768};
+    static const int spans[][2] = {{0, 37}, {1, 37}, {2, 35}, {17, 36}, {5, 6}, {4, 12}};
+    enum { ROWS = 37, NT = 40, FEW = 9 };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            struct prob p;
+            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
+            float *all = malloc(sizeof(float) * ROWS * NT),
+                  *few = malloc(sizeof(float) * ROWS * FEW);
+            kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
+            int bad = 0;
+            for (int nt = 1; nt <= FEW; nt++)
+                for (size_t q = 0; q < sizeof spans / sizeof spans[0]; q++) {
+                    const int r0 = spans[q][0], r1 = spans[q][1];
+                    kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = r0; r < r1; r++)
+                            bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
+                }
+            CHECK_EQ(bad, 0);
+            free(all), free(few);
+            prob_free(&p);
+        }
+}
+
 /* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
  * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
  * exact path; the AVX2 Q8_0X kernels must be exact on it too (it is stored as 0). Rows 0, 3,
@@ -1034,6 +1073,7 @@ int main(void)
     RUN(simd_matmul_vs_scalar);
     RUN(packed_batch_invariance);
     RUN(xq_shape_invariance);
+    RUN(kx_shape_invariance);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
     TEST_MAIN_END("test_kq");
