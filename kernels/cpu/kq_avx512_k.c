@@ -28,8 +28,9 @@
  * against 115-121 (best of 40, alternated); kqbench --cpu-time 1, 2 threads, weights from DRAM,
  * 6144 x 2048 B = 6 / 8 / 12 / 16: 0.24 / 0.24 / 0.42 / 0.60 ms against 0.26 / 0.28 / 0.45 /
  * 0.63 (2048 x 6144: 0.30 / 0.37 / 0.46 / 0.56 against 0.34 / 0.39 / 0.53 / 0.64), a busy
- * machine whose run-to-run spread is as large; B = 3-4 about even. At
- * 2 tokens the 2 x 2 tiles stay (as fast or faster there). On this Zen 5 vpdpbusd, vmulps and
+ * machine whose run-to-run spread is as large. At 3-4 tokens the last medians had the 4 x 4
+ * tiles up to 20 % slower (6144 x 2048 B = 4: 0.21 against 0.19 ms), so up to 4 tokens the
+ * 2 x T tiles stay. On this Zen 5 vpdpbusd, vmulps and
  * the FMAs share two pipes (cvtdq2ps, vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and
  * 2 FMAs per output bound it at 5.5 cycles an output and group. Decode tiles are 4 rows x 1
  * token. A row's scales are unpacked by the first token tile that
@@ -59,7 +60,7 @@
 #define KX_T 4                   /* tokens per tile at most (tiles of 2 rows) */
 #define KX_MAX_G 256             /* groups of a row: n <= 65536 */
 #define KX_ACT_BYTES (256u << 10) /* packed activations of one token chunk */
-#define KX_MT 3                  /* tokens from which batched tiles are KX_R x KX_T */
+#define KX_MT 5                  /* tokens from which batched tiles are KX_R x KX_T */
 
 /* One token's group, in the step order: 8 steps (Q6_KX: 4), the scales per lane. */
 struct kx_act {
