@@ -50,16 +50,23 @@
  * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without (its loop holds the tokens and
  * makes each row's levels at once: 14 live ymm; 3x3, 5x2, 6x2, 2x4 no faster). Decode (one token)
  * runs R x 1.
+ * Since the activation vectors are kept in registers (X_IN_REG: GCC folded each one's load into
+ * all R of its products, 12 loads for 9 vpdpbusd at 3 x 3), Q8_0X with VNNI takes 2 x 4: kqbench
+ * 6144 x 2048 in cache (--ws 1), 1 thread, medians of 5 alternated runs on a busy machine,
+ * 8 / 16 tokens: 3 x 3 as it was 0.73 / 1.46 ms, 3 x 3 in registers 0.65 / 1.21, 2 x 4 in
+ * registers 0.62 / 1.20 (with 4 tokens in one tile and 16 in 4 instead of 6).
  */
 #ifndef Q8R
-#define Q8R 3
-#define Q8T 3
 #if KQX_VNNI
+#define Q8R 2
+#define Q8T 4
 #define Q4R 4
 #define Q4T 2
 #define KR 4
 #define KT 4
 #else
+#define Q8R 3
+#define Q8T 3
 #define Q4R 3
 #define Q4T 3
 #define KR 4
@@ -71,6 +78,10 @@
 #define X_CHUNK 32 /* tokens whose activations are packed at once */
 
 /* ================================ helpers =================================================== */
+
+/* Keeps v in a register: GCC otherwise folds its load into each of its uses as a memory
+ * operand (R loads of each activation vector a step instead of one). */
+#define X_IN_REG(v) __asm__("" : "+x"(v))
 
 INLINE float xh2f(uint16_t h)
 {
@@ -211,7 +222,8 @@ INLINE void xq_half(bool q4, bool part, int R, int T, const uint8_t *const q[XR]
             (void)wa;
             UNROLL for (int t = 0; t < T; t++)
             {
-                const __m256i a = _mm256_load_si256(&A[t * AH].q[k]);
+                __m256i a = _mm256_load_si256(&A[t * AH].q[k]);
+                X_IN_REG(a); /* one load for the R products, not one each */
                 UNROLL for (int r = 0; r < R; r++)
 #if KQX_VNNI
                     s[r][t] = x_dot(s[r][t], w[r], a);
@@ -237,8 +249,12 @@ INLINE void xq_half(bool q4, bool part, int R, int T, const uint8_t *const q[XR]
             }
             UNROLL for (int t = 0; t < T; t++)
             {
-                const __m256i a0 = _mm256_load_si256(&A[t * AH].q[k]);
-                const __m256i a1 = _mm256_load_si256(&A[t * AH].q[k + 4]);
+                __m256i a0 = _mm256_load_si256(&A[t * AH].q[k]);
+                __m256i a1 = _mm256_load_si256(&A[t * AH].q[k + 4]);
+#if KQX_VNNI
+                X_IN_REG(a0);
+                X_IN_REG(a1);
+#endif
                 UNROLL for (int r = 0; r < R; r++)
                 {
 #if KQX_VNNI
