@@ -50,16 +50,15 @@
  * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without (its loop holds the tokens and
  * makes each row's levels at once: 14 live ymm; 3x3, 5x2, 6x2, 2x4 no faster). Decode (one token)
  * runs R x 1.
- * Since the activation vectors are kept in registers (X_IN_REG: GCC folded each one's load into
- * all R of its products, 12 loads for 9 vpdpbusd at 3 x 3), Q8_0X with VNNI takes 2 x 4: kqbench
- * 6144 x 2048 in cache (--ws 1), 1 thread, medians of 5 alternated runs on a busy machine,
- * 8 / 16 tokens: 3 x 3 as it was 0.73 / 1.46 ms, 3 x 3 in registers 0.65 / 1.21, 2 x 4 in
- * registers 0.62 / 1.20 (with 4 tokens in one tile and 16 in 4 instead of 6).
+ * The activation vectors are kept in registers (X_IN_REG): GCC folded each one's load into all R
+ * of its products (3 x 3: 12 loads for 9 vpdpbusd a step). kqbench 6144 x 2048 q8_0x in cache
+ * (--ws 1), 1 thread, medians of 5 alternated runs on a busy machine, 8 / 16 tokens: 0.73 /
+ * 1.46 ms before, 0.65 / 1.21 after; 2 x 4 (0.62 / 1.20) lost at 1 and 4 tokens from L3.
  */
 #ifndef Q8R
 #if KQX_VNNI
-#define Q8R 2
-#define Q8T 4
+#define Q8R 3
+#define Q8T 3
 #define Q4R 4
 #define Q4T 2
 #define KR 4
@@ -487,8 +486,10 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
             UNROLL for (int t = 0; t < T; t++)
             {
                 const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
-                const __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
-                const __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
+                __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
+                __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
+                X_IN_REG(a0);
+                X_IN_REG(a1);
                 UNROLL for (int r = 0; r < R; r++) s[r][t] =
                     x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
             }

@@ -891,7 +891,7 @@ TEST(xq_shape_invariance)
 
 /*
  * The AVX2 stored-layout tiles (kq_avx2x.h), with and without AVX-VNNI: every tile shape the
- * two builds compile (Q8_0X 2 x 4 with VNNI, 3 x 3 without; Q4_0X 4 x 2 / 3 x 3; Q4_KX 4 x 4 /
+ * two builds compile (Q8_0X 3 x 3; Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4 /
  * 4 x 2) and their remainders, row ranges starting and ending anywhere, token counts 1..9 and
  * 40 (several token chunks): each output the same bits as in a 40-token matmul of all rows, and
  * the same bits in both builds.
