@@ -928,6 +928,59 @@ TEST(kx_shape_invariance)
         }
 }
 
+/*
+ * The AVX2 stored-layout tiles (kq_avx2x.h), with and without AVX-VNNI: every tile shape the
+ * two builds compile (Q8_0X 3 x 3; Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4 /
+ * 4 x 2) and their remainders, row ranges starting and ending anywhere, token counts 1..9 and
+ * 40 (several token chunks): each output the same bits as in a 40-token matmul of all rows, and
+ * the same bits in both builds.
+ */
+TEST(avx2x_shape_invariance)
+{
+    struct path paths[3];
+    const int np = simd_paths(paths);
+    static const enum kq_type types[] = {KQ_Q8_0X, KQ_Q4_0X, KQ_Q4_KX};
+    static const int ns[] = {256, 896, 2048, 4352};
+    static const int spans[][2] = {{0, 37}, {1, 37}, {2, 35}, {3, 36}, {17, 36}, {5, 6}};
+    enum { ROWS = 37, NT = 40 };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
+            if (ns[j] % kq_block_elems(types[k]))
+                continue;
+            struct prob p;
+            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
+            float *ref = NULL, *all = malloc(sizeof(float) * ROWS * NT),
+                  *few = malloc(sizeof(float) * ROWS * NT);
+            int bad = 0, runs = 0;
+            for (int ip = 0; ip < np; ip++) {
+                if (paths[ip].isa != KQ_ISA_AVX2)
+                    continue;
+                path_force(&paths[ip]);
+                kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
+                if (!ref) {
+                    ref = malloc(sizeof(float) * ROWS * NT);
+                    memcpy(ref, all, sizeof(float) * ROWS * NT);
+                }
+                bad += memcmp(ref, all, sizeof(float) * ROWS * NT) != 0; /* VNNI = no VNNI */
+                for (int nt = 1; nt <= 9; nt++)
+                    for (size_t q = 0; q < sizeof spans / sizeof spans[0]; q++) {
+                        const int r0 = spans[q][0], r1 = spans[q][1];
+                        kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
+                        for (int t = 0; t < nt; t++)
+                            for (int r = r0; r < r1; r++)
+                                bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
+                        runs++;
+                    }
+            }
+            CHECK_EQ(bad, 0);
+            if (np > 0)
+                CHECK(runs > 0);
+            free(ref), free(all), free(few);
+            prob_free(&p);
+        }
+    path_reset();
+}
+
 /* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
  * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
  * exact path; the AVX2 Q8_0X kernels must be exact on it too (it is stored as 0). Rows 0, 3,
@@ -1074,6 +1127,7 @@ int main(void)
     RUN(packed_batch_invariance);
     RUN(xq_shape_invariance);
     RUN(kx_shape_invariance);
+    RUN(avx2x_shape_invariance);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
     TEST_MAIN_END("test_kq");
