@@ -56,16 +56,14 @@
  * 1.46 ms before, 0.65 / 1.21 after; 2 x 4 (0.62 / 1.20) lost at 1 and 4 tokens from L3.
  */
 #ifndef Q8R
-#if KQX_VNNI
 #define Q8R 3
 #define Q8T 3
+#if KQX_VNNI
 #define Q4R 4
 #define Q4T 2
 #define KR 4
 #define KT 4
 #else
-#define Q8R 3
-#define Q8T 3
 #define Q4R 3
 #define Q4T 3
 #define KR 4
