@@ -853,6 +853,34 @@ TEST(packed_batch_invariance)
     path_reset();
 }
 
+/* Each output of rows [r0, r1) of an AVX-512 matmul, for every span of spans and 1..few tokens,
+ * is the same bits as in a 40-token matmul of all 37 rows; checked for each type and n. */
+static void avx512_invariance(const enum kq_type *types, size_t n_types, const int *ns, size_t n_ns,
+                              const int (*spans)[2], size_t n_spans, int few_max)
+{
+    enum { ROWS = 37, NT = 40 };
+    for (size_t k = 0; k < n_types; k++)
+        for (size_t j = 0; j < n_ns; j++) {
+            struct prob p;
+            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
+            float *all = malloc(sizeof(float) * ROWS * NT),
+                  *few = malloc(sizeof(float) * ROWS * (size_t)few_max);
+            kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
+            int bad = 0;
+            for (int nt = 1; nt <= few_max; nt++)
+                for (size_t q = 0; q < n_spans; q++) {
+                    const int r0 = spans[q][0], r1 = spans[q][1];
+                    kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
+                    for (int t = 0; t < nt; t++)
+                        for (int r = r0; r < r1; r++)
+                            bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
+                }
+            CHECK_EQ(bad, 0);
+            free(all), free(few);
+            prob_free(&p);
+        }
+}
+
 /* Q8_0X / Q4_0X on AVX-512: every tile shape (rows 1..3 x tokens 1..4), super-block and token
  * chunk edge gives an output the same bits as any other: rows with and without a partial last
  * group and shorter than one group (n = 256), row ranges starting and ending anywhere, token
@@ -867,31 +895,12 @@ TEST(xq_shape_invariance)
     static const enum kq_type types[] = {KQ_Q8_0X, KQ_Q4_0X};
     static const int ns[] = {256, 2048, 4352, 32768};
     static const int spans[][2] = {{0, 37}, {1, 37}, {2, 35}, {17, 36}, {5, 6}};
-    enum { ROWS = 37, NT = 40 };
-    for (size_t k = 0; k < 2; k++)
-        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-            struct prob p;
-            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
-            float *all = malloc(sizeof(float) * ROWS * NT), *few = malloc(sizeof(float) * ROWS * 7);
-            kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
-            int bad = 0;
-            for (int nt = 1; nt <= 7; nt++)
-                for (size_t q = 0; q < sizeof spans / sizeof spans[0]; q++) {
-                    const int r0 = spans[q][0], r1 = spans[q][1];
-                    kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
-                    for (int t = 0; t < nt; t++)
-                        for (int r = r0; r < r1; r++)
-                            bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
-                }
-            CHECK_EQ(bad, 0);
-            free(all), free(few);
-            prob_free(&p);
-        }
+    avx512_invariance(types, 2, ns, 4, spans, sizeof spans / sizeof spans[0], 7);
 }
 
 /* Q4_KX / Q5_KX / Q6_KX on AVX-512: every tile gives an output the same bits as any other: the
- * 4-row decode tile (1 token), the 2-row tiles (2 tokens), the 4 x 1..4 tiles with their
- * accumulators in memory (3 tokens on) and the 1-row tiles of a range's last rows, with the
+ * 4-row decode tile (1 token), the 2-row tiles (2-4 tokens), the 4 x 1..4 tiles with their
+ * accumulators in memory (5 tokens on) and the 1-row tiles of a range's last rows, with the
  * row's scales unpacked in the tile or kept from the first token tile; rows ending in a lone
  * super-block (n = 256, 4352) or not, row ranges starting and ending anywhere, token counts 1..9,
  * and a row long enough (n = 32768) that 40 tokens take several chunks. */
@@ -905,27 +914,7 @@ TEST(kx_shape_invariance)
     static const enum kq_type types[] = {KQ_Q4_KX, KQ_Q5_KX, KQ_Q6_KX};
     static const int ns[] = {256, 2048, 4352, 32768};
     static const int spans[][2] = {{0, 37}, {1, 37}, {2, 35}, {17, 36}, {5, 6}, {4, 12}};
-    enum { ROWS = 37, NT = 40, FEW = 9 };
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
-        for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-            struct prob p;
-            prob_init(&p, types[k], ns[j], ROWS, NT, 0);
-            float *all = malloc(sizeof(float) * ROWS * NT),
-                  *few = malloc(sizeof(float) * ROWS * FEW);
-            kq_matmul(p.t, p.n, p.w, p.ws, 0, ROWS, p.a, p.as, NT, all, ROWS);
-            int bad = 0;
-            for (int nt = 1; nt <= FEW; nt++)
-                for (size_t q = 0; q < sizeof spans / sizeof spans[0]; q++) {
-                    const int r0 = spans[q][0], r1 = spans[q][1];
-                    kq_matmul(p.t, p.n, p.w, p.ws, r0, r1, p.a, p.as, nt, few, ROWS);
-                    for (int t = 0; t < nt; t++)
-                        for (int r = r0; r < r1; r++)
-                            bad += memcmp(&few[t * ROWS + r], &all[t * ROWS + r], 4) != 0;
-                }
-            CHECK_EQ(bad, 0);
-            free(all), free(few);
-            prob_free(&p);
-        }
+    avx512_invariance(types, 3, ns, 4, spans, sizeof spans / sizeof spans[0], 9);
 }
 
 /*
