@@ -30,11 +30,10 @@
  * 0.63 (2048 x 6144: 0.30 / 0.37 / 0.46 / 0.56 against 0.34 / 0.39 / 0.53 / 0.64), a busy
  * machine whose run-to-run spread is as large. At 3-4 tokens the last medians had the 4 x 4
  * tiles up to 20 % slower (6144 x 2048 B = 4: 0.21 against 0.19 ms), so up to 4 tokens the
- * 2 x T tiles stay. On this Zen 5 vpdpbusd, vmulps and
- * the FMAs share two pipes (cvtdq2ps, vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and
- * 2 FMAs per output bound it at 5.5 cycles an output and group. Decode tiles are 4 rows x 1
- * token. A row's scales are unpacked by the first token tile that
- * meets it, in the tile, and kept in kx_wsc for the later tiles of the chunk (none with one
+ * 2 x T tiles stay. On this Zen 5 vpdpbusd, vmulps and the FMAs share two pipes (cvtdq2ps,
+ * vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and 2 FMAs per output bound it at 5.5
+ * cycles an output and group. Decode tiles are 4 rows x 1 token. A row's scales are unpacked
+ * by the first token tile that meets it, in the tile, and kept in kx_wsc for the later tiles of the chunk (none with one
  * tile): a separate pass over the rows before the tiles stalled on the rows' headers (B = 2,
  * 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30% when it was used there.
  * The activations are packed once per call into the step order (kx_act, thread-local), a chunk
