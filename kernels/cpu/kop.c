@@ -145,12 +145,28 @@ void kop_mul_sigmoid(float *restrict x, const float *restrict g, int64_t n)
 
 void kop_axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
+    if (use_avx512()) {
+        kop__avx512_axpy(y, a, x, n);
+        return;
+    }
+    if (use_avx2()) {
+        kop__avx2_axpy(y, a, x, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
 
 void kop_add(float *restrict y, const float *restrict x, int64_t n)
 {
+    if (use_avx512()) {
+        kop__avx512_add(y, x, n);
+        return;
+    }
+    if (use_avx2()) {
+        kop__avx2_add(y, x, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }

@@ -139,6 +139,26 @@ void kop__avx2_mul_sigmoid(float *x, const float *g, int64_t n)
     }
 }
 
+/* y += a x and y += x as kop.c does them: a multiply, then an add (no FMA), so the same bits. */
+void kop__avx2_axpy(float *y, float a, const float *x, int64_t n)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        const __m256 p = _mm256_mul_ps(va, _mm256_maskload_ps(x + i, m));
+        _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(y + i, m), p));
+    }
+}
+
+void kop__avx2_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256i m = lanes(n - i);
+        _mm256_maskstore_ps(y + i, m,
+                            _mm256_add_ps(_mm256_maskload_ps(y + i, m), _mm256_maskload_ps(x + i, m)));
+    }
+}
+
 /* ================================ attention ================================================= */
 
 /* Positions per block of the scores and of the weighted sum (a multiple of 8): the block's K

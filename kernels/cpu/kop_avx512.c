@@ -131,6 +131,26 @@ void kop__avx512_mul_sigmoid(float *x, const float *g, int64_t n)
     }
 }
 
+/* y += a x and y += x as kop.c does them: a multiply, then an add (no FMA), so the same bits. */
+void kop__avx512_axpy(float *y, float a, const float *x, int64_t n)
+{
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(n - i);
+        const __m512 p = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), p));
+    }
+}
+
+void kop__avx512_add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i),
+                                                      _mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
 /* ================================ attention ================================================= */
 
 /* Positions per block of the scores and of the weighted sum (a multiple of 16): the block's K

@@ -14,6 +14,8 @@ void kop__avx512_l2norm(float *x, int64_t n, float eps);
 void kop__avx512_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float eps);
 void kop__avx512_swiglu(float *g, const float *u, int64_t n);
 void kop__avx512_mul_sigmoid(float *x, const float *g, int64_t n);
+void kop__avx512_axpy(float *y, float a, const float *x, int64_t n);
+void kop__avx512_add(float *y, const float *x, int64_t n);
 /* d % 16 == 0 */
 void kop__avx512_attn_group(const float *q, int64_t q_stride, int64_t n_q, const float *k,
                             const float *v, int64_t kv_stride, int64_t n_kv, int64_t d, float scale,
@@ -31,6 +33,8 @@ void kop__avx2_l2norm(float *x, int64_t n, float eps);
 void kop__avx2_rmsnorm_gate(float *x, const float *w, const float *z, int64_t n, float eps);
 void kop__avx2_swiglu(float *g, const float *u, int64_t n);
 void kop__avx2_mul_sigmoid(float *x, const float *g, int64_t n);
+void kop__avx2_axpy(float *y, float a, const float *x, int64_t n);
+void kop__avx2_add(float *y, const float *x, int64_t n);
 void kop__avx2_conv1d_silu(const float *state, const float *u, const float *w, int64_t T, int64_t C,
                            int64_t K, int64_t c0, int64_t c1, float *y);
 /* d % 8 == 0, d <= 512 */

@@ -119,6 +119,14 @@ TEST(norms_and_activations)
         SCALAR(kop_mul_sigmoid(a, z, n));
         kop_mul_sigmoid(b, z, n);
         CHECK(max_rel(b, a, n, 1e-6) < 2e-6);
+        /* y += a x, y += x: a multiply then an add on every path, so the same bits */
+        memcpy(a, x, (size_t)n * sizeof(float));
+        memcpy(b, x, (size_t)n * sizeof(float));
+        SCALAR(kop_axpy(a, 0.37f, z, n));
+        kop_axpy(b, 0.37f, z, n);
+        SCALAR(kop_add(a, u, n));
+        kop_add(b, u, n);
+        CHECK(memcmp(a, b, (size_t)n * sizeof(float)) == 0);
         free(x), free(w), free(z), free(u), free(a), free(b);
     }
 }
