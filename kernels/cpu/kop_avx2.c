@@ -154,8 +154,8 @@ void kop__avx2_add(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i += 8) {
         const __m256i m = lanes(n - i);
-        _mm256_maskstore_ps(y + i, m,
-                            _mm256_add_ps(_mm256_maskload_ps(y + i, m), _mm256_maskload_ps(x + i, m)));
+        const __m256 v = _mm256_add_ps(_mm256_maskload_ps(y + i, m), _mm256_maskload_ps(x + i, m));
+        _mm256_maskstore_ps(y + i, m, v);
     }
 }
 

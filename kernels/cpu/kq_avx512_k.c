@@ -20,7 +20,7 @@
  * Register blocking: a tile is R rows x T tokens. Per step it unpacks R weight vectors (kept in
  * registers), then each of T activation vectors (a memory operand) meets all R: R * T vpdpbusd
  * per R + T vectors read. int32 partials live in R * T registers for one group. From KX_MT
- * tokens on the tiles are 4 rows x up to 4 tokens (kx_mtile: 16 chains of vpdpbusd, 0.5 vector
+ * tokens on the tiles are 4 rows x up to 4 tokens (kx_mtiles: 16 chains of vpdpbusd, 0.5 vector
  * reads per vpdpbusd) and keep their 16 float accumulators in memory, one load (an FMA operand)
  * and one store a group each: with them in registers too, 16 + 16 + the weights would not fit
  * the 32 registers (the compiler spilled them anyway). Against the 2 x 4 tiles they replace
@@ -33,9 +33,10 @@
  * 2 x T tiles stay. On this Zen 5 vpdpbusd, vmulps and the FMAs share two pipes (cvtdq2ps,
  * vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and 2 FMAs per output bound it at 5.5
  * cycles an output and group. Decode tiles are 4 rows x 1 token. A row's scales are unpacked
- * by the first token tile that meets it, in the tile, and kept in kx_wsc for the later tiles of the chunk (none with one
- * tile): a separate pass over the rows before the tiles stalled on the rows' headers (B = 2,
- * 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30% when it was used there.
+ * by the first token tile that meets it, in the tile, and kept in kx_wsc for the later tiles of
+ * the chunk (none with one tile): a separate pass over the rows before the tiles stalled on
+ * the rows' headers (B = 2, 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30%
+ * when it was used there.
  * The activations are packed once per call into the step order (kx_act, thread-local), a chunk
  * of tokens at a time; each block of 4 rows is then read from memory once per chunk and met by
  * all its tokens while it sits in L1, and the next block is prefetched group by group into L1
@@ -268,7 +269,7 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
                 _mm_prefetch((const char *)pf + r * ws + g * gb + l, _MM_HINT_T0);
         UNROLL for (int t = 0; t < T; t++) {
             const struct kx_act *a = &A[t * G + g];
-            /* one store: acc may be memory (kx_mtile), which the scale loads could alias */
+            /* one store: acc may be memory (kx_mtiles), which the scale loads could alias */
             const __m512 wd = sc->wd, mn = sc->mn, ad = a->d, as = a->s;
             __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_mul_ps(wd, ad),
                                        acc[r][t]);
@@ -280,17 +281,24 @@ INLINE void kx_group(enum kq_type wt, int R, int T, bool two, const uint8_t *W, 
 }
 
 /* y[t * ys + r] = row r . token t for r < R, t < T: the GF full groups, then the lone
- * super-block of a Q4_KX / Q5_KX row with an odd count (G > GF). */
-INLINE void kx_tile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                    size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
-                    const uint8_t *pf, float *y, int64_t ys)
+ * super-block of a Q4_KX / Q5_KX row with an odd count (G > GF). mem: the accumulators kept in
+ * memory, each group reading them once and writing them once, as one FMA operand and one store
+ * (the KX_R x KX_T tiles, which have no registers for 16 of them beside their 16 int32 sums and
+ * weights); the same arithmetic either way. */
+INLINE void kx_tile(enum kq_type wt, int R, int T, bool mem, int64_t G, int64_t GF,
+                    const uint8_t *W, size_t ws, struct kx_wsc *S, bool put,
+                    const struct kx_act *A, const uint8_t *pf, float *y, int64_t ys)
 {
     __m512 acc[KX_R][KX_T];
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < T; t++)
             acc[r][t] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < GF; g++)
-        kx_group(wt, R, T, true, W, ws, g, S, put, A, G, pf, acc);
+    for (int64_t g = 0; g < GF; g++) {
+        __m512(*a)[KX_T] = acc;
+        if (mem)
+            __asm__("" : "+r"(a)); /* kept from registers: in memory, group by group */
+        kx_group(wt, R, T, true, W, ws, g, S, put, A, G, pf, a);
+    }
     if (GF < G)
         kx_group(wt, R, T, false, W, ws, GF, S, put, A, G, NULL, acc);
     UNROLL for (int r = 0; r < R; r++)
@@ -305,9 +313,9 @@ static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const
 {
 #define KX_TILE(w, r, tt)                                                                         \
     if (wt == w && R == r && T == tt)                                                             \
-        return !S  ? kx_tile(w, r, tt, G, GF, W, ws, NULL, false, A, pf, y, ys)                   \
-               : put ? kx_tile(w, r, tt, G, GF, W, ws, S, true, A, pf, y, ys)                     \
-                     : kx_tile(w, r, tt, G, GF, W, ws, S, false, A, pf, y, ys);
+        return !S  ? kx_tile(w, r, tt, false, G, GF, W, ws, NULL, false, A, pf, y, ys)            \
+               : put ? kx_tile(w, r, tt, false, G, GF, W, ws, S, true, A, pf, y, ys)              \
+                     : kx_tile(w, r, tt, false, G, GF, W, ws, S, false, A, pf, y, ys);
 #define KX_TYPE(w)                                                                                \
     KX_TILE(w, KX_R, 1)                                                                           \
     KX_TILE(w, 2, 4) KX_TILE(w, 2, 3) KX_TILE(w, 2, 2) KX_TILE(w, 2, 1)                           \
@@ -319,40 +327,16 @@ static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const
 #undef KX_TILE
 }
 
-/*
- * kx_tile with the accumulators in memory (a tile of KX_R x KX_T has no registers for 16 of
- * them beside its 16 int32 sums and weights): each group reads them once and writes them once,
- * as one FMA operand and one store, the same arithmetic.
- */
-INLINE void kx_mtile(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
-                     size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
-                     const uint8_t *pf, float *y, int64_t ys)
-{
-    __m512 ab[KX_R][KX_T];
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            ab[r][t] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < GF; g++) {
-        __m512(*m)[KX_T] = ab;
-        __asm__("" : "+r"(m)); /* kept from registers: in memory, group by group */
-        kx_group(wt, R, T, true, W, ws, g, S, put, A, G, pf, m);
-    }
-    if (GF < G)
-        kx_group(wt, R, T, false, W, ws, GF, S, put, A, G, NULL, ab);
-    UNROLL for (int r = 0; r < R; r++)
-        UNROLL for (int t = 0; t < T; t++)
-            y[t * ys + r] = _mm512_reduce_add_ps(ab[r][t]);
-}
-
-/* kx_mtile for the shapes it is compiled for: KX_R x 1..KX_T, with the scales put or got. */
+/* kx_tile with the accumulators in memory for the shapes it is compiled for: KX_R x 1..KX_T,
+ * with the scales put or got. */
 static void kx_mtiles(enum kq_type wt, int T, int64_t G, int64_t GF, const uint8_t *W, size_t ws,
                       struct kx_wsc *S, bool put, const struct kx_act *A, const uint8_t *pf,
                       float *y, int64_t ys)
 {
 #define KX_MTILE(w, tt)                                                                           \
     if (wt == w && T == tt)                                                                       \
-        return put ? kx_mtile(w, KX_R, tt, G, GF, W, ws, S, true, A, pf, y, ys)                   \
-                   : kx_mtile(w, KX_R, tt, G, GF, W, ws, S, false, A, pf, y, ys);
+        return put ? kx_tile(w, KX_R, tt, true, G, GF, W, ws, S, true, A, pf, y, ys)              \
+                   : kx_tile(w, KX_R, tt, true, G, GF, W, ws, S, false, A, pf, y, ys);
 #define KX_TYPE(w) KX_MTILE(w, 4) KX_MTILE(w, 3) KX_MTILE(w, 2) KX_MTILE(w, 1)
     KX_TYPE(KQ_Q4_KX)
     KX_TYPE(KQ_Q5_KX)
