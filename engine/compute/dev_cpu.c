@@ -152,7 +152,7 @@ static int plan_source(struct mm_plan *p, const struct dev_mm *m, size_t *off)
                                .w = m->w.type,
                                .act_stride = kq_act_row_bytes(m->w.type, m->w.n_in)};
     q->act = (char *)p->cd->act + *off;
-    *off += ((size_t)m->T * q->act_stride + 63) / 64 * 64;
+    *off += dev_cpu__src_bytes(m->T, q->act_stride);
     return p->n_src++;
 }
 

@@ -47,6 +47,13 @@ struct dev_cpu__src {
     size_t act_stride;
 };
 
+/* The scratch bytes a source's T rows take: whole 64-byte lines, so the next source starts on
+ * a line of its own. */
+static inline size_t dev_cpu__src_bytes(int64_t T, size_t act_stride)
+{
+    return ((size_t)T * act_stride + 63) / 64 * 64;
+}
+
 /* matmul_multi where the caller has already prepared some inputs: pre[0 .. n_pre) hold their
  * rows (in the scratch's first pre_bytes bytes), and a product with the same x, T, n_in and
  * activation format reads them instead of quantising x (matmul_id's routed rows, each

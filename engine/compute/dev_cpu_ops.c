@@ -453,7 +453,7 @@ static size_t id_prepare(struct cpu_dev *cd, const struct dev_mm_id *p, struct i
                                    .w = w->type,
                                    .act = (char *)cd->act + bytes,
                                    .act_stride = kq_act_row_bytes(w->type, w->n_in)};
-        bytes += ((size_t)p->n_slots * q->act_stride + 63) / 64 * 64;
+        bytes += dev_cpu__src_bytes(p->n_slots, q->act_stride);
     }
     ASSERT(bytes <= cd->act_cap); /* fwd's reserve_multi counts every slot's rows twice */
     dev_cpu__par_items(cd, p->n_slots / p->k, p->x_ld * r->n_fmt, id_rows_items, r);
