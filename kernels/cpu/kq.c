@@ -1231,3 +1231,48 @@ double kq_peak_ops(enum kq_type w, double seconds)
     } while (mono_now() < t_end);
     return best;
 }
+
+/* A matmul of the layout w is computed in (kq_repack_type), n inputs, 64 tokens, over about 192
+ * KiB of weights (they stay in L2), repeated for about `seconds` in rounds; the best round. */
+double kq_kernel_ops(enum kq_type w, int64_t n, double seconds)
+{
+    const int64_t nt = 64;
+    if (!kq_type_supported(w) || n <= 0 || n % kq_block_elems(w) || n > (1 << 16))
+        return 0.0;
+    const enum kq_type x = kq_repack_type(w);
+    const size_t rb = kq_row_bytes(w, n), xb = kq_row_bytes(x, n), ab = kq_act_row_bytes(x, n);
+    int64_t rows = (int64_t)((192u << 10) / xb) / 16 * 16;
+    rows = rows < 16 ? 16 : rows;
+    float *f = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)(rows * nt));
+    uint8_t *q = malloc(rb * (size_t)rows), *wx = malloc(xb * (size_t)rows),
+            *act = malloc(ab * (size_t)nt);
+    double best = 0.0;
+    if (!f || !y || !q || !wx || !act)
+        goto out;
+    uint32_t seed = 12345;
+    for (int64_t r = 0; r < rows + nt; r++) { /* rows, then the tokens */
+        for (int64_t i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            f[i] = (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
+        }
+        if (r < rows)
+            kq_quantize_row(w, f, q + (size_t)r * rb, n);
+        else
+            kq_quantize_act(x, f, act + (size_t)(r - rows) * ab, n);
+    }
+    if (x == w)
+        memcpy(wx, q, rb * (size_t)rows);
+    else if (!kq_repack_rows(w, x, q, wx, n, rows))
+        goto out;
+    const double t_end = mono_now() + seconds;
+    do {
+        const double t0 = mono_now();
+        for (int k = 0; k < 4; k++)
+            kq_matmul(x, n, wx, xb, 0, rows, act, ab, nt, y, rows);
+        const double rate = 4.0 * 2.0 * (double)(rows * n * nt) / (mono_now() - t0);
+        best = rate > best ? rate : best;
+    } while (mono_now() < t_end);
+out:
+    free(f), free(y), free(q), free(wx), free(act);
+    return best;
+}

@@ -122,6 +122,13 @@ void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
  */
 double kq_peak_ops(enum kq_type w, double seconds);
 
+/* What the kernels reach, not the instruction: the best rate (operations per second, 2 per
+ * multiply-add) of kq_matmul on the calling thread for weights of type w (in the layout it is
+ * computed in, kq_repack_type) with n inputs and 64 tokens, weights and activations in cache, over
+ * about `seconds`. The block scales' float work and the loads come on top of the multiply-adds,
+ * so this is below kq_peak_ops; 0 where n does not fit w's blocks. */
+double kq_kernel_ops(enum kq_type w, int64_t n, double seconds);
+
 /* ---- ISA selection ------------------------------------------------------------------------ */
 enum kq_isa kq_isa_best(void);   /* what this CPU supports */
 enum kq_isa kq_isa_active(void); /* what is in use */

@@ -131,21 +131,23 @@ static double triad_gbs(struct triad *t, struct dev *d, int passes)
 
 struct peak_job {
     enum kq_type w;
+    int64_t n;   /* 0: the instruction's peak; else the kernel's, n inputs */
     double *ops; /* [n_threads] */
 };
 
 static void peak_worker(void *ctx, int ith, int nth)
 {
     struct peak_job *j = ctx;
-    j->ops[ith] = kq_peak_ops(j->w, 0.2);
+    j->ops[ith] = j->n ? kq_kernel_ops(j->w, j->n, 0.2) : kq_peak_ops(j->w, 0.2);
 }
 
-/* Operations per second (a multiply-add is 2) of all threads of d running at once. */
-static double peak_ops(struct dev *d, enum kq_type w)
+/* Operations per second (a multiply-add is 2) of all threads of d running at once: the peak of
+ * w's multiply-add instruction (n == 0), or of its matmul kernel with n inputs, in cache. */
+static double peak_ops(struct dev *d, enum kq_type w, int64_t n)
 {
     if (dev_cuda_ordinal(d) >= 0)
         return 0.0; /* not measured on a GPU */
-    struct peak_job j = {.w = w, .ops = xcalloc((size_t)dev_n_threads(d), sizeof(double))};
+    struct peak_job j = {.w = w, .n = n, .ops = xcalloc((size_t)dev_n_threads(d), sizeof(double))};
     dev_parallel(d, peak_worker, &j);
     double sum = 0.0;
     for (int i = 0; i < dev_n_threads(d); i++)
@@ -175,14 +177,22 @@ struct tok_cost {
     double trunk_bytes, trunk_params;
     double head_bytes, head_params;
     double exp_bytes;
+    enum kq_type main_type; /* the file type of most of the trunk's bytes */
 };
+
+/* Adds w's bytes to by_type[its type] (file types are below 32). */
+static void count_type(double *by_type, const struct model_w *w, double frac)
+{
+    if (w->data && (unsigned)w->type < 32)
+        by_type[w->type] += frac * mat_bytes(w);
+}
 
 static struct tok_cost per_token_cost(const struct model *m)
 {
     const struct model_hparams *hp = &m->hp;
     struct tok_cost c = {.head_bytes = mat_bytes(&m->output),
                          .head_params = mat_params(&m->output)};
-    double frac = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0;
+    double frac = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0, by_type[32] = {0};
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *l = &m->layers[il];
         const struct model_w *dense[] = {
@@ -193,13 +203,19 @@ static struct tok_cost per_token_cost(const struct model *m)
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++) {
             c.trunk_bytes += mat_bytes(dense[i]);
             c.trunk_params += mat_params(dense[i]);
+            count_type(by_type, dense[i], 1.0);
         }
         for (size_t i = 0; i < 3; i++) {
             c.trunk_bytes += frac * mat_bytes(experts[i]);
             c.exp_bytes += frac * mat_bytes(experts[i]);
             c.trunk_params += frac * mat_params(experts[i]);
+            count_type(by_type, experts[i], frac);
         }
     }
+    int best = 0;
+    for (int t = 1; t < 32; t++)
+        best = by_type[t] > by_type[best] ? t : best;
+    c.main_type = by_type[best] > 0 ? (enum kq_type)best : m->output.type;
     return c;
 }
 
@@ -521,8 +537,14 @@ static int par_run(struct cmd_engine *e, const struct cmd_opts *o, const int32_t
  * (fwd_moe_stats): the union of the experts its B tokens routed to in each layer, which grows
  * from k towards all n_expert with B; the k / n_expert share of one token ("roof k/N", the
  * fixed estimate) is shown beside it for comparison. Compute: each token costs 2 * params
- * multiply-adds (the in-cache peak of the activation type's instruction); where B * (the bandwidth
- * roofline) passes the compute peak, decode is compute-bound, and the bench names that B.
+ * multiply-adds. Two rates are measured: the in-cache peak of the activation type's instruction
+ * ("compute" column: the share of it used) and what the matmul kernel of the trunk's main weight
+ * type reaches in cache with 64 tokens (kq_kernel_ops: the block scales' float work and the
+ * loads come on top of the multiply-adds). Where the bandwidth roofline passes the kernel's rate,
+ * decode is compute-bound, and the bench names that B. "cap" is the "vs B x B1" those limits
+ * allow when B runs at the same fraction of them as B = 1: min(roofline, kernel) at B over B
+ * times the same at 1. Past B = 1 it falls below 1 even while memory-bound, because every
+ * sequence's KV and GDN state is read on top of the shared weights.
  */
 static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const int64_t *bs,
                           int n_b, const int32_t *toks, struct triad *tr, struct dev *td,
@@ -537,18 +559,21 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
     for (int i = 0; i < n_b; i++)
         b_max = bs[i] > b_max ? bs[i] : b_max;
     float *ckpt = xmalloc((size_t)(b_max * (fwd_ckpt_floats(e->fwd) + 1)) * sizeof(float));
-    double *runs = xmalloc((size_t)o->reps * sizeof *runs), bw = 0.0, rate1 = 0.0;
+    double *runs = xmalloc((size_t)o->reps * sizeof *runs), bw = 0.0, rate1 = 0.0, lim1 = 0.0;
     for (int r = 0; r < 3; r++) { /* the best of three: other work on the machine reads low */
         double g = triad_gbs(tr, td, 3);
         bw = g > bw ? g : bw;
     }
-    const double compute_tok = peak / ops_tok; /* tok/s at the compute peak */
-    /* B * bw / (weights + B * state) reaches compute_tok at b_cross; as B grows the roofline
-     * tends to bw / state, so where that is below the compute peak decode never binds on it */
+    const double kernel = peak_ops(td, c.main_type, m->hp.n_embd);
+    const double compute_tok = peak / ops_tok, kernel_tok = kernel / ops_tok; /* tok/s */
+    /* B * bw / (weights + B * state) reaches kernel_tok at b_cross; as B grows the roofline
+     * tends to bw / state, so where that is below the kernel's rate decode never binds on it */
     const double state_cap = bw * 1e9 / state,
-                 b_cross = compute_tok * weights / (bw * 1e9 - compute_tok * state);
+                 b_cross = kernel_tok * weights / (bw * 1e9 - kernel_tok * state);
     char bound[96];
-    if (state_cap > compute_tok)
+    if (kernel_tok <= 0)
+        snprintf(bound, sizeof bound, "compute bound not measured here");
+    else if (state_cap > kernel_tok)
         snprintf(bound, sizeof bound, "compute-bound from B = %.0f",
                  b_cross > 1 ? ceil(b_cross) : 1.0);
     else
@@ -562,15 +587,18 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
            "(medians)\n",
            e->n_dev, dev_n_threads(e->dev), kq_isa_name(kq_isa_active()), (long long)o->depth,
            (long long)o->n_gen, (long long)o->reps);
-    printf("limits       bandwidth %.1f GB/s (triad); compute %.1f G%s/s = %.1f tok/s; %s\n", bw,
-           peak / 1e9, kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP", compute_tok, bound);
+    const char *unit = kq_act_type(m->output.type) == KQ_F32 ? "FLOP" : "OP";
+    printf("limits       bandwidth %.1f GB/s (triad); compute %.1f G%s/s = %.1f tok/s; %s matmul "
+           "kernel %.1f G%s/s = %.1f tok/s; %s\n",
+           bw, peak / 1e9, unit, compute_tok, kq_type_name(c.main_type), kernel / 1e9, unit,
+           kernel_tok, bound);
     const bool moe = m->hp.n_expert > 0;
     if (moe)
         printf("experts      roofline: dense weights + the experts each step read (measured: the "
                "union of its tokens' %lld of %lld per layer); roof k/N: %lld of %lld per token\n",
                (long long)m->hp.n_expert_used, (long long)m->hp.n_expert,
                (long long)m->hp.n_expert_used, (long long)m->hp.n_expert);
-    printf("%5s %12s %12s %10s", "B", "tok/s", "per seq", "vs B x B1");
+    printf("%5s %12s %12s %10s %6s", "B", "tok/s", "per seq", "vs B x B1", "cap");
     if (moe)
         printf(" %8s %10s", "experts", "MiB/step");
     printf(" %10s%s %10s\n", "roofline", moe ? "   roof k/N" : "", "compute");
@@ -586,12 +614,16 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
         const double read = pm.on ? weights - c.exp_bytes + pm.bytes_step : weights;
         const double roof = B * bw * 1e9 / (read + B * state);
         const double roof_kn = B * bw * 1e9 / (weights + B * state);
+        /* what the limits allow: the roofline, or the kernel's rate where that is lower */
+        const double lim = kernel_tok > 0 && kernel_tok < roof ? kernel_tok : roof;
         if (B == 1)
-            rate1 = agg;
-        char eff[32] = "-";
+            rate1 = agg, lim1 = lim;
+        char eff[32] = "-", cap[32] = "-";
         if (rate1 > 0)
             snprintf(eff, sizeof eff, "%.2f", agg / (B * rate1));
-        printf("%5lld %12.2f %12.2f %10s", (long long)B, agg, agg / B, eff);
+        if (lim1 > 0)
+            snprintf(cap, sizeof cap, "%.2f", lim / (B * lim1));
+        printf("%5lld %12.2f %12.2f %10s %6s", (long long)B, agg, agg / B, eff, cap);
         if (moe && pm.on)
             printf(" %8.1f %10.1f", pm.experts, read / 1048576.0);
         else if (moe)
@@ -601,9 +633,9 @@ static int bench_parallel(struct cmd_engine *e, const struct cmd_opts *o, const 
             printf(" %9.1f%%", 100.0 * agg / roof_kn);
         printf(" %9.1f%%\n", pct(agg, compute_tok));
         printf("result parallel=%lld threads=%d tp=%d depth=%lld agg_tok=%.3f seq_tok=%.3f "
-               "eff=%s roof_pct=%.1f compute_pct=%.1f bw_gbs=%.2f",
-               (long long)B, threads, e->n_dev, (long long)o->depth, agg, agg / B, eff,
-               100.0 * agg / roof, pct(agg, compute_tok), bw);
+               "eff=%s cap=%s roof_pct=%.1f compute_pct=%.1f kernel_pct=%.1f bw_gbs=%.2f",
+               (long long)B, threads, e->n_dev, (long long)o->depth, agg, agg / B, eff, cap,
+               100.0 * agg / roof, pct(agg, compute_tok), pct(agg, kernel_tok), bw);
         if (pm.on)
             printf(" experts=%.2f mib_step=%.1f roof_kn_pct=%.1f", pm.experts, read / 1048576.0,
                    100.0 * agg / roof_kn);
@@ -650,7 +682,7 @@ int cmd_bench(const struct cmd_opts *o)
         td = e.dev;
     struct triad tr;
     triad_init(&tr, td);
-    double peak = peak_ops(td, m->output.type);
+    double peak = peak_ops(td, m->output.type, 0);
     double *runs = xcalloc((size_t)(5 * o->reps), sizeof(double));
     struct bench_runs b = {.threads = total,
                            .pp = runs,

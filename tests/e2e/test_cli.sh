@@ -56,6 +56,9 @@ expect 2 "--p-min: expected a number" "$D" bench -m "$M" --spec mtp --p-min 2
 # batched decode: a row per batch size, on one and on two devices; a bad list exits 2
 expect 0 "result parallel=3 " "$D" bench -m "$M" -n 4 -d 8 -r 1 -t 1 --parallel 1,3
 expect 0 "compute-bound" "$D" bench -m "$M" -n 4 -r 1 --parallel 2 --devices cpu:2 --no-bind
+# the kernel's own rate is measured, and B = 1 is its own limit: cap exactly 1
+expect 0 "eff=1.00 cap=1.00 " "$D" bench -m "$M" -n 4 -d 8 -r 1 -t 1 --parallel 1
+expect 0 "matmul kernel" "$D" bench -m "$M" -n 4 -d 8 -r 1 -t 1 --parallel 1
 expect 2 "--parallel: expected a comma-separated list" "$D" bench -m "$M" --parallel 1,0
 expect 2 "--parallel: trailing ','" "$D" bench -m "$M" --parallel 2,
 expect 0 "wrote 3 x 272" "$D" logits -m "$M" --tokens 1,2,3 -o "$tmp/tp.f32" --tp 3 --no-bind

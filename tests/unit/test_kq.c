@@ -1089,6 +1089,26 @@ TEST(isa_selection)
     printf("  best ISA here: %s; AVX-VNNI %s\n", kq_isa_name(best), vnni ? "yes" : "no");
 }
 
+/* kq_kernel_ops runs the real kernel for every file type on every ISA here (so a type whose
+ * repacked layout or kernel is missing shows as 0), and declines what it cannot run. */
+TEST(kernel_ops)
+{
+    static const enum kq_type types[] = {KQ_F32,  KQ_F16,  KQ_BF16, KQ_Q8_0,
+                                         KQ_Q4_0, KQ_Q4_K, KQ_Q5_K, KQ_Q6_K};
+    const enum kq_isa best = kq_isa_best();
+    for (int isa = KQ_ISA_SCALAR; isa <= (int)best; isa++) {
+        kq_isa_force((enum kq_isa)isa);
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            CHECK(kq_kernel_ops(types[i], 512, 0.001) > 0.0);
+    }
+    kq_isa_force(best);
+    CHECK_EQ(kq_kernel_ops(KQ_Q8_0, 48, 0.001), 0.0);  /* not whole blocks */
+    CHECK_EQ(kq_kernel_ops(KQ_Q4_K, 128, 0.001), 0.0); /* a K block is 256 */
+    CHECK_EQ(kq_kernel_ops(KQ_Q8_0, 0, 0.001), 0.0);
+    CHECK_EQ(kq_kernel_ops(KQ_Q8_0X, 512, 0.001), 0.0); /* an internal layout, not a file type */
+    CHECK_EQ(kq_kernel_ops(KQ_Q8_K, 512, 0.001), 0.0);  /* activation-only */
+}
+
 int main(void)
 {
     RUN(isa_env);
@@ -1119,5 +1139,6 @@ int main(void)
     RUN(avx2x_shape_invariance);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
+    RUN(kernel_ops);
     TEST_MAIN_END("test_kq");
 }
