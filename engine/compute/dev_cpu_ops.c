@@ -283,6 +283,13 @@ static void conv_items(const void *arg, int64_t i0, int64_t i1)
         const struct dev_run *ru = &g->b->runs[i / nb];
         const int64_t blk = i % nb, c0 = blk * S, T = ru->t1 - ru->t0;
         const float *src = gdn_conv(&g->st, ru->src, ru->seq);
+        if (i + 1 < i1) { /* the next item's state rows: short runs of lines, 32 KiB apart */
+            const struct dev_run *rn = &g->b->runs[(i + 1) / nb];
+            const float *ns = gdn_conv(&g->st, rn->src, rn->seq) + (i + 1) % nb * S;
+            for (int64_t j = 0; j + 1 < g->conv_k; j++)
+                for (int64_t l = 0; l < S; l += 16)
+                    __builtin_prefetch(ns + j * C + l, 1, 3);
+        }
         kop_conv1d_silu(src, g->u + ru->t0 * C, g->conv_w, T, C, g->conv_k, c0, c0 + S,
                         g->y + ru->t0 * C);
         for (int64_t t = ru->t0; blk < 2 * g->Hk && t < ru->t1; t++)
