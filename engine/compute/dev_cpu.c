@@ -22,7 +22,7 @@
 #include "dev_cpu_impl.h"   // defines: struct cpu_dev, dev_cpu__*
 #include "device.h"         // defines: struct dev, dev_cpu_create
 #include "engine/util.h"    // defines: xcalloc, xaligned_alloc, dd_errf
-#include "kernels/cpu/kq.h" // defines: kq_matmul, kq_quantize_act
+#include "kernels/cpu/kq.h" // defines: kq_matmul_tagged, kq_act_tags, kq_quantize_act
 #include "topo.h"           // defines: topo_split, topo_bind_unit
 #include "tpool.h"          // defines: tpool_run, tpool_run_chunks, tpool_barrier
 
@@ -42,6 +42,7 @@ struct mm_plan {
     double cost_at[DEV_MM_MAX + 1]; /* prefix sums of n_out x cost */
     int64_t q_rows, n_q;            /* phase one: chunks of q_rows source rows, n_q of them */
     int64_t n_out, n_tail;          /* phase two: chunks, of which the last n_tail small */
+    uint64_t tag0; /* source s's activation tag (kq_matmul_tagged): tag0 + s, this dispatch's */
 };
 
 static struct cpu_dev *cpu_of(struct dev *d)
@@ -51,8 +52,9 @@ static struct cpu_dev *cpu_of(struct dev *d)
 
 /* Chunks per thread of each phase (dynamic distribution: a thread slowed by other load on its
  * core takes fewer; the tail a late chunk leaves is about 1 / MM_CHUNKS of a thread's share),
- * and the fewest output rows worth a chunk (each chunk re-prepares the activations: Q8_0
- * decode and the packed kernels pack every token once per call). */
+ * and the fewest output rows worth a chunk (each chunk calls the kernels once per product, and
+ * the plain Q8_0 / Q4_0 kernels prepare the activations on every call; the stored layouts'
+ * kernels pack a source's tokens once per thread and dispatch, by its tag). */
 #define MM_CHUNKS 8
 #define MM_MIN_CHUNK_ROWS 64
 /* Fewer activation elements than this are quantised by the calling thread before the dispatch
@@ -130,8 +132,9 @@ static void mm_chunk(void *ctx, int64_t c, int ith)
         const struct dev_cpu__src *q = &p->src[p->src_of[j]];
         const int64_t a = j == j0 ? r0 : 0, b = j == j1 ? r1 : m->w.n_out;
         if (a < b)
-            kq_matmul(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act, q->act_stride,
-                      m->T, m->y, m->w.n_out);
+            kq_matmul_tagged(m->w.type, m->w.n_in, m->w.data, m->w.row_bytes, a, b, q->act,
+                             q->act_stride, m->T, m->y, m->w.n_out,
+                             p->tag0 + (uint64_t)p->src_of[j]);
     }
 }
 
@@ -179,6 +182,10 @@ void dev_cpu__matmul_multi_pre(struct dev *d, const struct dev_mm *mm, int n,
     ASSERT(off <= cd->act_cap); /* reserve() / reserve_multi() sized it for the worst case */
     if (n == 0)
         return;
+    /* fresh tags: a source's rows are written (phase one, or before the dispatch) before any
+     * product reads them and not changed until the dispatch ends, so every chunk of a source
+     * may reuse the activation its thread packed for an earlier chunk of it */
+    p.tag0 = kq_act_tags(p.n_src);
     int64_t rows = 0, out_rows = 0, in_elems = 0;
     for (int s = n_pre; s < p.n_src; s++)
         rows += p.src[s].T, in_elems += p.src[s].T * p.src[s].n_in;

@@ -13,7 +13,8 @@
  * across ISAs.
  *
  * Threads: everything is pure except the ISA choice, an atomic read once (environment variable
- * DELTAD_ISA) on first use; kq_isa_force is for tests and start-up only.
+ * DELTAD_ISA) on first use, and kq_act_tags' counter (atomic); kq_isa_force is for tests and
+ * start-up only.
  */
 #include "kq.h" // defines: kq_* API
 
@@ -1128,21 +1129,35 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act)
     return y;
 }
 
-/* SIMD first; the scalar loop is the reference and the fallback for a declined type. */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride)
 {
+    kq_matmul_tagged(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, 0);
+}
+
+/* SIMD first; the scalar loop is the reference and the fallback for a declined type. */
+void kq_matmul_tagged(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                      int64_t y_stride, uint64_t act_tag)
+{
     const enum kq_isa isa = kq_isa_active();
     if (isa == KQ_ISA_AVX512 &&
-        kq__avx512_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
+        kq__avx512_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, act_tag))
         return;
     if (isa == KQ_ISA_AVX2 &&
-        kq__avx2_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
+        kq__avx2_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, act_tag))
         return;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = 0; t < nt; t++)
             y[t * y_stride + r] = dot_scalar(w, n, (const uint8_t *)W + r * w_stride,
                                              (const uint8_t *)act + t * act_stride);
+}
+
+uint64_t kq_act_tags(int64_t count)
+{
+    static _Atomic uint64_t next = 1; /* 0 is "no tag" */
+    return atomic_fetch_add_explicit(&next, (uint64_t)(count > 0 ? count : 0),
+                                     memory_order_relaxed);
 }
 
 /* Tokens [t0, t1) of one row block: full-width tiles, then the rest in one rest[k] call where

@@ -13,7 +13,8 @@
  * at run time from cpuid (kq_isa_active); tests force each ISA with kq_isa_force and compare
  * against the scalar reference.
  *
- * Thread safety: all functions are pure except kq_isa_force (call before threads start).
+ * Thread safety: all functions are pure except kq_isa_force (call before threads start); the
+ * matmuls' thread-local scratch (kq_matmul_tagged) never changes an output.
  */
 #ifndef DELTAD_QUANT_H
 #define DELTAD_QUANT_H
@@ -111,6 +112,25 @@ float kq_dot(enum kq_type w, int64_t n, const void *wrow, const void *act);
  */
 void kq_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
                const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride);
+
+/*
+ * kq_matmul with an activation tag. The SIMD kernels of the stored layouts (Q8_0X, Q4_0X on
+ * AVX-512 and AVX2, Q4_KX, Q5_KX, Q6_KX on AVX-512) rewrite the activation rows into their own
+ * order in a thread-local buffer on every call; a caller that runs one activation against many
+ * row ranges (the CPU device's chunks of a dispatch) tags it so that each thread does that once.
+ * The promise: two calls with the same nonzero act_tag pass the same act, act_stride, nt and n,
+ * and the rows' bytes do not change in between. A thread then reuses what its buffer still
+ * holds from an earlier call with that tag (and the same act, act_stride, nt, n and weight
+ * type's packing, all checked), when all nt tokens fit the buffer at once; any other call
+ * replaces it. act_tag 0: no reuse, kq_matmul itself. Outputs are the same bits either way.
+ * Tags come from kq_act_tags, so that no two users of the kernels share one.
+ */
+void kq_matmul_tagged(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
+                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
+                      int64_t y_stride, uint64_t act_tag);
+/* count fresh activation tags, first .. first + count - 1, none handed out before in this
+ * process; returns first (nonzero). Any thread. */
+uint64_t kq_act_tags(int64_t count);
 
 /* ---- peak throughput --------------------------------------------------------------------- */
 /*

@@ -972,7 +972,7 @@ int64_t kq__avx2_peak(bool int8, int64_t n_iter)
  * (PK_MIN_T); the Q8_0 / Q4_0 tiles remain for rows the packing buffers cannot take. */
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                     int64_t y_stride)
+                     int64_t y_stride, uint64_t tag)
 {
     if (w == KQ_Q4_KX && nt == 1 && n > KQ__DEC_SHORT_N) { /* decode of long rows */
         for (int64_t r = r0; r < r1; r++)
@@ -981,9 +981,9 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
     }
     if (w == KQ_Q8_0X || w == KQ_Q4_0X || w == KQ_Q4_KX)
         return kq_avx2_vnni() ? kq__avx2x_vnni_matmul(w, n, W, w_stride, r0, r1, act, act_stride,
-                                                      nt, y, y_stride)
+                                                      nt, y, y_stride, tag)
                               : kq__avx2x_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt,
-                                                 y, y_stride);
+                                                 y, y_stride, tag);
     if (nt >= PK_MIN_T && (w == KQ_Q8_0 || w == KQ_Q4_0 || w == KQ_Q4_K) &&
         packed_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride))
         return true;

@@ -13,9 +13,10 @@
  * Q8_0X / Q4_0X: a stored group of 16 blocks is two half-groups of 8, each with 8 f16 scales
  * (bytes 16 h .. of the group) and 8 steps of 32 bytes (32 + 64 k + 32 h), dword b of step k
  * being levels 4k..4k+3 of block b: one step's products leave block b's partial in lane b. The
- * activation is packed per call into the same order (struct xa). The blocks past the last full
- * group (a partial group of m, its steps 4 m bytes apart) are read as stored, each half's words
- * with a masked load (vpmaskmovd) that leaves the blocks past the row zero.
+ * activation is packed per call (per tag: kq_matmul_tagged) into the same order (struct xa).
+ * The blocks past the last full group (a partial group of m, its steps 4 m bytes apart) are
+ * read as stored, each half's words with a masked load (vpmaskmovd) that leaves the blocks
+ * past the row zero.
  *   VNNI     Q8_0X: vpdpbusd of the stored u8 levels (q + 128) with the s8 activation, the
  *            partial starting at -128 * (block sum of the activation). Q4_0X: nibbles 0..15,
  *            starting at -8 * (block sum).
@@ -124,9 +125,11 @@ INLINE void x_transpose(__m256i v[8])
 }
 
 /* A per-thread heap buffer of at least `bytes` (grown, never shrunk; freed by the key's
- * destructor when the thread exits), or NULL when out of memory. */
+ * destructor when the thread exits), or NULL when out of memory. key: what b holds (a new
+ * buffer: nothing). */
 struct x_buf {
     size_t cap;
+    struct kq__pack_key key;
     _Alignas(32) unsigned char b[];
 };
 static pthread_key_t x_key;
@@ -138,14 +141,14 @@ static void x_key_init(void)
     x_key_ok = pthread_key_create(&x_key, free) == 0;
 }
 
-static void *x_scratch(size_t bytes)
+static struct x_buf *x_scratch(size_t bytes)
 {
     pthread_once(&x_once, x_key_init);
     if (!x_key_ok)
         return NULL;
     struct x_buf *b = pthread_getspecific(x_key);
     if (b && b->cap >= bytes)
-        return b->b;
+        return b;
     const size_t cap = b && 2 * b->cap > bytes ? 2 * b->cap : bytes;
     struct x_buf *nb = aligned_alloc(32, (sizeof *nb + cap + 31) / 32 * 32);
     if (!nb || pthread_setspecific(x_key, nb) != 0) {
@@ -154,7 +157,8 @@ static void *x_scratch(size_t bytes)
     }
     free(b);
     nb->cap = cap;
-    return nb->b;
+    nb->key = (struct kq__pack_key){0};
+    return nb;
 }
 
 /* ================================ Q8_0X / Q4_0X ============================================= */
@@ -375,10 +379,12 @@ static void xq_tiles(bool q4, int R, int T, int64_t nb, const uint8_t *W, size_t
 #undef XQ4
 }
 
-/* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or the
- * scratch buffer cannot be had. */
+/* Same contract as kq_matmul_tagged for Q8_0X / Q4_0X weights, any nt; false when n is 0 or
+ * the scratch buffer cannot be had. The activations are packed a chunk of X_CHUNK tokens at a
+ * time, once per call, or once per tag where all tokens fit one chunk. */
 static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0,
-                      int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+                      int64_t r1, const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys,
+                      uint64_t tag)
 {
     const bool q4 = wt == KQ_Q4_0X;
     const int64_t nb = n / KQ__QK, H = (nb + 7) / 8;
@@ -386,15 +392,19 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
     const int RM = q4 ? Q4R : Q8R, TM = q4 ? Q4T : Q8T;
     if (nb == 0 || n % KQ__QK)
         return false;
-    struct xa *A = x_scratch((size_t)(chunk * H) * sizeof(struct xa));
-    if (!A)
+    struct x_buf *buf = x_scratch((size_t)(chunk * H) * sizeof(struct xa));
+    if (!buf)
         return false;
+    struct xa *A = (struct xa *)buf->b;
     const int off = q4 ? 8 : KQX_VNNI ? 128 : 0;
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
-        for (int64_t t = t0; t < t1; t++)
+        const bool one = chunk == nt; /* then A may hold them from this tag's last call */
+        const bool held = one && kq__pack_held(&buf->key, tag, act, as, n, nt, wt);
+        for (int64_t t = t0; t < t1 && !held; t++)
             for (int64_t h = 0; h < H; h++)
                 xa_pack((const struct kq__q8_0 *)(act + t * as), nb, h, off, &A[(t - t0) * H + h]);
+        buf->key = (struct kq__pack_key){one ? tag : 0, act, as, n, nt, wt};
         for (int64_t r = r0; r < r1; r += RM) {
             const int rr = (int)(r1 - r < RM ? r1 - r : RM);
             const uint8_t *Wr = W + r * ws;
@@ -536,7 +546,8 @@ static void kx_tiles(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, con
 #undef KX
 }
 
-/* Same contract as kq_matmul for Q4_KX weights (Q8_KX activations), any nt. */
+/* Same contract as kq_matmul for Q4_KX weights (Q8_KX activations), any nt: the activation
+ * rows are read as they are (nothing packed, so nothing to reuse by tag). */
 static void kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
                       const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
 {
@@ -563,10 +574,11 @@ static void kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_
 /* ================================ entry point =============================================== */
 
 bool KQX_ENTRY(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0, int64_t r1,
-               const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride)
+               const void *act, size_t act_stride, int64_t nt, float *y, int64_t y_stride,
+               uint64_t tag)
 {
     if (w == KQ_Q8_0X || w == KQ_Q4_0X)
-        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, tag);
     if (w != KQ_Q4_KX || n % KQ__QK_K)
         return false;
     kx_matmul(n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);

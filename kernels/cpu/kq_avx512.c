@@ -755,9 +755,10 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
  * (the last group may hold fewer), word k of every block of a group side by side; Q8_0X levels
  * + 128, Q4_0X nibble bytes with the low nibbles giving words 0-3 and the high ones 4-7) read
  * as they are stored, for any token count: no call repacks a weight.
- * The activation of each token is packed once per call (px_act: s8 levels in the same order,
- * the scales, and -128 * the sum of each block's levels, which takes the + 128 back out
- * exactly; Q4_0X: -8 * the sum, its offset). Per group, (row, token) pair and lane (block):
+ * The activation of each token is packed once per call, or once per tag (kq_matmul_tagged)
+ * where all tokens fit px_act_tls (px_act: s8 levels in the same order, the scales, and -128 *
+ * the sum of each block's levels, which takes the + 128 back out exactly; Q4_0X: -8 * the sum,
+ * its offset). Per group, (row, token) pair and lane (block):
  * an int32 sum of the correction and 8 vpdpbusd, converted, times (weight scale * activation
  * scale), added to a float accumulator by one FMA; at the end each accumulator's 16 lanes are
  * summed by the tree of _mm512_reduce_add_ps. That arithmetic is the same for every tile shape,
@@ -806,6 +807,7 @@ struct px_acc {
 };
 
 static _Thread_local struct px_act px_act_tls[PX_ACT_BYTES / sizeof(struct px_act)];
+static _Thread_local struct kq__pack_key px_key; /* what px_act_tls holds */
 static _Thread_local struct px_acc px_acc_tls[(128u << 10) / sizeof(struct px_acc)];
 
 /* Group g of a Q8_0 activation row of nb blocks (lanes past nb: zero levels and scales), for
@@ -987,10 +989,11 @@ static void px_tiles(bool q4, int R, int T, int64_t nb, int64_t g0, int64_t g1, 
 #undef PX_SHAPE
 }
 
-/* Same contract as kq_matmul for Q8_0X / Q4_0X weights, any nt; false when n is 0 or over
- * 65536. */
+/* Same contract as kq_matmul_tagged for Q8_0X / Q4_0X weights, any nt; false when n is 0 or
+ * over 65536. */
 static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
-                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys,
+                      uint64_t tag)
 {
     const int64_t nb = n / KQ__QK, G = (nb + 15) / 16;
     if (G == 0 || G > PK_MAX_GROUPS || n % KQ__QK)
@@ -1015,10 +1018,14 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
     chunk = chunk < nt ? chunk : nt;
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t tc = t0 + chunk < nt ? chunk : nt - t0, ntt = (tc + PX_T - 1) / PX_T;
-        for (int64_t t = 0; t < tc; t++)
-            for (int64_t g = 0; g < G; g++)
-                px_pack_act((const struct kq__q8_0 *)(act + (t0 + t) * as), nb, g, q4 ? 3 : 7,
-                            &px_act_tls[g * tc + t]);
+        /* all tokens in one chunk: px_act_tls may still hold them from this tag's last call */
+        if (!(tc == nt && kq__pack_held(&px_key, tag, act, as, n, nt, wt))) {
+            for (int64_t t = 0; t < tc; t++)
+                for (int64_t g = 0; g < G; g++)
+                    px_pack_act((const struct kq__q8_0 *)(act + (t0 + t) * as), nb, g, q4 ? 3 : 7,
+                                &px_act_tls[g * tc + t]);
+            px_key = (struct kq__pack_key){tc == nt ? tag : 0, act, as, n, nt, wt};
+        }
         for (int64_t rs = r0; rs < r1; rs += sr) {
             const int64_t re = rs + sr < r1 ? rs + sr : r1, nrt = (re - rs + PX_R - 1) / PX_R;
             /* the next super-block's rows, asked for across this one's tiles: nl lines a group,
@@ -1145,13 +1152,14 @@ int64_t kq__avx512_peak(bool int8, int64_t n_iter)
 /* 4 x 4 tiles measured best for prefill across types (32 zmm registers; 2 x 4 and 4 x 2 lose). */
 bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                       int64_t y_stride)
+                       int64_t y_stride, uint64_t tag)
 {
     const struct kq__tileset *ts;
     if (w == KQ_Q8_0X || w == KQ_Q4_0X)
-        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+        return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, tag);
     if (w == KQ_Q4_KX || w == KQ_Q5_KX || w == KQ_Q6_KX)
-        return kq__avx512_kx_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
+        return kq__avx512_kx_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride,
+                                    tag);
     if (nt == 1 && (w == KQ_Q8_0 || w == KQ_Q4_0) && n <= PREP_MAX_N) {
         decode_prepared(w, n, W, w_stride, r0, r1, act, y);
         return true;

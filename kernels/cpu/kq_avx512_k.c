@@ -38,10 +38,11 @@
  * the rows' headers (B = 2, 4096 x 8192 Q4_KX: 19% of all samples in it) and cost decode ~30%
  * when it was used there.
  * The activations are packed once per call into the step order (kx_act, thread-local), a chunk
- * of tokens at a time; each block of 4 rows is then read from memory once per chunk and met by
- * all its tokens while it sits in L1, and the next block is prefetched group by group into L1
- * (T0; against T1, 4096 x 8192 Q4_KX B = 1 and 8 ran faster in 2 of 2 alternated pairs and
- * Q6_KX decode read 79-89% of the triad against 73-94%: the busy machine's noise is as large).
+ * of tokens at a time (once per tag, kq_matmul_tagged, where all tokens fit one chunk); each
+ * block of 4 rows is then read from memory once per chunk and met by all its tokens while it
+ * sits in L1, and the next block is prefetched group by group into L1 (T0; against T1, 4096 x
+ * 8192 Q4_KX B = 1 and 8 ran faster in 2 of 2 alternated pairs and Q6_KX decode read 79-89%
+ * of the triad against 73-94%: the busy machine's noise is as large).
  *
  * Measured (kqbench --cpu-time 1, 2 threads, medians of 3 alternated with the plain kernels, a
  * busy shared machine): 4096 x 8192 batched decode B = 2 / 4 / 8 / 16 took 2.7 / 2.0 / 2.4 / 2.3x
@@ -49,7 +50,7 @@
  * 0.9x (before the T0 prefetch and the in-tile scales; see kq_repack_type for Q6_KX now).
  *
  * Threads: any number may call concurrently; the only state is the thread-local activation
- * scratch, filled and used within one call.
+ * scratch, filled within one call and reused by a later call of the same tag.
  */
 #include "kq_impl.h" // defines: block structs, kq__avx512_kx_matmul
 #include "simd.h"    // defines: INLINE, UNROLL
@@ -77,6 +78,7 @@ struct kx_wsc {
 };
 
 static _Thread_local struct kx_act kx_act_tls[KX_ACT_BYTES / sizeof(struct kx_act)];
+static _Thread_local struct kq__pack_key kx_key; /* what kx_act_tls holds */
 static _Thread_local struct kx_wsc kx_wsc_tls[KX_R * KX_MAX_G];
 
 /* 32 bytes at lo then 32 at hi; with hi NULL the upper half is zero. */
@@ -349,7 +351,7 @@ static void kx_mtiles(enum kq_type wt, int T, int64_t G, int64_t GF, const uint8
 
 bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, int64_t r0,
                           int64_t r1, const void *act, size_t as, int64_t nt, float *y,
-                          int64_t ys)
+                          int64_t ys, uint64_t tag)
 {
     const bool pair = wt != KQ_Q6_KX;
     const int64_t nsb = n / KQ__QK_K, G = pair ? (nsb + 1) / 2 : nsb, GF = pair ? nsb / 2 : nsb;
@@ -361,7 +363,12 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
     const uint8_t *w8 = W, *a8 = act;
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
-        for (int64_t t = t0; t < t1; t++)
+        /* all tokens in one chunk: kx_act_tls may still hold them from this tag's last call
+         * (Q4_KX and Q5_KX pack alike) */
+        const bool one = t0 == 0 && t1 == nt;
+        const int kind = pair ? KQ_Q4_KX : KQ_Q6_KX;
+        const bool held = one && kq__pack_held(&kx_key, tag, act, as, n, nt, kind);
+        for (int64_t t = t0; t < t1 && !held; t++)
             for (int64_t g = 0; g < G; g++) {
                 const struct kq__q8_k *a = (const struct kq__q8_k *)(a8 + t * as);
                 struct kx_act *o = &kx_act_tls[(t - t0) * G + g];
@@ -370,6 +377,7 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
                 else
                     kx_pack_act_q6(a + g, o);
             }
+        kx_key = (struct kq__pack_key){one ? tag : 0, act, as, n, nt, kind};
         for (int64_t r = r0; r < r1; r += KX_R) {
             const int rr = (int)(r1 - r < KX_R ? r1 - r : KX_R);
             const uint8_t *Wr = w8 + r * ws;

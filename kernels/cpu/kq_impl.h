@@ -125,13 +125,36 @@ void kq__tile_drive(const struct kq__tileset *ts, int64_t n, const void *W, size
                     float *y, int64_t y_stride);
 
 /*
- * Per-ISA entry points (kq_avx2.c, kq_avx512.c). The matmul has kq_matmul's contract and
- * returns false for a type it does not handle (kq.c then runs the scalar reference). The act
- * quantiser writes activation type kq_act_type(w); it must equal the scalar one byte for byte.
+ * What a thread's packed-activation buffer holds (kq_matmul_tagged): the tag it was packed for
+ * (0: nothing to reuse), the call's activation rows, stride, token count and row length, and
+ * the packing's kind (the weight type whose packing it is). A kernel packs all nt tokens,
+ * then sets the key to that call's (tag 0 unless they all fit the buffer at once).
+ */
+struct kq__pack_key {
+    uint64_t tag;
+    const void *act;
+    size_t as;
+    int64_t n, nt;
+    int kind;
+};
+
+/* Whether a buffer with key k holds this call's packing: a nonzero tag, all else the same. */
+static inline bool kq__pack_held(const struct kq__pack_key *k, uint64_t tag, const void *act,
+                                 size_t as, int64_t n, int64_t nt, int kind)
+{
+    return tag && k->tag == tag && k->act == act && k->as == as && k->n == n && k->nt == nt &&
+           k->kind == kind;
+}
+
+/*
+ * Per-ISA entry points (kq_avx2.c, kq_avx512.c). The matmul has kq_matmul_tagged's contract
+ * (tag: its act_tag) and returns false for a type it does not handle (kq.c then runs the
+ * scalar reference). The act quantiser writes activation type kq_act_type(w); it must equal
+ * the scalar one byte for byte.
  */
 bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                     int64_t y_stride);
+                     int64_t y_stride, uint64_t tag);
 bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
 /* The AVX2 matmul of the stored layouts Q8_0X, Q4_0X and Q4_KX (kq_avx2x.h), any nt, with
  * vpmaddubsw products (kq_avx2x_avx2.c) or AVX-VNNI's vpdpbusd (kq_avx2x_vnni.c; call only when
@@ -139,19 +162,19 @@ bool kq__avx2_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n)
  * two give the same outputs bit for bit. */
 bool kq__avx2x_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                       int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                      int64_t y_stride);
+                      int64_t y_stride, uint64_t tag);
 bool kq__avx2x_vnni_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                            int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                           int64_t y_stride);
+                           int64_t y_stride, uint64_t tag);
 bool kq__avx512_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                        int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                       int64_t y_stride);
+                       int64_t y_stride, uint64_t tag);
 bool kq__avx512_quantize_act(enum kq_type w, const float *x, void *dst, int64_t n);
 /* The matmul of Q4_KX / Q5_KX / Q6_KX weights on AVX-512 (kq_avx512_k.c), any nt; false for
  * any other type or an n it does not take (0, or past 65536 elements). */
 bool kq__avx512_kx_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_t r0,
                           int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
-                          int64_t y_stride);
+                          int64_t y_stride, uint64_t tag);
 
 /*
  * Peak loops for kq_peak_ops: n_iter rounds of independent accumulator chains (24 on AVX-512,

@@ -9,7 +9,8 @@
  * 4. Scalar dot = double dot of the dequantised weight and activation rows.
  * 5. Every SIMD ISA this CPU has = scalar: activation quantisers byte for byte, kq_dot and
  *    kq_matmul over token counts, row ranges, strides and row lengths; the packed types give
- *    bit-identical outputs for a token whatever the batch around it (from 2 tokens on).
+ *    bit-identical outputs for a token whatever the batch around it (from 2 tokens on), and
+ *    kq_matmul_tagged gives kq_matmul's outputs bit for bit.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -970,6 +971,112 @@ TEST(avx2x_shape_invariance)
     path_reset();
 }
 
+/* rows x n random weights of type t, rows kq_row_bytes apart. */
+static uint8_t *rand_weights(enum kq_type t, int n, int rows)
+{
+    const size_t ws = kq_row_bytes(t, n);
+    uint8_t *w = malloc(ws * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < rows; r++) {
+        fill(x, n, r % 2);
+        kq_quantize_row(t, x, w + r * ws, n);
+    }
+    free(x);
+    return w;
+}
+
+/* nt random activation rows for weights of type t, kq_act_row_bytes apart. */
+static uint8_t *rand_acts(enum kq_type t, int n, int nt)
+{
+    const size_t as = kq_act_row_bytes(t, n);
+    uint8_t *a = malloc(as * (size_t)nt);
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int i = 0; i < nt; i++) {
+        fill(x, n, i % 2);
+        kq_quantize_act(t, x, a + i * as, n);
+    }
+    free(x);
+    return a;
+}
+
+/*
+ * kq_matmul_tagged equals kq_matmul bit for bit on every path, for the stored layouts whose
+ * kernels keep their packed activation per thread (kq_avx512.c, kq_avx512_k.c, kq_avx2x.h).
+ * Each step below copies its activation rows into one shared buffer (the same pointer every
+ * time, as the CPU device's scratch is) and runs the rows as the device does, in row chunks of
+ * one tag; its reference is kq_matmul over the same chunks, all computed before the tagged
+ * steps run one after the other: one tag's chunks; a second weight type with the same
+ * activation format on the same tagged rows (Q4_0X after Q8_0X, Q5_KX after Q4_KX); new
+ * content in the same place under a new tag; fewer tokens; a shorter row; an untagged call on
+ * other content between two calls of one tag; 40 tokens of long rows, more than one packed
+ * chunk holds.
+ */
+TEST(tagged_matmul)
+{
+    struct path paths[3];
+    const int np = simd_paths(paths);
+    static const enum kq_type fam[][2] = {
+        {KQ_Q8_0X, KQ_Q4_0X}, {KQ_Q4_KX, KQ_Q5_KX}, {KQ_Q6_KX, KQ_Q6_KX}};
+    enum { ROWS = 37, NT = 8, NT_MANY = 40, N_LONG = 32768, N_STEPS = 9 };
+    static const int chunks[][2] = {{0, 16}, {16, 17}, {17, 37}};
+    for (int ip = 0; ip < np; ip++) {
+        path_force(&paths[ip]);
+        for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+            const enum kq_type t1 = fam[f][0], t2 = fam[f][1];
+            const int n1 = 4352, n2 = 1024;
+            uint8_t *w1 = rand_weights(t1, n1, ROWS), *w2 = rand_weights(t2, n1, ROWS);
+            uint8_t *w3 = rand_weights(t1, n2, ROWS), *w4 = rand_weights(t1, N_LONG, ROWS);
+            uint8_t *c[4] = {rand_acts(t1, n1, NT), rand_acts(t1, n1, NT), rand_acts(t1, n2, NT),
+                             rand_acts(t1, n1, NT)};
+            uint8_t *c_long = rand_acts(t1, N_LONG, NT_MANY);
+            const uint64_t tag = kq_act_tags(5);
+            /* the steps: weights, row length, tokens, content, tag (0: untagged) */
+            const struct {
+                enum kq_type t;
+                const uint8_t *w, *c;
+                int n, nt;
+                uint64_t tag;
+            } st[N_STEPS] = {
+                {t1, w1, c[0], n1, NT, tag},
+                {t2, w2, c[0], n1, NT, tag},
+                {t1, w1, c[1], n1, NT, tag + 1},
+                {t1, w1, c[1], n1, 5, tag + 2},
+                {t1, w3, c[2], n2, NT, tag + 3},
+                {t1, w1, c[0], n1, NT, tag + 4},
+                {t1, w1, c[3], n1, NT, 0},
+                {t1, w1, c[0], n1, NT, tag + 4},
+                {t1, w4, c_long, N_LONG, NT_MANY, tag + 5},
+            };
+            const size_t as_max = kq_act_row_bytes(t1, N_LONG);
+            uint8_t *a = malloc(as_max * NT_MANY);
+            float *ref[N_STEPS], *got = malloc(sizeof(float) * ROWS * NT_MANY);
+            for (int pass = 0; pass < 2; pass++) /* 0: the references, 1: the tagged steps */
+                for (int k = 0; k < N_STEPS; k++) {
+                    const size_t as = kq_act_row_bytes(st[k].t, st[k].n);
+                    const size_t ws = kq_row_bytes(st[k].t, st[k].n);
+                    memcpy(a, st[k].c, as * (size_t)st[k].nt);
+                    float *y = pass ? got : (ref[k] = malloc(sizeof(float) * ROWS * NT_MANY));
+                    for (int i = 0; i < ROWS * NT_MANY; i++)
+                        y[i] = -777.0f;
+                    for (size_t q = 0; q < sizeof chunks / sizeof chunks[0]; q++)
+                        kq_matmul_tagged(st[k].t, st[k].n, st[k].w, ws, chunks[q][0], chunks[q][1],
+                                         a, as, st[k].nt, y, ROWS, pass ? st[k].tag : 0);
+                    if (pass && memcmp(got, ref[k], sizeof(float) * ROWS * NT_MANY) != 0) {
+                        printf("  %s %s step %d: tagged != untagged\n", path_name(&paths[ip]),
+                               kq_type_name(st[k].t), k);
+                        CHECK(false);
+                    }
+                }
+            for (int k = 0; k < N_STEPS; k++)
+                free(ref[k]);
+            free(a), free(got), free(w1), free(w2), free(w3), free(w4), free(c_long);
+            for (int i = 0; i < 4; i++)
+                free(c[i]);
+        }
+    }
+    path_reset();
+}
+
 /* A Q8_0 level of -128 (no quantiser here writes one, but a GGUF file may hold it): the fast
  * products of the AVX2 packed prefill would overflow on it, so rows holding one must take the
  * exact path; the AVX2 Q8_0X kernels must be exact on it too (it is stored as 0). Rows 0, 3,
@@ -1137,6 +1244,7 @@ int main(void)
     RUN(xq_shape_invariance);
     RUN(kx_shape_invariance);
     RUN(avx2x_shape_invariance);
+    RUN(tagged_matmul);
     RUN(q8_0_lowest_level);
     RUN(isa_selection);
     RUN(kernel_ops);
