@@ -971,32 +971,22 @@ TEST(avx2x_shape_invariance)
     path_reset();
 }
 
-/* rows x n random weights of type t, rows kq_row_bytes apart. */
-static uint8_t *rand_weights(enum kq_type t, int n, int rows)
+/* count random rows of n for weights of type t: the weights themselves (kq_row_bytes apart),
+ * or with act their activation rows (kq_act_row_bytes apart). */
+static uint8_t *rand_rows(enum kq_type t, int n, int count, bool act)
 {
-    const size_t ws = kq_row_bytes(t, n);
-    uint8_t *w = malloc(ws * (size_t)rows);
+    const size_t rb = act ? kq_act_row_bytes(t, n) : kq_row_bytes(t, n);
+    uint8_t *w = malloc(rb * (size_t)count);
     float *x = malloc(sizeof(float) * (size_t)n);
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r < count; r++) {
         fill(x, n, r % 2);
-        kq_quantize_row(t, x, w + r * ws, n);
+        if (act)
+            kq_quantize_act(t, x, w + r * rb, n);
+        else
+            kq_quantize_row(t, x, w + r * rb, n);
     }
     free(x);
     return w;
-}
-
-/* nt random activation rows for weights of type t, kq_act_row_bytes apart. */
-static uint8_t *rand_acts(enum kq_type t, int n, int nt)
-{
-    const size_t as = kq_act_row_bytes(t, n);
-    uint8_t *a = malloc(as * (size_t)nt);
-    float *x = malloc(sizeof(float) * (size_t)n);
-    for (int i = 0; i < nt; i++) {
-        fill(x, n, i % 2);
-        kq_quantize_act(t, x, a + i * as, n);
-    }
-    free(x);
-    return a;
 }
 
 /*
@@ -1024,11 +1014,11 @@ TEST(tagged_matmul)
         for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
             const enum kq_type t1 = fam[f][0], t2 = fam[f][1];
             const int n1 = 4352, n2 = 1024;
-            uint8_t *w1 = rand_weights(t1, n1, ROWS), *w2 = rand_weights(t2, n1, ROWS);
-            uint8_t *w3 = rand_weights(t1, n2, ROWS), *w4 = rand_weights(t1, N_LONG, ROWS);
-            uint8_t *c[4] = {rand_acts(t1, n1, NT), rand_acts(t1, n1, NT), rand_acts(t1, n2, NT),
-                             rand_acts(t1, n1, NT)};
-            uint8_t *c_long = rand_acts(t1, N_LONG, NT_MANY);
+            uint8_t *w1 = rand_rows(t1, n1, ROWS, false), *w2 = rand_rows(t2, n1, ROWS, false);
+            uint8_t *w3 = rand_rows(t1, n2, ROWS, false), *w4 = rand_rows(t1, N_LONG, ROWS, false);
+            uint8_t *c[4] = {rand_rows(t1, n1, NT, true), rand_rows(t1, n1, NT, true),
+                             rand_rows(t1, n2, NT, true), rand_rows(t1, n1, NT, true)};
+            uint8_t *c_long = rand_rows(t1, N_LONG, NT_MANY, true);
             const uint64_t tag = kq_act_tags(5);
             /* the steps: weights, row length, tokens, content, tag (0: untagged) */
             const struct {
