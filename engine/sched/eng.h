@@ -41,6 +41,9 @@ struct eng_params {
     int64_t ngram_max_draft;  /* longest n-gram draft; beyond draft_max a checkpoint is taken */
     float mtp_p_min;          /* stop an MTP draft at a token the head gives less than this */
     int spec_rollback;        /* ENG_ROLLBACK_SNAPSHOT, or ENG_ROLLBACK_RECOMPUTE (debug) */
+    bool spec_prior_costs;    /* the draft throttle weighs drafts by its prior costs, not the
+                               * timed passes, so its decisions follow the tokens alone (tests:
+                               * timing on a loaded machine must not decide whether they draft) */
     int64_t mem_max;          /* bytes the caches and checkpoints may take (0 = no limit) */
     int64_t cache_ram_max;    /* bytes of saved prefixes kept in host RAM (0 = none) */
     const char *cache_dir;    /* directory of saved prefixes that outlive the daemon (NULL or

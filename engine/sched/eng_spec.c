@@ -66,7 +66,7 @@ static struct spec_cost draft_cost(const eng_t *e, bool mtp)
     struct spec_cost k = {.row = 0.2, .mtp = mtp ? 0.15 : 0.0};
     double w, c, wm, cm;
     const int64_t B = e->n_decoding > 0 ? e->n_decoding : 1;
-    if (!spec_fit_get(&e->fit_trunk, &w, &c))
+    if (e->p.spec_prior_costs || !spec_fit_get(&e->fit_trunk, &w, &c))
         return k;
     double step = spec_fit_time(&e->fit_trunk, B);
     k.row = c / step;

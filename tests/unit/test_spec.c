@@ -375,7 +375,8 @@ static void run_all(const char *file, unsigned spec, int64_t ngram_max, int n_re
                            .ngram_min = 1,
                            .ngram_max_draft = ngram_max,
                            .draft_fn = oracle_draft,
-                           .spec_rollback = rollback_mode};
+                           .spec_rollback = rollback_mode,
+                           .spec_prior_costs = true};
     memset(&last_stats, 0, sizeof last_stats);
     if (model_load(path, &m, err, sizeof err) || testutil_dev_cpu(2, &d, err, sizeof err) ||
         eng_create(m, d, &p, &e, err, sizeof err) || eng_start(e, err, sizeof err)) {
