@@ -1259,10 +1259,10 @@ double kq_kernel_ops(enum kq_type w, int64_t n, double seconds)
     int64_t rows = (int64_t)((192u << 10) / xb) / 16 * 16;
     rows = rows < 16 ? 16 : rows;
     float *f = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)(rows * nt));
-    uint8_t *q = malloc(rb * (size_t)rows), *wx = malloc(xb * (size_t)rows),
-            *act = malloc(ab * (size_t)nt);
+    uint8_t *q = malloc(rb * (size_t)rows), *act = malloc(ab * (size_t)nt);
+    uint8_t *wx = x == w ? NULL : malloc(xb * (size_t)rows); /* the repacked rows, if any */
     double best = 0.0;
-    if (!f || !y || !q || !wx || !act)
+    if (!f || !y || !q || !act || (x != w && !wx))
         goto out;
     uint32_t seed = 12345;
     for (int64_t r = 0; r < rows + nt; r++) { /* rows, then the tokens */
@@ -1275,15 +1275,14 @@ double kq_kernel_ops(enum kq_type w, int64_t n, double seconds)
         else
             kq_quantize_act(x, f, act + (size_t)(r - rows) * ab, n);
     }
-    if (x == w)
-        memcpy(wx, q, rb * (size_t)rows);
-    else if (!kq_repack_rows(w, x, q, wx, n, rows))
+    if (wx && !kq_repack_rows(w, x, q, wx, n, rows))
         goto out;
+    const uint8_t *wk = wx ? wx : q;
     const double t_end = mono_now() + seconds;
     do {
         const double t0 = mono_now();
         for (int k = 0; k < 4; k++)
-            kq_matmul(x, n, wx, xb, 0, rows, act, ab, nt, y, rows);
+            kq_matmul(x, n, wk, xb, 0, rows, act, ab, nt, y, rows);
         const double rate = 4.0 * 2.0 * (double)(rows * n * nt) / (mono_now() - t0);
         best = rate > best ? rate : best;
     } while (mono_now() < t_end);
