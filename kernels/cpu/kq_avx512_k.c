@@ -28,9 +28,16 @@
  * against 115-121 (best of 40, alternated); kqbench --cpu-time 1, 2 threads, weights from DRAM,
  * 6144 x 2048 B = 6 / 8 / 12 / 16: 0.24 / 0.24 / 0.42 / 0.60 ms against 0.26 / 0.28 / 0.45 /
  * 0.63 (2048 x 6144: 0.30 / 0.37 / 0.46 / 0.56 against 0.34 / 0.39 / 0.53 / 0.64), a busy
- * machine whose run-to-run spread is as large. At 3-4 tokens the last medians had the 4 x 4
- * tiles up to 20 % slower (6144 x 2048 B = 4: 0.21 against 0.19 ms), so up to 4 tokens the
- * 2 x T tiles stay. On this Zen 5 vpdpbusd, vmulps and the FMAs share two pipes (cvtdq2ps,
+ * machine whose run-to-run spread is as large. Below KX_MT, 2 or 3 tokens are one tile of 4 rows
+ * x 2 or 3 tokens with its accumulators in registers (8 + 8 or 12 + 12 beside the 4 weights):
+ * every batched tile meets all 4 rows of a block at once. The 2 x T tiles they replace walked a
+ * block in two passes of 2 rows; kqbench --cpu-time 1, 2 threads, weights from DRAM, medians of
+ * 4-6 alternated runs: 12288 x 2048 Q4_KX B = 2 / 3 / 4 took 0.45 / 0.48 / 0.52 ms with them
+ * against 0.36 / 0.38 / 0.43 now (B = 1: 0.34-0.39), 2048 x 6144 Q6_KX 0.32 / 0.40 / 0.46
+ * against 0.25 / 0.27 / 0.33 (B = 1: 0.23-0.25); in L2, a 4 x 2 tile costs ~12 % less than
+ * two 2 x 2 (Q4_KX 256 x 2048: 24 against 27 ns a row). At 4 tokens one 4 x 4 tile (in memory)
+ * and two 4 x 2 ones ran alike on Q4_KX, the 4 x 4 faster on Q6_KX (0.33 against 0.44 ms).
+ * On this Zen 5 vpdpbusd, vmulps and the FMAs share two pipes (cvtdq2ps,
  * vpand, vpsrlw do not), so a group's 8 vpdpbusd, 1 mul and 2 FMAs per output bound it at 5.5
  * cycles an output and group. Decode tiles are 4 rows x 1 token. A row's scales are unpacked
  * by the first token tile that meets it, in the tile, and kept in kx_wsc for the later tiles of
@@ -58,10 +65,10 @@
 #include <immintrin.h>
 
 #define KX_R 4                   /* rows per block (and per decode tile) */
-#define KX_T 4                   /* tokens per tile at most (tiles of 2 rows) */
+#define KX_T 4                   /* tokens per tile at most */
 #define KX_MAX_G 256             /* groups of a row: n <= 65536 */
 #define KX_ACT_BYTES (256u << 10) /* packed activations of one token chunk */
-#define KX_MT 5                  /* tokens from which batched tiles are KX_R x KX_T */
+#define KX_MT 4                  /* tokens from which tiles keep their sums in memory */
 
 /* One token's group, in the step order: 8 steps (Q6_KX: 4), the scales per lane. */
 struct kx_act {
@@ -308,7 +315,8 @@ INLINE void kx_tile(enum kq_type wt, int R, int T, bool mem, int64_t G, int64_t 
             y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* kx_tile for the shapes it is compiled for: KX_R x 1 (decode), 2 x 2..KX_T, 1 x 1..KX_T. */
+/* kx_tile for the shapes it is compiled for: KX_R x 1..KX_MT - 1 (decode: KX_R x 1), and the
+ * 1 x 1..KX_T of a chunk's last rows. */
 static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
                      size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
                      const uint8_t *pf, float *y, int64_t ys)
@@ -319,8 +327,7 @@ static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const
                : put ? kx_tile(w, r, tt, false, G, GF, W, ws, S, true, A, pf, y, ys)              \
                      : kx_tile(w, r, tt, false, G, GF, W, ws, S, false, A, pf, y, ys);
 #define KX_TYPE(w)                                                                                \
-    KX_TILE(w, KX_R, 1)                                                                           \
-    KX_TILE(w, 2, 4) KX_TILE(w, 2, 3) KX_TILE(w, 2, 2) KX_TILE(w, 2, 1)                           \
+    KX_TILE(w, KX_R, 1) KX_TILE(w, KX_R, 2) KX_TILE(w, KX_R, 3)                                   \
     KX_TILE(w, 1, 4) KX_TILE(w, 1, 3) KX_TILE(w, 1, 2) KX_TILE(w, 1, 1)
     KX_TYPE(KQ_Q4_KX)
     KX_TYPE(KQ_Q5_KX)
@@ -391,19 +398,15 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
                 float *yt = y + t * ys + r;
                 /* the first token tile asks for the next row block */
                 const uint8_t *pf = t == t0 && r + 2 * KX_R <= r1 ? Wr + KX_R * ws : NULL;
-                if (rr == KX_R && nt == 1) {
-                    kx_tiles(wt, KX_R, 1, G, GF, Wr, ws, NULL, false, A, pf, yt, ys);
-                    continue;
-                }
                 if (rr == KX_R && nt >= KX_MT) {
                     kx_mtiles(wt, tt, G, GF, Wr, ws, S, put, A, pf, yt, ys);
                     continue;
                 }
-                int i = 0;
-                for (; rr == KX_R && i < KX_R; i += 2)
-                    kx_tiles(wt, 2, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, put, A,
-                             pf ? pf + i * ws : NULL, yt + i, ys);
-                for (; i < rr; i++)
+                if (rr == KX_R) {
+                    kx_tiles(wt, KX_R, tt, G, GF, Wr, ws, S, put, A, pf, yt, ys);
+                    continue;
+                }
+                for (int i = 0; i < rr; i++)
                     kx_tiles(wt, 1, tt, G, GF, Wr + i * ws, ws, S ? S + i * G : NULL, put, A,
                              NULL, yt + i, ys);
             }

@@ -900,8 +900,8 @@ TEST(xq_shape_invariance)
 }
 
 /* Q4_KX / Q5_KX / Q6_KX on AVX-512: every tile gives an output the same bits as any other: the
- * 4-row decode tile (1 token), the 2-row tiles (2-4 tokens), the 4 x 1..4 tiles with their
- * accumulators in memory (5 tokens on) and the 1-row tiles of a range's last rows, with the
+ * 4-row tiles of 1-3 tokens (decode: 1), the 4 x 1..4 tiles with their accumulators in
+ * memory (4 tokens on) and the 1-row tiles of a range's last rows, with the
  * row's scales unpacked in the tile or kept from the first token tile; rows ending in a lone
  * super-block (n = 256, 4352) or not, row ranges starting and ending anywhere, token counts 1..9,
  * and a row long enough (n = 32768) that 40 tokens take several chunks. */
