@@ -791,6 +791,14 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
  * 2 super-blocks ahead into L2 as well lost too. */
 #define PX_PF_L1_T 2
 #define PX_SR_MIN 9               /* rows of a super-block at least, where panels split rows */
+/* Rows that set a panel's width where a row of PX_SR_MIN would not fit PX_L1_W whole: narrower
+ * panels of more rows (Q8_0X: 2 groups x 18 rows instead of 4 x 9). kqbench --cpu-time 1, 2
+ * threads, weights from DRAM, medians of 5 alternated runs, 16 / 8 tokens: q8_0x 2048 x 6144
+ * 0.45-0.50 / 0.34-0.39 ms against 0.57-0.60 / 0.37-0.39, 2048 x 4096 0.31 / 0.21 against 0.37
+ * / 0.24, 1024 x 12288 0.50 / 0.38 against 0.59 / 0.44, q4_0x 2048 x 6144 0.42 / 0.23 against
+ * 0.47 / 0.30; 2 and 4 tokens alike. Rows that fit whole keep PX_SR_MIN: panels of 18 rows
+ * there (n = 2048) lost at 4 and 8 tokens (12288 x 2048: 0.56 / 0.58 against 0.39 / 0.49). */
+#define PX_SR_PANEL 18
 
 /* Keeps v in a register: GCC otherwise folds a load back into each of its R (or T) uses. */
 #define PX_IN_REG(v) __asm__("" : "+v"(v))
@@ -1000,11 +1008,13 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
         return false;
     const bool q4 = wt == KQ_Q4_0X;
     const size_t rb = kq_row_bytes(wt, n), gb = q4 ? 16 * 18 : 16 * 34; /* bytes of a group */
-    /* groups of a panel: PX_SR_MIN rows of them fill PX_L1_W (all of a short row, and of any
-     * row for one token, which reads each weight once: panels only broke up its stream, 2048 x
-     * 6144 decode 0.27-0.32 ms against 0.20-0.23, noisy); rows of a super-block: whole tiles of
-     * such panels that fill PX_L1_W */
+    /* groups of a panel: all of a row where PX_SR_MIN rows fill PX_L1_W (and of any row for one
+     * token, which reads each weight once: panels only broke up its stream, 2048 x 6144 decode
+     * 0.27-0.32 ms against 0.20-0.23, noisy), else as many as PX_SR_PANEL rows of them fill it;
+     * rows of a super-block: whole tiles of such panels that fill PX_L1_W */
     int64_t gp = nt == 1 ? G : (int64_t)(PX_L1_W / (PX_SR_MIN * gb));
+    if (gp < G)
+        gp = (int64_t)(PX_L1_W / (PX_SR_PANEL * gb));
     gp = gp < 1 ? 1 : gp > G ? G : gp;
     const size_t pb = gp == G ? rb : (size_t)gp * gb;
     const int64_t sr = ((int64_t)(PX_L1_W / pb) / PX_R > 1 ? (int64_t)(PX_L1_W / pb) / PX_R : 1) * PX_R;
