@@ -796,9 +796,12 @@ static bool packed_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t w
  * threads, weights from DRAM, medians of 5 alternated runs, 16 / 8 tokens: q8_0x 2048 x 6144
  * 0.45-0.50 / 0.34-0.39 ms against 0.57-0.60 / 0.37-0.39, 2048 x 4096 0.31 / 0.21 against 0.37
  * / 0.24, 1024 x 12288 0.50 / 0.38 against 0.59 / 0.44, q4_0x 2048 x 6144 0.42 / 0.23 against
- * 0.47 / 0.30; 2 and 4 tokens alike. Rows that fit whole keep PX_SR_MIN: panels of 18 rows
- * there (n = 2048) lost at 4 and 8 tokens (12288 x 2048: 0.56 / 0.58 against 0.39 / 0.49). */
+ * 0.47 / 0.30. At 2 and 4 tokens kqbench read them alike, but the ~1.2 GB Q8_0 qwen35moe
+ * decoded 3-4 % slower at B = 2 and 4 (medians of 4 alternated runs), so they start at
+ * PX_PANEL_T tokens. Rows that fit whole keep PX_SR_MIN: panels of 18 rows there (n = 2048)
+ * lost at 4 and 8 tokens (12288 x 2048: 0.56 / 0.58 against 0.39 / 0.49 ms). */
 #define PX_SR_PANEL 18
+#define PX_PANEL_T 8
 
 /* Keeps v in a register: GCC otherwise folds a load back into each of its R (or T) uses. */
 #define PX_IN_REG(v) __asm__("" : "+v"(v))
@@ -1010,10 +1013,11 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
     const size_t rb = kq_row_bytes(wt, n), gb = q4 ? 16 * 18 : 16 * 34; /* bytes of a group */
     /* groups of a panel: all of a row where PX_SR_MIN rows fill PX_L1_W (and of any row for one
      * token, which reads each weight once: panels only broke up its stream, 2048 x 6144 decode
-     * 0.27-0.32 ms against 0.20-0.23, noisy), else as many as PX_SR_PANEL rows of them fill it;
-     * rows of a super-block: whole tiles of such panels that fill PX_L1_W */
+     * 0.27-0.32 ms against 0.20-0.23, noisy), else as many as PX_SR_MIN rows of them fill it
+     * (from PX_PANEL_T tokens on, PX_SR_PANEL rows); rows of a super-block: whole tiles of such
+     * panels that fill PX_L1_W */
     int64_t gp = nt == 1 ? G : (int64_t)(PX_L1_W / (PX_SR_MIN * gb));
-    if (gp < G)
+    if (gp < G && nt >= PX_PANEL_T)
         gp = (int64_t)(PX_L1_W / (PX_SR_PANEL * gb));
     gp = gp < 1 ? 1 : gp > G ? G : gp;
     const size_t pb = gp == G ? rb : (size_t)gp * gb;
