@@ -884,10 +884,10 @@ static void avx512_invariance(const enum kq_type *types, size_t n_types, const i
 
 /* Q8_0X / Q4_0X on AVX-512: every tile shape (rows 1..3 x tokens 1..4), super-block and token
  * chunk edge gives an output the same bits as any other: rows with and without a partial last
- * group and shorter than one group (n = 256), rows split into panels of 9 rows (1..7 tokens)
- * and of 18 (the 40 tokens they are checked against; n = 4352, 32768), row ranges starting and
- * ending anywhere, token counts 1..7, and a row long enough (n = 32768) that 40 tokens take
- * several chunks. */
+ * group and shorter than one group (n = 256), rows split into panels of 9 or more rows (1..7
+ * tokens) and of 18 or more (the 40 tokens they are checked against; n = 4352, 32768), row
+ * ranges starting and ending anywhere, token counts 1..7, and a row long enough (n = 32768)
+ * that 40 tokens take several chunks. */
 TEST(xq_shape_invariance)
 {
     if (kq_isa_best() != KQ_ISA_AVX512) {
