@@ -69,6 +69,7 @@
 #define KX_MAX_G 256             /* groups of a row: n <= 65536 */
 #define KX_ACT_BYTES (256u << 10) /* packed activations of one token chunk */
 #define KX_MT 4                  /* tokens from which tiles keep their sums in memory */
+_Static_assert(KX_MT <= KX_T + 1, "below KX_MT tokens a chunk has one token tile");
 
 /* One token's group, in the step order: 8 steps (Q6_KX: 4), the scales per lane. */
 struct kx_act {
@@ -315,8 +316,9 @@ INLINE void kx_tile(enum kq_type wt, int R, int T, bool mem, int64_t G, int64_t 
             y[t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* kx_tile for the shapes it is compiled for: KX_R x 1..KX_MT - 1 (decode: KX_R x 1), and the
- * 1 x 1..KX_T of a chunk's last rows. */
+/* kx_tile for the shapes it is compiled for: KX_R x 1..KX_MT - 1 (decode: KX_R x 1), each with
+ * its scales unpacked in the tile (S NULL: below KX_MT tokens a chunk has one token tile), and
+ * the 1 x 1..KX_T of a chunk's last rows, with the scales also put or got. */
 static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const uint8_t *W,
                      size_t ws, struct kx_wsc *S, bool put, const struct kx_act *A,
                      const uint8_t *pf, float *y, int64_t ys)
@@ -326,13 +328,17 @@ static void kx_tiles(enum kq_type wt, int R, int T, int64_t G, int64_t GF, const
         return !S  ? kx_tile(w, r, tt, false, G, GF, W, ws, NULL, false, A, pf, y, ys)            \
                : put ? kx_tile(w, r, tt, false, G, GF, W, ws, S, true, A, pf, y, ys)              \
                      : kx_tile(w, r, tt, false, G, GF, W, ws, S, false, A, pf, y, ys);
+#define KX_OWN(w, tt)                                                                             \
+    if (wt == w && R == KX_R && T == tt && !S)                                                    \
+        return kx_tile(w, KX_R, tt, false, G, GF, W, ws, NULL, false, A, pf, y, ys);
 #define KX_TYPE(w)                                                                                \
-    KX_TILE(w, KX_R, 1) KX_TILE(w, KX_R, 2) KX_TILE(w, KX_R, 3)                                   \
+    KX_OWN(w, 1) KX_OWN(w, 2) KX_OWN(w, 3)                                                        \
     KX_TILE(w, 1, 4) KX_TILE(w, 1, 3) KX_TILE(w, 1, 2) KX_TILE(w, 1, 1)
     KX_TYPE(KQ_Q4_KX)
     KX_TYPE(KQ_Q5_KX)
     KX_TYPE(KQ_Q6_KX)
 #undef KX_TYPE
+#undef KX_OWN
 #undef KX_TILE
 }
 
@@ -388,9 +394,9 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
         for (int64_t r = r0; r < r1; r += KX_R) {
             const int rr = (int)(r1 - r < KX_R ? r1 - r : KX_R);
             const uint8_t *Wr = w8 + r * ws;
-            /* one token tile: its scales unpacked in the tile; more, or the KX_R x KX_T tiles:
-             * unpacked by the first tile, kept in kx_wsc for the others */
-            struct kx_wsc *S = t1 - t0 > KX_T || nt >= KX_MT ? kx_wsc_tls : NULL;
+            /* below KX_MT tokens (one token tile a chunk): scales unpacked in the tile; from
+             * KX_MT on: unpacked by the first tile, kept in kx_wsc for the others */
+            struct kx_wsc *S = nt >= KX_MT ? kx_wsc_tls : NULL;
             for (int64_t t = t0; t < t1; t += KX_T) {
                 const int tt = (int)(t1 - t < KX_T ? t1 - t : KX_T);
                 const struct kx_act *A = &kx_act_tls[(t - t0) * G];
@@ -402,8 +408,8 @@ bool kq__avx512_kx_matmul(enum kq_type wt, int64_t n, const void *W, size_t ws, 
                     kx_mtiles(wt, tt, G, GF, Wr, ws, S, put, A, pf, yt, ys);
                     continue;
                 }
-                if (rr == KX_R) {
-                    kx_tiles(wt, KX_R, tt, G, GF, Wr, ws, S, put, A, pf, yt, ys);
+                if (rr == KX_R) { /* below KX_MT tokens: S is NULL */
+                    kx_tiles(wt, KX_R, tt, G, GF, Wr, ws, NULL, false, A, pf, yt, ys);
                     continue;
                 }
                 for (int i = 0; i < rr; i++)
