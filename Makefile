@@ -482,4 +482,5 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# the header dependencies of every build under build/, and of $(B) where it lies elsewhere
+-include $(shell find $(sort build $(B)) -name '*.d' 2>/dev/null)

@@ -500,61 +500,13 @@ static void q4_k_single(int64_t n, const uint8_t *W, size_t ws, const uint8_t *A
 
 TILESET_DECODE(q4_k, 2, 2, q4_k_single);
 
-/*
- * Q4_KX weights (kq.h: Q4_K with its levels transposed) against Q8_KX activations: the decode
- * kernel of long rows (batches and short rows run kq_avx2x.h's tiles). Every 32-byte step holds
- * 4 elements of each of the 8 sub-blocks, dword j for sub-block j, so the steps' vpmaddubsw
- * products can be summed as i16 (8 steps x 2 x 15 x 127 = 30480 < 32768) and scaled once per
- * super-block with one vpmaddwd against the pair-duplicated scales: per 32 elements a level
- * unpack, one vpmaddubsw and one vpaddw, against ksb's extra scale spread, vpmaddwd and vpaddd.
- * The min term is ksb's. (The packed prefill below reads plain Q4_K through q4kx_levels too.)
- */
-static const uint8_t q4kx_pairdup[32] = {0, 0x80, 0, 0x80, 1, 0x80, 1, 0x80, 2, 0x80, 2, 0x80,
-                                         3, 0x80, 3, 0x80, 4, 0x80, 4, 0x80, 5, 0x80, 5, 0x80,
-                                         6, 0x80, 6, 0x80, 7, 0x80, 7, 0x80};
-
-/* The scales (sc) and mins (*mins) of a Q4_K/Q4_KX super-block as dword j = (v_j, v_j). */
-INLINE __m256i q4kx_scales(const struct kq__q4_k *b, __m256i *mins)
-{
-    uint64_t sc, m;
-    kq__unpack_scales(b->scales, &sc, &m);
-    const __m256i pd = _mm256_loadu_si256((const void *)q4kx_pairdup);
-    const __m128i v = _mm_set_epi64x((long long)m, (long long)sc);
-    *mins = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_unpackhi_epi64(v, v)), pd);
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v), pd);
-}
-
-/* Levels of step k of a Q4_KX super-block: the low nibbles of qs[32 (k / 2) ..], odd k high. */
+/* Levels of step k of a Q4_KX super-block (kq.h: Q4_K with its levels transposed, dword j of
+ * every 32-byte step in sub-block j): the low nibbles of qs[32 (k / 2) ..], odd k high. The
+ * packed prefill below reads plain Q4_K through it too; Q4_KX weights run kq_avx2x.h. */
 INLINE __m256i q4kx_levels(const struct kq__q4_k *b, int k)
 {
     const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * (k / 2)));
     return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(x, 4) : x, _mm256_set1_epi8(15));
-}
-
-/* The decode kernel of long rows: one row, the weight stream prefetched. Its arithmetic is
- * kx_tile's (kq_avx2x.h), which runs batches and short rows: the same output for a row and a
- * token whatever the batch. */
-static void q4_kx_single(int64_t n, const uint8_t *W, const uint8_t *A, float *y)
-{
-    const struct kq__q4_k *w = (const struct kq__q4_k *)W;
-    const struct kq__q8_k *a = (const struct kq__q8_k *)A;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / KQ__QK_K; ib++) {
-        _mm_prefetch((const char *)(w + ib) + PF_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + ib) + PF_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(w + ib) + PF_DIST + 128, _MM_HINT_T0);
-        __m256i mins, s16 = _mm256_setzero_si256();
-        const __m256i sc = q4kx_scales(&w[ib], &mins);
-        UNROLL for (int k = 0; k < 8; k++) {
-            const __m256i av = _mm256_loadu_si256((const void *)(a[ib].qs + 32 * k));
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q4kx_levels(&w[ib], k), av));
-        }
-        const __m256i mt = _mm256_madd_epi16(_mm256_loadu_si256((const void *)a[ib].bsums), mins);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, sc)),
-                              _mm256_set1_ps(h2f(w[ib].d) * a[ib].d), acc);
-        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(h2f(w[ib].dmin) * a[ib].d), acc);
-    }
-    *y = hsum_ps(acc);
 }
 
 /* ================================ prefill with packed groups ================================ */
@@ -974,11 +926,6 @@ bool kq__avx2_matmul(enum kq_type w, int64_t n, const void *W, size_t w_stride, 
                      int64_t r1, const void *act, size_t act_stride, int64_t nt, float *y,
                      int64_t y_stride, uint64_t tag)
 {
-    if (w == KQ_Q4_KX && nt == 1 && n > KQ__DEC_SHORT_N) { /* decode of long rows */
-        for (int64_t r = r0; r < r1; r++)
-            q4_kx_single(n, (const uint8_t *)W + r * w_stride, act, y + r);
-        return true;
-    }
     if (w == KQ_Q8_0X || w == KQ_Q4_0X || w == KQ_Q4_KX)
         return kq_avx2_vnni() ? kq__avx2x_vnni_matmul(w, n, W, w_stride, r0, r1, act, act_stride,
                                                       nt, y, y_stride, tag)

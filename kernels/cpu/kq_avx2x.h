@@ -25,9 +25,9 @@
  *            nibbles, the i16 pairs of all 8 steps summed (8 x 2 x 15 x 127 < 32768), one
  *            vpmaddwd, the -8 * sum start.
  * Q4_KX: the activation rows (Q8_KX) are read as they are; lane j of every step is sub-block
- * j. VNNI: vpdpbusd per step, then the int32 sums times the 6-bit scales (vpmulld); maddubs:
- * vpmaddubsw summed as i16 over the 8 steps, one vpmaddwd with the pair-duplicated scales.
- * The min term is vpmaddwd of the activation's bsums with the pair-duplicated mins.
+ * j. VNNI: vpdpbusd per step; maddubs: vpmaddubsw summed as i16 over the 8 steps, one vpmaddwd
+ * with ones. Either leaves sub-block j's exact dot in lane j, finished in float against the
+ * row's scales and mins and the token's scale and sums (kx_tile; the AVX-512 kernel's chain).
  *
  * Both builds form the same exact integer partials and finish them with the same float
  * operations in the same order, whatever R, T, nt or the row range: every output depends only
@@ -47,10 +47,11 @@
  * Tile shapes (rows x tokens) per type and build, picked by measurement (kqbench, 2 threads,
  * 6144 x 2048 from DRAM at 4..16 tokens and 480 x 2048 in cache at 12, among 4x4, 4x2, 2x4,
  * 3x3, 3x2, 2x3, 2x2, 1x6): 3 x 3 for Q8_0X (16 tokens: 16.5 GB/s against 13-14 for 4x4 and
- * 4x2 with VNNI, 8.5 against 7.2-8.8 without); Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4
- * with VNNI (8 GB/s at 16 tokens against 7), 4 x 2 without (its loop holds the tokens and
- * makes each row's levels at once: 14 live ymm; 3x3, 5x2, 6x2, 2x4 no faster). Decode (one token)
- * runs R x 1.
+ * 4x2 with VNNI, 8.5 against 7.2-8.8 without); Q4_0X 4 x 2 with VNNI, 3 x 3 without. Q4_KX
+ * 4 x 2 with VNNI, 4 x 3 without (see kx_tile; in L2, 256 x 2048, per row and token at 8 / 16
+ * tokens: 4 x 2 15.4 / 14.6 ns, 4 x 3 15.5 / 15.3, 3 x 4 16.6 / 16.1, 4 x 4 21.7 / 20.8 with
+ * VNNI; without it 4 x 3 22.7 / 21.6, 4 x 2 24.0 / 22.9, 3 x 3 23.1 / 22.7). Decode (one token)
+ * runs R x 1, long Q4_KX rows 1 x 1.
  * The activation vectors are kept in registers (X_IN_REG): GCC folded each one's load into all R
  * of its products (3 x 3: 12 loads for 9 vpdpbusd a step). kqbench 6144 x 2048 q8_0x in cache
  * (--ws 1), 1 thread, medians of 5 alternated runs on a busy machine, 8 / 16 tokens: 0.73 /
@@ -63,17 +64,18 @@
 #define Q4R 4
 #define Q4T 2
 #define KR 4
-#define KT 4
+#define KT 2
 #else
 #define Q4R 3
 #define Q4T 3
 #define KR 4
-#define KT 2
+#define KT 3
 #endif
 #endif
-#define XR 6       /* rows per tile at most */
-#define XT 6       /* tokens per tile at most */
-#define X_CHUNK 32 /* tokens whose activations are packed at once */
+#define XR 6           /* rows per tile at most */
+#define XT 6           /* tokens per tile at most */
+#define X_CHUNK 32     /* tokens whose activations are packed at once */
+#define X_PF_DIST 2048 /* bytes ahead a decode row asks for */
 
 /* ================================ helpers =================================================== */
 
@@ -426,30 +428,57 @@ static bool xq_matmul(enum kq_type wt, int64_t n, const uint8_t *W, size_t ws, i
 
 /* ================================ Q4_KX ===================================================== */
 
-/* Sub-block scales of a Q4_K(X) super-block: dword j = (sc_j, sc_j) as i16 for vpmaddwd, or
- * sc_j as i32 (VNNI); *mins dword j = (m_j, m_j) as i16. */
-INLINE __m256i kx_scales(const struct kq__q4_k *b, __m256i *mins)
+/* A Q4_KX row's super-block, per lane (sub-block j): wd = d * sc_j, mn = dmin * m_j. */
+struct kx_rw {
+    __m256 wd, mn;
+};
+/* A Q8_KX token's super-block: ad = its scale in every lane, sa = ad * (sub-block j's level
+ * sum), the partner of the mins. */
+struct kx_tk {
+    __m256 ad, sa;
+};
+
+INLINE struct kx_rw kx_row(const struct kq__q4_k *b)
 {
     uint64_t sc, m;
     kq__unpack_scales(b->scales, &sc, &m);
-    const __m256i sc32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
-    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m));
-    *mins = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
-#if KQX_VNNI
-    return sc32;
-#else
-    return _mm256_or_si256(sc32, _mm256_slli_epi32(sc32, 16));
-#endif
+    const __m128i v = _mm_set_epi64x((long long)m, (long long)sc);
+    const __m256 wd = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v)));
+    return (struct kx_rw){_mm256_mul_ps(wd, _mm256_set1_ps(xh2f(b->d))),
+                          _mm256_mul_ps(mn, _mm256_set1_ps(xh2f(b->dmin)))};
+}
+
+INLINE struct kx_tk kx_tok(const struct kq__q8_k *a)
+{
+    const __m256 ad = _mm256_set1_ps(a->d);
+    const __m256i bs = _mm256_loadu_si256((const void *)a->bsums); /* sub-block j: 2j, 2j + 1 */
+    return (struct kx_tk){
+        ad, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))), ad)};
 }
 
 /*
  * Super-blocks of R Q4_KX rows x T Q8_KX tokens: y[t * ys + r] = row r . token t. Per
- * super-block and output: acc = fma(float(sum_j sc_j S_j), d * ad, acc), then
- * acc = fnmadd(float(sum_j m_j B_j), dmin * ad, acc) with S_j the sub-block dots and B_j the
- * activation's 32-element sums; q4_kx_single (kq_avx2.c) runs the same chain.
+ * super-block, output and lane j (sub-block): the exact integer dot S_j of its levels, then
+ *   acc = fma(float(S_j), wd_j * ad, acc);  acc = fnmadd(mn_j, sa_j, acc)
+ * (kx_rw, kx_tk), the lanes summed at the end. TK[t * nsb + ib]: token t's super-block ib
+ * (kx_tok, once per call); RW[r * nsb + ib] row r's, or with RW NULL made in the tile. pf (or
+ * NULL): rows to ask for, super-block by super-block.
+ *
+ * VNNI: the step loop takes one row's levels at a time (1 register) against each token's
+ * activation read from L1 as an operand, so R x T partials and little else are live. maddubs:
+ * a step pair's activations of the T tokens are held and each row's levels made and used at
+ * once (that order ran 15-20 % faster there at 2 and 4 tokens).
+ *
+ * Against the chain this replaced (per output: the int32 sums times the scales, vpmaddwd of the
+ * bsums with the mins, 2 conversions and 2 FMAs by scalar products d * ad, dmin * ad; the row's
+ * scales unpacked in every token tile): kqbench 6144 x 2048 Q4_KX, 2 threads, from DRAM, medians
+ * of 5 alternated runs, VNNI 8 / 16 tokens 0.544 / 1.034 ms -> 0.470 / 0.893, 1-4 tokens alike;
+ * without VNNI within the noise (1-16 tokens: 0.96-1.07x).
  */
 INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
-                    size_t as, const uint8_t *pf, float *y, int64_t ys)
+                    size_t as, const struct kx_tk *TK, const struct kx_rw *RW, const uint8_t *pf,
+                    float *y, int64_t ys)
 {
     __m256 acc[XR][XT];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] =
@@ -463,7 +492,26 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                     _mm_prefetch((const char *)pf + r * ws + ib * 144 + 64 * l, _MM_HINT_T0);
             UNROLL for (int t = 0; t < T; t++) s[r][t] = _mm256_setzero_si256();
         }
-#if !KQX_VNNI
+#if KQX_VNNI
+        UNROLL for (int k = 0; k < 8; k++)
+        { /* step k: the low nibbles of qs[32 (k / 2) ..], odd k the high ones */
+            UNROLL for (int r = 0; r < R; r++)
+            {
+                const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
+                __m256i w = _mm256_loadu_si256((const void *)(b->qs + 32 * (k / 2)));
+                if (k % 2)
+                    w = _mm256_srli_epi16(w, 4);
+                w = _mm256_and_si256(w, _mm256_set1_epi8(15));
+                X_IN_REG(w);
+                UNROLL for (int t = 0; t < T; t++)
+                {
+                    const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
+                    s[r][t] = _mm256_dpbusd_avx_epi32(
+                        s[r][t], w, _mm256_loadu_si256((const void *)(a->qs + 32 * k)));
+                }
+            }
+        }
+#else
         /* maddubs: the T tokens' activations of a step pair held, each row's levels made and
          * used at once: 2T + R T + 2 live registers (4 x 2: 14 of the 16), no spills */
         UNROLL for (int c = 0; c < 4; c++)
@@ -487,49 +535,20 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
                                                                _mm256_maddubs_epi16(hi, a1[t])));
             }
         }
-#else
-        UNROLL for (int c = 0; c < 4; c++)
-        { /* steps 2c (low nibbles), 2c + 1 (high) */
-            __m256i lo[XR], hi[XR];
-            UNROLL for (int r = 0; r < R; r++)
-            {
-                const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
-                const __m256i x = _mm256_loadu_si256((const void *)(b->qs + 32 * c));
-                lo[r] = _mm256_and_si256(x, _mm256_set1_epi8(15));
-                hi[r] = _mm256_and_si256(_mm256_srli_epi16(x, 4), _mm256_set1_epi8(15));
-            }
-            UNROLL for (int t = 0; t < T; t++)
-            {
-                const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
-                __m256i a0 = _mm256_loadu_si256((const void *)(a->qs + 64 * c));
-                __m256i a1 = _mm256_loadu_si256((const void *)(a->qs + 64 * c + 32));
-                X_IN_REG_T(a0, T);
-                X_IN_REG_T(a1, T);
-                UNROLL for (int r = 0; r < R; r++) s[r][t] =
-                    x_dot(x_dot(s[r][t], lo[r], a0), hi[r], a1);
-            }
-        }
 #endif
         UNROLL for (int r = 0; r < R; r++)
         {
-            const struct kq__q4_k *b = (const struct kq__q4_k *)(W + r * ws) + ib;
-            __m256i mins;
-            const __m256i sc = kx_scales(b, &mins);
-            const float d = xh2f(b->d), dmin = xh2f(b->dmin);
+            const struct kx_rw rw =
+                RW ? RW[r * nsb + ib] : kx_row((const struct kq__q4_k *)(W + r * ws) + ib);
             UNROLL for (int t = 0; t < T; t++)
             {
-                const struct kq__q8_k *a = (const struct kq__q8_k *)(A + t * as) + ib;
-                const __m256i bs = _mm256_loadu_si256((const void *)a->bsums);
-#if KQX_VNNI
-                const __m256i si = _mm256_mullo_epi32(s[r][t], sc);
-#else
-                const __m256i si = _mm256_madd_epi16(s[r][t], sc);
+                const struct kx_tk *tk = &TK[t * nsb + ib];
+#if !KQX_VNNI
+                s[r][t] = _mm256_madd_epi16(s[r][t], _mm256_set1_epi16(1));
 #endif
-                const __m256i mt = _mm256_madd_epi16(bs, mins);
-                acc[r][t] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_set1_ps(d * a->d), acc[r][t]);
-                acc[r][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mt), _mm256_set1_ps(dmin * a->d),
-                                             acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][t]),
+                                            _mm256_mul_ps(rw.wd, tk->ad), acc[r][t]);
+                acc[r][t] = _mm256_fnmadd_ps(rw.mn, tk->sa, acc[r][t]);
             }
         }
     }
@@ -539,36 +558,72 @@ INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, cons
 
 /* kx_tile for the shapes it is compiled for: R in {KR, 1}, T in 1..KT. */
 static void kx_tiles(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
-                     size_t as, const uint8_t *pf, float *y, int64_t ys)
+                     size_t as, const struct kx_tk *TK, const struct kx_rw *RW, const uint8_t *pf,
+                     float *y, int64_t ys)
 {
-#define KX(r, t) kx_tile(r, t, nsb, W, ws, A, as, pf, y, ys)
+#define KX(r, t) kx_tile(r, t, nsb, W, ws, A, as, TK, RW, pf, y, ys)
     X_SHAPES(KX, KR, KT);
 #undef KX
 }
 
-/* Same contract as kq_matmul for Q4_KX weights (Q8_KX activations), any nt: the activation
- * rows are read as they are (nothing packed, so nothing to reuse by tag). */
-static void kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
-                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys)
+/* Same contract as kq_matmul_tagged for Q4_KX weights (Q8_KX activations), any nt; false when
+ * the scratch buffer cannot be had. The activation rows are read as they are; their scales and
+ * sums (kx_tk) are made once per chunk of X_CHUNK tokens (once per tag where all tokens fit
+ * one), a row block's (kx_rw) once per block where several token tiles meet it, else in the
+ * tile. Decode (one token) of rows longer than KQ__DEC_SHORT_N runs one row at a time, each
+ * asking for its own bytes X_PF_DIST ahead (as the decode tiles of kq_avx2.c do): 4 x 1 tiles
+ * there read 0.26 ms against 0.21 (kqbench 6144 x 2048, 2 threads, from DRAM). */
+static bool kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_t r1,
+                      const uint8_t *act, size_t as, int64_t nt, float *y, int64_t ys, uint64_t tag)
 {
     const int64_t nsb = n / KQ__QK_K;
-    for (int64_t t0 = 0; t0 < nt; t0 += X_CHUNK) {
-        const int64_t t1 = t0 + X_CHUNK < nt ? t0 + X_CHUNK : nt;
+    const int64_t chunk = nt < X_CHUNK ? nt : X_CHUNK;
+    struct x_buf *buf = x_scratch((size_t)((chunk + KR) * nsb) * sizeof(struct kx_tk));
+    if (!buf)
+        return false;
+    struct kx_tk *TK = (struct kx_tk *)buf->b;
+    struct kx_rw *RW = (struct kx_rw *)(TK + chunk * nsb);
+    if (nt == 1 && n > KQ__DEC_SHORT_N) {
+        if (!kq__pack_held(&buf->key, tag, act, as, n, nt, KQ_Q4_KX))
+            for (int64_t ib = 0; ib < nsb; ib++)
+                TK[ib] = kx_tok((const struct kq__q8_k *)act + ib);
+        buf->key = (struct kq__pack_key){tag, act, as, n, nt, KQ_Q4_KX};
+        for (int64_t r = r0; r < r1; r++)
+            kx_tiles(1, 1, nsb, W + r * ws, ws, act, as, TK, NULL, W + r * ws + X_PF_DIST, y + r,
+                     ys);
+        return true;
+    }
+    for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
+        const bool one = chunk == nt; /* then TK may hold them from this tag's last call */
+        if (!(one && kq__pack_held(&buf->key, tag, act, as, n, nt, KQ_Q4_KX)))
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t ib = 0; ib < nsb; ib++)
+                    TK[(t - t0) * nsb + ib] = kx_tok((const struct kq__q8_k *)(act + t * as) + ib);
+        buf->key = (struct kq__pack_key){one ? tag : 0, act, as, n, nt, KQ_Q4_KX};
+        const bool rows_kept = t1 - t0 > KT; /* several token tiles meet each row block */
         for (int64_t r = r0; r < r1; r += KR) {
             const int rr = (int)(r1 - r < KR ? r1 - r : KR);
             const uint8_t *Wr = W + r * ws;
+            if (rows_kept)
+                for (int i = 0; i < rr; i++)
+                    for (int64_t ib = 0; ib < nsb; ib++)
+                        RW[i * nsb + ib] = kx_row((const struct kq__q4_k *)(Wr + i * ws) + ib);
             for (int64_t t = t0; t < t1; t += KT) {
                 const int tt = (int)(t1 - t < KT ? t1 - t : KT);
                 const uint8_t *pf = t == t0 && r + 2 * KR <= r1 ? Wr + KR * ws : NULL;
+                const struct kx_tk *tk = TK + (t - t0) * nsb;
                 if (rr == KR)
-                    kx_tiles(KR, tt, nsb, Wr, ws, act + t * as, as, pf, y + t * ys + r, ys);
+                    kx_tiles(KR, tt, nsb, Wr, ws, act + t * as, as, tk, rows_kept ? RW : NULL, pf,
+                             y + t * ys + r, ys);
                 else
                     for (int i = 0; i < rr; i++)
-                        kx_tiles(1, tt, nsb, Wr + i * ws, ws, act + t * as, as, NULL,
-                                 y + t * ys + r + i, ys);
+                        kx_tiles(1, tt, nsb, Wr + i * ws, ws, act + t * as, as, tk,
+                                 rows_kept ? RW + i * nsb : NULL, NULL, y + t * ys + r + i, ys);
             }
         }
     }
+    return true;
 }
 
 /* ================================ entry point =============================================== */
@@ -579,8 +634,7 @@ bool KQX_ENTRY(enum kq_type w, int64_t n, const void *W, size_t w_stride, int64_
 {
     if (w == KQ_Q8_0X || w == KQ_Q4_0X)
         return xq_matmul(w, n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, tag);
-    if (w != KQ_Q4_KX || n % KQ__QK_K)
+    if (w != KQ_Q4_KX || n % KQ__QK_K || n == 0)
         return false;
-    kx_matmul(n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride);
-    return true;
+    return kx_matmul(n, W, w_stride, r0, r1, act, act_stride, nt, y, y_stride, tag);
 }

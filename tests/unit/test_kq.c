@@ -922,8 +922,9 @@ TEST(kx_shape_invariance)
 
 /*
  * The AVX2 stored-layout tiles (kq_avx2x.h), with and without AVX-VNNI: every tile shape the
- * two builds compile (Q8_0X 3 x 3; Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 4 /
- * 4 x 2) and their remainders, row ranges starting and ending anywhere, token counts 1..9 and
+ * two builds compile (Q8_0X 3 x 3; Q4_0X 4 x 2 with VNNI, 3 x 3 without; Q4_KX 4 x 2 /
+ * 4 x 3, its row scales kept from 3 / 4 tokens on, and 1 x 1 decode of rows over 1024) and
+ * their remainders, row ranges starting and ending anywhere, token counts 1..9 and
  * 40 (several token chunks): each output the same bits as in a 40-token matmul of all rows, and
  * the same bits in both builds.
  */
@@ -1001,7 +1002,8 @@ static uint8_t *rand_rows(enum kq_type t, int n, int count, bool act)
  * activation format on the same tagged rows (Q4_0X after Q8_0X, Q5_KX after Q4_KX); new
  * content in the same place under a new tag; fewer tokens; a shorter row; an untagged call on
  * other content between two calls of one tag; 40 tokens of long rows, more than one packed
- * chunk holds.
+ * chunk holds; one token (decode, which AVX2 runs apart for rows over 1024), twice, new content
+ * under a new tag.
  */
 TEST(tagged_matmul)
 {
@@ -1009,7 +1011,7 @@ TEST(tagged_matmul)
     const int np = simd_paths(paths);
     static const enum kq_type fam[][2] = {
         {KQ_Q8_0X, KQ_Q4_0X}, {KQ_Q4_KX, KQ_Q5_KX}, {KQ_Q6_KX, KQ_Q6_KX}};
-    enum { ROWS = 37, NT = 8, NT_MANY = 40, N_LONG = 32768, N_STEPS = 9 };
+    enum { ROWS = 37, NT = 8, NT_MANY = 40, N_LONG = 32768, N_STEPS = 11 };
     static const int chunks[][2] = {{0, 16}, {16, 17}, {17, 37}};
     for (int ip = 0; ip < np; ip++) {
         path_force(&paths[ip]);
@@ -1021,7 +1023,7 @@ TEST(tagged_matmul)
             uint8_t *c[4] = {rand_rows(t1, n1, NT, true), rand_rows(t1, n1, NT, true),
                              rand_rows(t1, n2, NT, true), rand_rows(t1, n1, NT, true)};
             uint8_t *c_long = rand_rows(t1, N_LONG, NT_MANY, true);
-            const uint64_t tag = kq_act_tags(5);
+            const uint64_t tag = kq_act_tags(8);
             /* the steps: weights, row length, tokens, content, tag (0: untagged) */
             const struct {
                 enum kq_type t;
@@ -1038,6 +1040,8 @@ TEST(tagged_matmul)
                 {t1, w1, c[3], n1, NT, 0},
                 {t1, w1, c[0], n1, NT, tag + 4},
                 {t1, w4, c_long, N_LONG, NT_MANY, tag + 5},
+                {t1, w1, c[1], n1, 1, tag + 6},
+                {t1, w1, c[3], n1, 1, tag + 7},
             };
             const size_t as_max = kq_act_row_bytes(t1, N_LONG);
             uint8_t *a = malloc(as_max * NT_MANY);
