@@ -468,13 +468,14 @@ INLINE struct kx_tk kx_tok(const struct kq__q8_k *a)
  * VNNI: the step loop takes one row's levels at a time (1 register) against each token's
  * activation read from L1 as an operand, so R x T partials and little else are live. maddubs:
  * a step pair's activations of the T tokens are held and each row's levels made and used at
- * once (that order ran 15-20 % faster there at 2 and 4 tokens).
+ * once, as before (the VNNI order ran alike there).
  *
  * Against the chain this replaced (per output: the int32 sums times the scales, vpmaddwd of the
  * bsums with the mins, 2 conversions and 2 FMAs by scalar products d * ad, dmin * ad; the row's
  * scales unpacked in every token tile): kqbench 6144 x 2048 Q4_KX, 2 threads, from DRAM, medians
  * of 5 alternated runs, VNNI 8 / 16 tokens 0.544 / 1.034 ms -> 0.470 / 0.893, 1-4 tokens alike;
- * without VNNI within the noise (1-16 tokens: 0.96-1.07x).
+ * without VNNI within the noise (1-16 tokens: 0.96-1.07x), though in L2 (256 x 2048) 2 and 4
+ * tokens cost 23.5 -> 27.6-28.2 ns a row and token and 8 / 16 tokens 23.2 -> 21.6-22.9.
  */
 INLINE void kx_tile(int R, int T, int64_t nsb, const uint8_t *W, size_t ws, const uint8_t *A,
                     size_t as, const struct kx_tk *TK, const struct kx_rw *RW, const uint8_t *pf,
