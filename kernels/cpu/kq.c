@@ -399,9 +399,13 @@ enum kq_type kq_repack_type(enum kq_type t)
             return KQ_Q4_KX;
         case KQ_Q5_K:
             return KQ_Q5_KX;
-        /* Q6_K stays plain: the Q6_KX kernel batches 1.0-1.6x faster (B = 2..8) but decodes at
-         * 0.86-0.98x of the plain Q6_K kernel (measured 2026-12-07), and one stream is the
-         * common case. kq_repack_rows still converts both ways; the kernel is tested. */
+        /* Q6_K: kept plain while the Q6_KX kernel decoded at 0.86-0.98x of the plain one
+         * (2026-12-07); re-measured 2026-12-08 it decodes as fast or faster and batches ~2x faster
+         * (kqbench, 2 threads, medians of 3: 4096 x 8192 B = 1 / 2 / 8 0.55 / 0.55 / 1.39 ms
+         * against 0.63 / 1.30 / 2.43; an all-Q6_K ~0.86 GB qwen35 decoded 1.55x faster at B = 1
+         * and 2.3-2.8x at B = 2-8) */
+        case KQ_Q6_K:
+            return KQ_Q6_KX;
         default:
             return t;
         }

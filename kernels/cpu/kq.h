@@ -48,10 +48,9 @@ void kq_quantize_row(enum kq_type t, const float *src, void *dst, int64_t n);
 /* ---- repacked layouts -------------------------------------------------------------------- */
 /*
  * The layout the active ISA's kernels compute fastest for weights of type t: KQ_Q8_0X / KQ_Q4_0X
- * / KQ_Q4_KX / KQ_Q5_KX for Q8_0 / Q4_0 / Q4_K / Q5_K on AVX-512, KQ_Q8_0X / KQ_Q4_0X /
- * KQ_Q4_KX for Q8_0 / Q4_0 / Q4_K on AVX2, t itself otherwise (Q6_KX is not chosen yet: its
- * decode is slower than plain Q6_K's). Every X layout keeps the
- * bytes per block and a row's size.
+ * / KQ_Q4_KX / KQ_Q5_KX / KQ_Q6_KX for Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K on AVX-512, KQ_Q8_0X /
+ * KQ_Q4_0X / KQ_Q4_KX for Q8_0 / Q4_0 / Q4_K on AVX2, t itself otherwise. Every X layout keeps
+ * the bytes per block and a row's size.
  *
  * Q8_0X and Q4_0X: a row of nb blocks holds the nb f16
  * block scales first (block b's at byte 2 b), then the quants (32 bytes a block for Q8_0X, 16
