@@ -7,9 +7,9 @@
  * K-quant sub-block of 32 or two of 16) or 8 floats. The decode 1 x 1 tile keeps 4 accumulator
  * chains for the Q8_0/Q4_0 and float types.
  *
- * The stored layouts Q8_0X, Q4_0X and Q4_KX (except Q4_KX's decode of long rows, here) run
- * kq_avx2x.h's register tiles, built with and without AVX-VNNI (kq_avx2x_avx2.c,
- * kq_avx2x_vnni.c); the dispatch below picks by kq_avx2_vnni().
+ * The stored layouts Q8_0X, Q4_0X and Q4_KX run kq_avx2x.h's register tiles (decode too),
+ * built with and without AVX-VNNI (kq_avx2x_avx2.c, kq_avx2x_vnni.c); the dispatch below picks
+ * by kq_avx2_vnni().
  *
  * Integer products here (no VNNI): vpmaddubsw (u8 x s8 -> pairs of i16), then vpmaddwd with
  * ones (Q8_0/Q4_0) or with the sub-block scale (K-quants) to i32, exact as in the scalar
@@ -17,8 +17,6 @@
  *   Q8_0  |w| . sign(a, w); the i16 pairs stay below 2 * 128 * 127 < 32768
  *   Q4_0  q (0..15) . a, minus 8 * sum(a)
  *   Q4_K/Q5_K/Q6_K  levels (0..63) . a, scaled per sub-block; min terms from the bsums
- *   Q4_KX  (decode) Q4_K's, with the i16 pairs of all 8 steps of a super-block summed before
- *          one vpmaddwd with the scales (the layout puts sub-block j in dword j of every step)
  *
  * Threads: pure functions.
  */
