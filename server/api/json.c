@@ -60,7 +60,8 @@ char *json_utf8_sanitize(const char *s, size_t n, size_t *out_len)
     char *o = xmalloc(3 * n + 1); /* a bad byte becomes 3 bytes, a good one stays 1 */
     size_t w = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        /* a NUL byte too: a cJSON string ends there (a token may decode to one) */
+        size_t k = s[i] ? utf8_seq((const unsigned char *)s + i, n - i) : 0;
         if (k == 0) {
             memcpy(o + w, "\xEF\xBF\xBD", 3); /* U+FFFD, one per offending byte */
             w += 3;

@@ -36,8 +36,9 @@ bool json_parse_oom(void);
 /* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
 bool json_utf8_valid(const char *s, size_t n);
 
-/* A copy of s[0..n) with every byte that does not start a valid sequence replaced by U+FFFD;
- * malloc'd, NUL-terminated (transferred), length in *out_len when not NULL. */
+/* A copy of s[0..n) with every byte that does not start a valid sequence, and every NUL byte
+ * (which would end the string that cJSON is given), replaced by U+FFFD; malloc'd,
+ * NUL-terminated (transferred), length in *out_len when not NULL. */
 char *json_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 
 #endif

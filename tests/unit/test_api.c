@@ -91,6 +91,12 @@ TEST(utf8_sanitize)
     s = json_utf8_sanitize("\xe2\x82\xac ok", 6, &n);
     CHECK_STR_EQ(s, "\xe2\x82\xac ok");
     free(s);
+    /* a NUL byte (a byte-level token can decode to one) would cut the cJSON string there: a
+     * streamed text then lost what followed it and its delta came out empty */
+    s = json_utf8_sanitize("o\0m", 3, &n);
+    CHECK_STR_EQ(s, "o\xEF\xBF\xBDm");
+    CHECK_EQ(n, 5u);
+    free(s);
 }
 
 TEST(chat_validation)
