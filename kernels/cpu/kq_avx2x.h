@@ -584,16 +584,6 @@ static bool kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_
         return false;
     struct kx_tk *TK = (struct kx_tk *)buf->b;
     struct kx_rw *RW = (struct kx_rw *)(TK + chunk * nsb);
-    if (nt == 1 && n > KQ__DEC_SHORT_N) {
-        if (!kq__pack_held(&buf->key, tag, act, as, n, nt, KQ_Q4_KX))
-            for (int64_t ib = 0; ib < nsb; ib++)
-                TK[ib] = kx_tok((const struct kq__q8_k *)act + ib);
-        buf->key = (struct kq__pack_key){tag, act, as, n, nt, KQ_Q4_KX};
-        for (int64_t r = r0; r < r1; r++)
-            kx_tiles(1, 1, nsb, W + r * ws, ws, act, as, TK, NULL, W + r * ws + X_PF_DIST, y + r,
-                     ys);
-        return true;
-    }
     for (int64_t t0 = 0; t0 < nt; t0 += chunk) {
         const int64_t t1 = t0 + chunk < nt ? t0 + chunk : nt;
         const bool one = chunk == nt; /* then TK may hold them from this tag's last call */
@@ -602,6 +592,12 @@ static bool kx_matmul(int64_t n, const uint8_t *W, size_t ws, int64_t r0, int64_
                 for (int64_t ib = 0; ib < nsb; ib++)
                     TK[(t - t0) * nsb + ib] = kx_tok((const struct kq__q8_k *)(act + t * as) + ib);
         buf->key = (struct kq__pack_key){one ? tag : 0, act, as, n, nt, KQ_Q4_KX};
+        if (nt == 1 && n > KQ__DEC_SHORT_N) { /* decode of long rows */
+            for (int64_t r = r0; r < r1; r++)
+                kx_tiles(1, 1, nsb, W + r * ws, ws, act, as, TK, NULL, W + r * ws + X_PF_DIST,
+                         y + r, ys);
+            continue;
+        }
         const bool rows_kept = t1 - t0 > KT; /* several token tiles meet each row block */
         for (int64_t r = r0; r < r1; r += KR) {
             const int rr = (int)(r1 - r < KR ? r1 - r : KR);
